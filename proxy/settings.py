@@ -1,0 +1,259 @@
+"""One typed settings object for the whole proxy.
+
+Precedence: environment variables > config file (TOML) > defaults.
+Every field has an environment variable (``MEMCI_<NAME>`` unless listed otherwise in ``ENV_ALIASES``),
+and a bad value fails at start-up with a message that names the setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_CONFIG_FILE = Path(__file__).resolve().parent.parent / "config" / "default.toml"
+
+# Settings whose environment variable is not MEMCI_<NAME>.
+ENV_ALIASES: dict[str, str] = {
+    "database_url": "DATABASE_URL",
+    "redis_url": "REDIS_URL",
+}
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used; the message names the setting."""
+
+
+def _doc(text: str, **kw: typing.Any) -> dict[str, typing.Any]:
+    return {"doc": text, **kw}
+
+
+@dataclass(frozen=True)
+class Settings:
+    # --- serving -------------------------------------------------------------------------------
+    host: str = field(default="127.0.0.1", metadata=_doc("Address the proxy listens on."))
+    port: int = field(default=8080, metadata=_doc("Port the proxy listens on.", min=1, max=65535))
+    upstream_url: str = field(
+        default="http://127.0.0.1:30000/v1",
+        metadata=_doc(
+            "Upstream OpenAI base URL, as an OpenAI SDK's base_url takes it. Several URLs may be given "
+            "separated by commas (data-parallel workers)."
+        ),
+    )
+    upstream_api_key: str = field(
+        default="",
+        metadata=_doc("Key sent upstream instead of the client's Authorization header (empty: forward the client's)."),
+    )
+    config: str = field(default="", metadata=_doc("Path of a TOML config file read under the environment."))
+    home: str = field(default="~/.memci", metadata=_doc("Data directory of the embedded defaults (database, blobs)."))
+    database_url: str = field(
+        default="", metadata=_doc("PostgreSQL URL (with pgvector). Empty: an embedded PostgreSQL under home.")
+    )
+    redis_url: str = field(default="", metadata=_doc("Redis URL. Empty: in-process hot state (one replica only)."))
+    workers: int = field(default=1, metadata=_doc("Server worker processes.", min=1, max=64))
+    log_level: str = field(default="info", metadata=_doc("Log level.", choices=("debug", "info", "warning", "error")))
+
+    # --- limits and timeouts -------------------------------------------------------------------
+    max_body_bytes: int = field(default=16 * 1024 * 1024, metadata=_doc("Largest request body accepted (413 above).", min=1))
+    upstream_connect_timeout: float = field(default=5.0, metadata=_doc("Seconds to connect upstream (502 past it).", min=0.001))
+    upstream_read_timeout: float = field(
+        default=600.0, metadata=_doc("Seconds to wait for upstream bytes (504 past it).", min=0.001)
+    )
+    upstream_max_connections: int = field(default=1024, metadata=_doc("Connection pool size to the upstream.", min=1))
+
+    # --- context engine ------------------------------------------------------------------------
+    manage_context: bool = field(
+        default=True, metadata=_doc("Manage the context (pages, contents page, epochs). Off: pure pass-through.")
+    )
+    context_window: int = field(
+        default=0,
+        metadata=_doc("Context window in tokens. 0: learn max_model_len from the upstream's /v1/models, else 32768.", min=0),
+    )
+    output_reserve: int = field(
+        default=4096, metadata=_doc("Tokens reserved for the answer when the request has no max_tokens.", min=0)
+    )
+    safety_margin: float = field(default=0.10, metadata=_doc("Fraction of the window kept free.", min=0.0, max=0.9))
+    active_high_watermark: float = field(
+        default=0.85,
+        metadata=_doc("Fraction of the budget at which a compaction epoch starts.", min=0.05, max=1.0),
+    )
+    active_low_watermark: float = field(
+        default=0.55, metadata=_doc("Fraction of the budget a compaction epoch brings the prompt down to.", min=0.01, max=1.0)
+    )
+    contents_max_tokens: int = field(
+        default=2048, metadata=_doc("Largest contents page; past it entries are evicted LRU.", min=64)
+    )
+    evict_after_rounds_unrecalled: int = field(
+        default=200, metadata=_doc("Seed 000 rule m: evict a contents entry never recalled after m rounds.", min=1)
+    )
+    evict_after_rounds_unchanged: int = field(
+        default=400, metadata=_doc("Seed 000 rule p: evict a contents entry whose recall count is unchanged for p rounds.", min=1)
+    )
+    page_max_tokens: int = field(
+        default=4096, metadata=_doc("Pages larger than this split into continuation pages at assistant boundaries.", min=64)
+    )
+    condense_tool_chars: int = field(
+        default=200, metadata=_doc("Old tool outputs are cut to this many characters at epochs (seed 003).", min=0)
+    )
+    summary_line_chars: int = field(
+        default=80, metadata=_doc("Length of each per-message line of the contents page.", min=16)
+    )
+    cache_ttl: float = field(
+        default=300.0,
+        metadata=_doc("Seconds after which the upstream cache of an idle conversation is taken as cold.", min=0.0),
+    )
+    tokenizer_file: str = field(
+        default="", metadata=_doc("A Hugging Face tokenizer.json for exact counts (empty: CJK-aware estimate).")
+    )
+
+    # --- recall --------------------------------------------------------------------------------
+    recall_enabled: bool = field(default=True, metadata=_doc("Inject the recall tool and answer its calls."))
+    recall_tool_name: str = field(default="recall", metadata=_doc("Name of the injected recall tool."))
+    recall_max_rounds: int = field(default=3, metadata=_doc("Recall rounds resolved per request.", min=0, max=16))
+    recall_max_tokens: int = field(default=2048, metadata=_doc("Largest recall result given to the model.", min=64))
+
+    # --- admin ---------------------------------------------------------------------------------
+    admin_key: str = field(default="", metadata=_doc("Bearer key for /memci/ admin endpoints (empty: admin API off)."))
+
+    # -------------------------------------------------------------------------------------------
+    @property
+    def upstream_urls(self) -> list[str]:
+        return [u.strip().rstrip("/") for u in self.upstream_url.split(",") if u.strip()]
+
+    @property
+    def home_path(self) -> Path:
+        return Path(os.path.expanduser(self.home))
+
+    def replace(self, **changes: typing.Any) -> "Settings":
+        return load_settings(env={}, file_values={**dataclasses.asdict(self), **changes}, read_file=False)
+
+
+def env_name(name: str) -> str:
+    return ENV_ALIASES.get(name, "MEMCI_" + name.upper())
+
+
+def setting_fields() -> list[dataclasses.Field]:
+    return list(dataclasses.fields(Settings))
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _coerce(f: dataclasses.Field, raw: typing.Any, source: str) -> typing.Any:
+    kind = f.type if isinstance(f.type, type) else {"str": str, "int": int, "float": float, "bool": bool}[str(f.type)]
+    where = f"setting '{f.name}' ({source})"
+    try:
+        if kind is bool:
+            if isinstance(raw, bool):
+                value: typing.Any = raw
+            elif isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+                value = raw.strip().lower() in _TRUE
+            else:
+                raise ValueError(f"expected true/false, got {raw!r}")
+        elif kind is int:
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError(f"expected an integer, got {raw!r}")
+            value = int(raw)
+        elif kind is float:
+            if isinstance(raw, bool):
+                raise ValueError(f"expected a number, got {raw!r}")
+            value = float(raw)
+        else:
+            if not isinstance(raw, (str, int, float)):
+                raise ValueError(f"expected text, got {raw!r}")
+            value = str(raw)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{where}: {exc}") from None
+    meta = f.metadata
+    if "min" in meta and value < meta["min"]:
+        raise SettingsError(f"{where}: {value!r} is below the minimum {meta['min']}")
+    if "max" in meta and value > meta["max"]:
+        raise SettingsError(f"{where}: {value!r} is above the maximum {meta['max']}")
+    if "choices" in meta and value not in meta["choices"]:
+        raise SettingsError(f"{where}: {value!r} is not one of {', '.join(meta['choices'])}")
+    return value
+
+
+def read_config_file(path: str | Path) -> dict[str, typing.Any]:
+    p = Path(os.path.expanduser(str(path)))
+    try:
+        with p.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise SettingsError(f"setting 'config': file {p} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"setting 'config': {p} is not valid TOML: {exc}") from None
+    flat: dict[str, typing.Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):  # sections are for humans; names are unique across them
+            flat.update(value)
+        else:
+            flat[key] = value
+    return flat
+
+
+def load_settings(
+    env: typing.Mapping[str, str] | None = None,
+    overrides: typing.Mapping[str, typing.Any] | None = None,
+    file_values: typing.Mapping[str, typing.Any] | None = None,
+    read_file: bool = True,
+) -> Settings:
+    """Build the settings: overrides (CLI flags) > env > config file > defaults."""
+    env = os.environ if env is None else env
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    known = {f.name: f for f in setting_fields()}
+    values: dict[str, typing.Any] = {}
+    sources: dict[str, str] = {}
+
+    if read_file:
+        config_path = overrides.get("config") or env.get(env_name("config")) or ""
+        file_path = config_path or (str(DEFAULT_CONFIG_FILE) if DEFAULT_CONFIG_FILE.exists() else "")
+        if file_path:
+            file_values = {**(file_values or {}), **read_config_file(file_path)}
+            if config_path:
+                values["config"] = config_path
+    for key, raw in (file_values or {}).items():
+        if key not in known:
+            raise SettingsError(f"setting '{key}' (config file): unknown setting")
+        values[key] = raw
+        sources[key] = "config file"
+    for name in known:
+        var = env_name(name)
+        if var in env:
+            values[name] = env[var]
+            sources[name] = f"env {var}"
+    for key, raw in overrides.items():
+        if key not in known:
+            raise SettingsError(f"setting '{key}': unknown setting")
+        values[key] = raw
+        sources[key] = "command line"
+
+    coerced = {k: _coerce(known[k], v, sources.get(k, "default")) for k, v in values.items()}
+    settings = Settings(**coerced)
+    _check(settings)
+    return settings
+
+
+def _check(s: Settings) -> None:
+    if s.active_low_watermark >= s.active_high_watermark:
+        raise SettingsError(
+            f"setting 'active_low_watermark': {s.active_low_watermark} must be below "
+            f"active_high_watermark ({s.active_high_watermark})"
+        )
+    if not s.upstream_urls:
+        raise SettingsError("setting 'upstream_url': no URL given")
+    for url in s.upstream_urls:
+        if not url.startswith(("http://", "https://")):
+            raise SettingsError(f"setting 'upstream_url': {url!r} is not an http(s) URL")
+    if not s.recall_tool_name.replace("_", "").replace("-", "").isalnum():
+        raise SettingsError(f"setting 'recall_tool_name': {s.recall_tool_name!r} is not a valid function name")
+    for name in ("database_url",):
+        url = getattr(s, name)
+        if url and not url.startswith(("postgresql", "postgres")):
+            raise SettingsError(f"setting '{name}': {url!r} is not a postgresql:// URL")
+    if s.redis_url and not s.redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise SettingsError(f"setting 'redis_url': {s.redis_url!r} is not a redis:// URL")
