@@ -1,0 +1,97 @@
+"""HTTP routes: chat completions, every other /v1 path, health, readiness, metrics."""
+
+from __future__ import annotations
+
+import time
+
+from litestar import Request, Response, get, post, route
+
+from proxy.api.forwarding import error_response, forward, services_of
+from proxy.wire.errors import ProxyError
+from proxy.wire.validate import parse_json_object, validate_chat_request
+
+_FORWARD_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+@post("/v1/chat/completions", status_code=200)
+async def chat_completions(request: Request) -> Response:
+    started = time.perf_counter()
+    services = services_of(request)
+    try:
+        body = await request.body()
+        data = parse_json_object(body)
+        validate_chat_request(data)
+        stream = data.get("stream") is True
+        if services.context is not None:
+            return await services.context.handle(request, data, body, started)
+        return await forward(
+            services, "chat", "POST", "/chat/completions", request.url.query, request.headers, body, started,
+            expect_stream=stream,
+        )
+    except ProxyError as exc:
+        services.metrics.requests.labels("chat", str(exc.status)).inc()
+        return error_response(exc)
+
+
+@route("/v1/{path:path}", http_method=_FORWARD_METHODS, status_code=200)
+async def forward_other(request: Request, path: str) -> Response:
+    started = time.perf_counter()
+    services = services_of(request)
+    try:
+        body = await request.body() if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
+        stream = False
+        if body and b'"stream"' in body:
+            try:
+                stream = parse_json_object(body).get("stream") is True
+            except ProxyError:
+                stream = False
+        return await forward(
+            services, "other", request.method, path, request.url.query, request.headers, body or None, started,
+            expect_stream=stream,
+        )
+    except ProxyError as exc:
+        services.metrics.requests.labels("other", str(exc.status)).inc()
+        return error_response(exc)
+
+
+@get("/health", sync_to_thread=False)
+def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@get("/ready")
+async def ready(request: Request) -> Response:
+    services = services_of(request)
+    checks: dict[str, dict[str, object]] = {}
+    store = services.store
+    if store is not None:
+        checks["database"] = {"ok": await _safe(store.repo.ping()), "kind": store.kind_db}
+        checks["hot_state"] = {"ok": await _safe(store.hot.ping()), "kind": store.kind_hot}
+    else:
+        checks["database"] = {"ok": True, "kind": "none (context management off)"}
+    upstream_ok = False
+    try:
+        resp, _ = await services.upstream.send("GET", services.upstream.url("/models"), {}, None)
+        upstream_ok = resp.status < 500
+        resp.release()
+    except ProxyError:
+        upstream_ok = False
+    checks["upstream"] = {"ok": upstream_ok, "url": services.upstream.base_url()}
+    ok = all(bool(c["ok"]) for c in checks.values())
+    return Response(content={"status": "ready" if ok else "not ready", "checks": checks}, status_code=200 if ok else 503)
+
+
+async def _safe(awaitable) -> bool:
+    try:
+        return bool(await awaitable)
+    except Exception:
+        return False
+
+
+@get("/metrics", sync_to_thread=False)
+def metrics(request: Request) -> Response:
+    content, content_type = services_of(request).metrics.render()
+    return Response(content=content, media_type=content_type)
+
+
+ROUTES = [chat_completions, forward_other, health, ready, metrics]

@@ -1,0 +1,99 @@
+"""The `memci-proxy` command: serve, emulate, migrate."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from proxy.settings import Settings, SettingsError, env_name, load_settings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memci-proxy", description="OpenAI-compatible context-managing proxy.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the proxy")
+    serve.add_argument("--host", help="listen address (env MEMCI_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (env MEMCI_PORT, default 8080)")
+    serve.add_argument("--upstream", dest="upstream_url", help="upstream OpenAI base URL, e.g. http://127.0.0.1:30000/v1 (env MEMCI_UPSTREAM_URL)")
+    serve.add_argument("--config", help="TOML config file (env MEMCI_CONFIG)")
+    serve.add_argument("--workers", type=int, help="worker processes (env MEMCI_WORKERS, default 1)")
+
+    emulate = sub.add_parser("emulate", help="run the upstream emulator (an OpenAI-compatible test server)")
+    try:
+        from proxy.emulator.cli import add_arguments
+    except ImportError:  # pragma: no cover - the emulator ships with the package
+        add_arguments = None
+    if add_arguments is not None:
+        add_arguments(emulate)
+
+    migrate = sub.add_parser("migrate", help="run the database migrations (DATABASE_URL, else the embedded database)")
+    migrate.add_argument("--config", help="TOML config file (env MEMCI_CONFIG)")
+    migrate.add_argument("--revision", default="head", help="target revision (default head)")
+    return parser
+
+
+def _settings_from(args: argparse.Namespace) -> Settings:
+    overrides = {k: getattr(args, k, None) for k in ("host", "port", "upstream_url", "config", "workers")}
+    return load_settings(overrides=overrides)
+
+
+def _export(settings: Settings) -> None:
+    """Put the resolved settings into the environment, where the server's worker processes read them."""
+    for name, value in vars(settings).items():
+        os.environ[env_name(name)] = str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def serve(args: argparse.Namespace) -> int:
+    settings = _settings_from(args)
+    _export(settings)
+    from granian import Granian
+
+    Granian(
+        "proxy.app:create_app_from_env",
+        factory=True,
+        interface="asgi",
+        address=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        loop="uvloop" if sys.platform != "win32" else "asyncio",
+        log_level=settings.log_level,
+        backlog=2048,
+    ).serve()
+    return 0
+
+
+def migrate(args: argparse.Namespace) -> int:
+    settings = load_settings(overrides={"config": args.config})
+    from proxy.store.factory import migrate_database
+
+    url = migrate_database(settings, revision=args.revision)
+    print(f"migrated {url.split('@')[-1]} to {args.revision}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "serve":
+            return serve(args)
+        if args.command == "emulate":
+            from proxy.emulator.cli import run_from_args
+
+            run_from_args(args)
+            return 0
+        if args.command == "migrate":
+            return migrate(args)
+    except SettingsError as exc:
+        print(f"memci-proxy: {exc}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

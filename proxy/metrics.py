@@ -1,0 +1,84 @@
+"""The proxy's Prometheus metrics (one registry per process), served at GET /metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+disable_created_metrics()
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.requests = Counter("memci_requests", "Requests answered, by route and status.", ["route", "status"], registry=r)
+        self.request_duration = Histogram(
+            "memci_request_duration_seconds", "Time from request to the last byte answered.", ["route"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.upstream_ttft = Histogram(
+            "memci_upstream_ttft_seconds", "Time from sending upstream to the upstream's first byte.",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.proxy_overhead = Histogram(
+            "memci_proxy_overhead_seconds", "Time spent in the proxy itself, excluding waiting on the upstream.",
+            ["route"], buckets=_OVERHEAD_BUCKETS, registry=r,
+        )
+        self.prompt_tokens = Counter("memci_upstream_prompt_tokens", "Prompt tokens the upstream reported.", registry=r)
+        self.cached_tokens = Counter(
+            "memci_upstream_cached_tokens", "Cached prompt tokens the upstream reported (missing details count 0).",
+            registry=r,
+        )
+        self.completion_tokens = Counter("memci_upstream_completion_tokens", "Completion tokens the upstream reported.", registry=r)
+        self.inflight_streams = Gauge("memci_inflight_streams", "Streams being relayed now.", registry=r)
+        self.upstream_errors = Counter(
+            "memci_upstream_errors", "Upstream failures answered by the proxy, by kind.", ["kind"], registry=r
+        )
+        self.client_disconnects = Counter(
+            "memci_client_disconnects", "Streams cut short by the client (upstream request cancelled).", registry=r
+        )
+        # context engine
+        self.prefix_reuse_tokens = Counter(
+            "memci_prefix_reuse_tokens",
+            "The proxy's own estimate of prompt tokens shared with the conversation's previous upstream prompt.",
+            registry=r,
+        )
+        self.estimated_prompt_tokens = Counter(
+            "memci_estimated_prompt_tokens", "The proxy's own estimate of prompt tokens sent upstream.", registry=r
+        )
+        self.epochs = Counter("memci_compaction_epochs", "Compaction epochs, by reason.", ["reason"], registry=r)
+        self.pages_archived = Counter("memci_pages_archived", "Pages moved from the prompt to the archive.", registry=r)
+        self.evictions = Counter("memci_evictions", "Contents entries evicted, by rule.", ["rule"], registry=r)
+        self.tokens_saved = Counter(
+            "memci_tokens_saved", "Estimated prompt tokens not sent compared with pass-through.", registry=r
+        )
+        self.over_budget = Counter(
+            "memci_over_budget", "Requests sent unchanged because even the newest page exceeds the budget.", registry=r
+        )
+        self.engine_errors = Counter(
+            "memci_engine_errors", "Engine or store failures; the request went upstream unchanged.", ["stage"], registry=r
+        )
+        self.conversations = Counter(
+            "memci_conversations", "Conversations seen, by how they were identified.", ["how"], registry=r
+        )
+        self.recall_calls = Counter("memci_recall_calls", "Recall tool calls answered by the proxy, by kind.", ["kind"], registry=r)
+
+    def observe_usage(self, usage: object) -> None:
+        if not isinstance(usage, dict):
+            return
+        prompt = usage.get("prompt_tokens")
+        if isinstance(prompt, int) and prompt > 0:
+            self.prompt_tokens.inc(prompt)
+        completion = usage.get("completion_tokens")
+        if isinstance(completion, int) and completion > 0:
+            self.completion_tokens.inc(completion)
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        if isinstance(cached, int) and cached > 0:
+            self.cached_tokens.inc(cached)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

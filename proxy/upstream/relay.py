@@ -1,0 +1,84 @@
+"""Relaying an upstream SSE stream to the client event by event, watching for usage."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import msgspec
+
+from proxy.metrics import Metrics
+from proxy.wire.errors import error_body
+from proxy.wire.sse import DONE, SSESplitter, encode_data, event_data
+
+_decode = msgspec.json.Decoder().decode
+
+
+def usage_of_event(event: bytes) -> dict | None:
+    """The ``usage`` object of a chunk event, if it carries one."""
+    if b'"usage"' not in event:
+        return None
+    data = event_data(event)
+    if not data or data == b"[DONE]":
+        return None
+    try:
+        chunk = _decode(data)
+    except msgspec.DecodeError:
+        return None
+    usage = chunk.get("usage") if isinstance(chunk, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
+def cut_stream_event(detail: str) -> bytes:
+    return encode_data(error_body(f"upstream stream ended early: {detail}", "upstream_error", "upstream_cut"))
+
+
+async def relay_sse(
+    response: aiohttp.ClientResponse,
+    metrics: Metrics,
+    on_first_byte: Callable[[], None] | None = None,
+    on_usage: Callable[[dict], None] | None = None,
+) -> AsyncIterator[bytes]:
+    """Yield the upstream's events as they arrive; close (cancel) the upstream request when the client leaves.
+
+    A stream the upstream cuts before ``[DONE]`` ends with an OpenAI-style error event and ``[DONE]``, so the
+    client sees an error rather than a silently short answer.
+    """
+    metrics.inflight_streams.inc()
+    splitter = SSESplitter()
+    saw_done = False
+    first = True
+    finished = False
+    try:
+        try:
+            async for chunk in response.content.iter_any():
+                if first:
+                    first = False
+                    if on_first_byte is not None:
+                        on_first_byte()
+                for event in splitter.feed(chunk):
+                    if event.startswith(b"data: [DONE]") or event_data(event) == b"[DONE]":
+                        saw_done = True
+                    elif on_usage is not None:
+                        usage = usage_of_event(event)
+                        if usage is not None:
+                            on_usage(usage)
+                    yield event
+            rest = splitter.rest()
+            if rest.strip():
+                yield rest if rest.endswith(b"\n\n") else rest + b"\n\n"
+            if not saw_done:
+                metrics.upstream_errors.labels("stream_cut").inc()
+                yield cut_stream_event("no [DONE] received")
+                yield DONE
+        except (aiohttp.ClientPayloadError, aiohttp.ServerTimeoutError, asyncio.TimeoutError, aiohttp.ClientOSError) as exc:
+            metrics.upstream_errors.labels("stream_cut").inc()
+            yield cut_stream_event(type(exc).__name__)
+            yield DONE
+        finished = True
+    finally:
+        if not finished:
+            metrics.client_disconnects.inc()
+        response.close()
+        metrics.inflight_streams.dec()

@@ -1,0 +1,65 @@
+"""Validation of chat completion requests: what an OpenAI server would reject with 400."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from proxy.wire.errors import ProxyError, bad_request
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_decoder = msgspec.json.Decoder()
+
+
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    if not body:
+        raise bad_request("request body is empty; expected a JSON object", code="invalid_json")
+    try:
+        data = _decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise bad_request("request body must be a JSON object", code="invalid_json")
+    return data
+
+
+def validate_chat_request(data: dict[str, Any]) -> None:
+    """Raise ProxyError(400) for requests an OpenAI server rejects before running the model."""
+    messages = data.get("messages")
+    if messages is None:
+        raise bad_request("'messages' is a required property", param="messages", code="missing_required_parameter")
+    if not isinstance(messages, list):
+        raise bad_request("'messages' must be an array", param="messages")
+    if not messages:
+        raise bad_request("'messages' must contain at least one message", param="messages")
+    for i, message in enumerate(messages):
+        param = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise bad_request(f"{param} must be an object", param=param)
+        role = message.get("role")
+        if role not in ROLES:
+            raise bad_request(
+                f"{param}.role must be one of {', '.join(sorted(ROLES))}; got {role!r}", param=f"{param}.role"
+            )
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise bad_request(f"{param}.content must be a string or an array of parts", param=f"{param}.content")
+        if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+            raise bad_request(f"{param}.tool_call_id is required for role 'tool'", param=f"{param}.tool_call_id")
+    stream = data.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise bad_request("'stream' must be a boolean", param="stream")
+    if data.get("stream_options") is not None and not stream:
+        raise bad_request(
+            "'stream_options' is only allowed when 'stream' is true", param="stream_options", code="invalid_value"
+        )
+    n = data.get("n")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        raise bad_request("'n' must be an integer >= 1", param="n")
+    tools = data.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise bad_request("'tools' must be an array", param="tools")
+
+
+__all__ = ["ProxyError", "parse_json_object", "validate_chat_request", "ROLES"]
