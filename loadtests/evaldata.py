@@ -1,0 +1,171 @@
+"""Loaders for the external evaluation data kept outside the repository (../shared/eval).
+
+The directory is ``<repo>/../shared/eval`` unless the environment variable ``MEMCI_EVAL_DIR`` names
+another. Every loader returns ``None`` when its files are absent, so callers can skip cleanly.
+
+* MADial-Bench (English): 160 dialogues, each with the turn(s) at which the assistant should bring up a
+  memory (``test-turn``, an index into the raw dialogue lines) and the ids of the relevant memories;
+  160 memories, stored as one block per user with ascending ids (the block boundaries are where the id
+  sequence restarts, which is how the benchmark's own code splits them: 76 for user 1, 84 for user 2).
+* MemoryBank (English): per-user dated chat histories and unlabelled probing questions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "eval_dir",
+    "Turn",
+    "MadialMemory",
+    "MadialDialogue",
+    "MadialBench",
+    "load_madial_bench",
+    "MemoryBankExchange",
+    "MemoryBankUser",
+    "load_memorybank",
+]
+
+_TURN_LINE = re.compile(r'^\s*<([^>]{1,40})>:\s*(.*?)\s*$', re.DOTALL)
+
+
+def eval_dir() -> Path | None:
+    """The evaluation data directory, or None when it does not exist."""
+    override = os.environ.get("MEMCI_EVAL_DIR")
+    path = Path(override) if override else Path(__file__).resolve().parents[1].parent / "shared" / "eval"
+    return path if path.is_dir() else None
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+# -- MADial-Bench ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Turn:
+    speaker: str | None  # None for a line without a "<Name>:" prefix
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class MadialMemory:
+    id: int
+    user_id: int
+    time: str
+    scene: str
+    emotion: str
+    event: str
+
+
+@dataclass(frozen=True, slots=True)
+class MadialDialogue:
+    index: int
+    user_id: int
+    lines: tuple[str, ...]  # raw lines, "<BOD>" first and "<EOD>" last
+    test_turns: tuple[int, ...]
+    relevant_ids: tuple[int, ...]
+
+    def turns_before(self, line_index: int) -> list[Turn]:
+        """The parsed turns before raw line ``line_index`` (markers skipped)."""
+        return [parse_turn(line) for line in self.lines[:line_index] if line.strip() not in ("<BOD>", "<EOD>")]
+
+
+@dataclass(frozen=True, slots=True)
+class MadialBench:
+    dialogues: list[MadialDialogue]
+    memories: list[MadialMemory]
+
+    def memories_of(self, user_id: int) -> list[MadialMemory]:
+        return [m for m in self.memories if m.user_id == user_id]
+
+
+def parse_turn(line: str) -> Turn:
+    match = _TURN_LINE.match(line)
+    if match is None:
+        return Turn(None, line.strip().strip("<>").strip('"').strip())
+    return Turn(match.group(1).strip(), match.group(2).strip().strip('"').strip())
+
+
+def load_madial_bench(lang: str = "en") -> MadialBench | None:
+    root = eval_dir()
+    if root is None:
+        return None
+    folder = root / "madial-bench"
+    dialogue_file = folder / f"MADial-Bench-{lang}-dialogue.jsonl"
+    memory_file = folder / f"MADial-Bench-{lang}-memory.jsonl"
+    if not (dialogue_file.is_file() and memory_file.is_file()):
+        return None
+    memories: list[MadialMemory] = []
+    user_id, previous_id = 1, None
+    for record in _read_jsonl(memory_file):
+        ((raw_id, fields),) = record.items()
+        memory_id = int(raw_id)
+        if previous_id is not None and memory_id < previous_id:
+            user_id += 1
+        previous_id = memory_id
+        memories.append(
+            MadialMemory(
+                id=memory_id,
+                user_id=user_id,
+                time=str(fields.get("time", "")),
+                scene=str(fields.get("scene", "")),
+                emotion=str(fields.get("emotion", "")),
+                event=str(fields.get("event", "")),
+            )
+        )
+    dialogues = [
+        MadialDialogue(
+            index=i,
+            user_id=int(record["user-id"]),
+            lines=tuple(record["dialogue"]),
+            test_turns=tuple(int(t) for t in record["test-turn"]),
+            relevant_ids=tuple(int(r) for r in record["relevant-id"]),
+        )
+        for i, record in enumerate(_read_jsonl(dialogue_file))
+    ]
+    return MadialBench(dialogues=dialogues, memories=memories)
+
+
+# -- MemoryBank -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class MemoryBankExchange:
+    date: str
+    query: str
+    response: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBankUser:
+    name: str
+    exchanges: list[MemoryBankExchange]
+    probing_questions: list[str]
+
+
+def load_memorybank() -> list[MemoryBankUser] | None:
+    root = eval_dir()
+    if root is None:
+        return None
+    folder = root / "memorybank"
+    bank_file, questions_file = folder / "memory_bank_en.json", folder / "probing_questions_en.jsonl"
+    if not (bank_file.is_file() and questions_file.is_file()):
+        return None
+    bank = json.loads(bank_file.read_text(encoding="utf-8"))
+    questions: dict[str, list[str]] = {}
+    for record in _read_jsonl(questions_file):
+        for name, asked in record.items():
+            questions[name.strip()] = [str(q) for q in asked]
+    users = []
+    for key, user in bank.items():
+        name = str(user.get("name", key)).strip()
+        exchanges = [
+            MemoryBankExchange(date=date, query=str(pair.get("query", "")), response=str(pair.get("response", "")))
+            for date, pairs in user.get("history", {}).items()
+            for pair in pairs
+        ]
+        users.append(MemoryBankUser(name=name, exchanges=exchanges, probing_questions=questions.get(name, [])))
+    return users

@@ -1,0 +1,214 @@
+"""An incremental Okapi BM25 index over archived pages (pure: no I/O, no clock).
+
+Scoring, for a query with unique terms ``t`` (weight ``w_t``, 1 for plain text queries)::
+
+    score(D) = sum_t  w_t * idf(t) * tf(t, D) * (k1 + 1) / (tf(t, D) + k1 * (1 - b + b * |D| / avgdl))
+    idf(t)   = ln(1 + (N - n_t + 0.5) / (n_t + 0.5))
+
+``N`` is the number of documents, ``n_t`` those containing ``t``, ``|D|`` a document's length in terms,
+``avgdl`` the mean length. The idf is the non-negative form (as in Lucene), so a term present in most
+pages lowers no score. Scores are raw, not normalised: seed 001's threshold (``min_score=0.2``)
+applies to them directly. Defaults follow seed 001: ``k1=1.2``, ``b=0.75``.
+
+Documents are identified by any hashable ``doc_id`` that msgspec can encode (``int`` or ``str``); adding an
+id that is present replaces its document. ``to_bytes``/``from_bytes`` (msgpack) let a caller cache an
+index per conversation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from proxy.recall.text import tokenize
+
+__all__ = ["BM25Index", "DocId", "DEFAULT_K1", "DEFAULT_B", "DEFAULT_MIN_SCORE"]
+
+DocId = int | str
+
+DEFAULT_K1 = 1.2
+DEFAULT_B = 0.75
+DEFAULT_MIN_SCORE = 0.2
+_STATE_VERSION = 1
+
+
+class _State(msgspec.Struct, array_like=True):
+    version: int
+    k1: float
+    b: float
+    doc_ids: list[DocId]
+    doc_terms: list[dict[str, int]]
+
+
+class BM25Index:
+    """Inverted index: term -> {internal slot: term frequency}; scores accumulated over postings."""
+
+    def __init__(
+        self,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+        tokenizer: Callable[[str], list[str]] = tokenize,
+    ) -> None:
+        if k1 < 0 or not 0 <= b <= 1:
+            raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}")
+        self.k1 = k1
+        self.b = b
+        self._tokenize = tokenizer
+        self._postings: dict[str, dict[int, int]] = {}
+        self._slot_of: dict[DocId, int] = {}
+        self._id_of: dict[int, DocId] = {}
+        self._terms_of: dict[int, dict[str, int]] = {}
+        self._length: list[int] = []
+        self._total_length = 0
+        self._next_slot = 0
+        self._norm: list[float] | None = None  # per-slot k1 * (1 - b + b * |D| / avgdl), rebuilt lazily
+
+    # -- contents -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._slot_of)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._slot_of
+
+    @property
+    def doc_ids(self) -> list[DocId]:
+        """Indexed ids in insertion order."""
+        return list(self._slot_of)
+
+    @property
+    def average_length(self) -> float:
+        return self._total_length / len(self._slot_of) if self._slot_of else 0.0
+
+    def document_frequency(self, term: str) -> int:
+        return len(self._postings.get(term, ()))
+
+    def idf(self, term: str) -> float:
+        n = self.document_frequency(term)
+        return math.log(1.0 + (len(self._slot_of) - n + 0.5) / (n + 0.5))
+
+    # -- updates --------------------------------------------------------------------------------
+    def add(self, doc_id: DocId, text: str) -> None:
+        """Index ``text`` under ``doc_id`` (replacing an earlier document with the same id)."""
+        self.add_terms(doc_id, self._tokenize(text))
+
+    def add_terms(self, doc_id: DocId, terms: Iterable[str]) -> None:
+        """Index an already tokenized document."""
+        self._insert(doc_id, dict(Counter(terms)))
+
+    def remove(self, doc_id: DocId) -> bool:
+        """Drop ``doc_id``; False when it was not indexed."""
+        slot = self._slot_of.pop(doc_id, None)
+        if slot is None:
+            return False
+        del self._id_of[slot]
+        for term in self._terms_of.pop(slot):
+            postings = self._postings[term]
+            del postings[slot]
+            if not postings:
+                del self._postings[term]
+        self._total_length -= self._length[slot]
+        self._length[slot] = 0
+        self._norm = None
+        if not self._slot_of:  # reclaim the slot table once empty
+            self._length.clear()
+            self._next_slot = 0
+        return True
+
+    def _insert(self, doc_id: DocId, term_counts: dict[str, int]) -> None:
+        if doc_id in self._slot_of:
+            self.remove(doc_id)
+        slot = self._next_slot
+        self._next_slot += 1
+        self._slot_of[doc_id] = slot
+        self._id_of[slot] = doc_id
+        self._terms_of[slot] = term_counts
+        length = sum(term_counts.values())
+        self._length.append(length)
+        self._total_length += length
+        postings = self._postings
+        for term, count in term_counts.items():
+            bucket = postings.get(term)
+            if bucket is None:
+                postings[term] = {slot: count}
+            else:
+                bucket[slot] = count
+        self._norm = None
+
+    # -- search ---------------------------------------------------------------------------------
+    def search(self, query: str, k: int = 10, min_score: float = DEFAULT_MIN_SCORE) -> list[tuple[DocId, float]]:
+        """Top ``k`` documents for a free-text query, best first, raw score >= ``min_score``."""
+        return self.search_weighted(dict.fromkeys(self._tokenize(query), 1.0), k=k, min_score=min_score)
+
+    def search_weighted(
+        self, term_weights: Mapping[str, float], k: int = 10, min_score: float = DEFAULT_MIN_SCORE
+    ) -> list[tuple[DocId, float]]:
+        """Top ``k`` documents for weighted (already tokenized) query terms, best first.
+
+        Equal scores rank the earlier indexed document first; every id appears at most once.
+        """
+        if k <= 0 or not self._slot_of:
+            return []
+        scores = self.score_all(term_weights)
+        best = heapq.nlargest(k, ((s, -slot) for slot, s in scores.items() if s >= min_score))
+        return [(self._id_of[-neg_slot], score) for score, neg_slot in best]
+
+    def score_all(self, term_weights: Mapping[str, float]) -> dict[int, float]:
+        """Raw BM25 score of every document matching at least one term, by internal slot."""
+        norm = self._norm if self._norm is not None else self._rebuild_norm()
+        n_docs = len(self._slot_of)
+        k1_plus_1 = self.k1 + 1.0
+        scores: dict[int, float] = {}
+        get = scores.get
+        for term, weight in term_weights.items():
+            postings = self._postings.get(term)
+            if not postings or weight == 0:
+                continue
+            n = len(postings)
+            factor = weight * math.log(1.0 + (n_docs - n + 0.5) / (n + 0.5)) * k1_plus_1
+            for slot, tf in postings.items():
+                scores[slot] = get(slot, 0.0) + factor * tf / (tf + norm[slot])
+        return scores
+
+    def _rebuild_norm(self) -> list[float]:
+        avgdl = self.average_length or 1.0
+        k1, b = self.k1, self.b
+        base, slope = k1 * (1.0 - b), k1 * b / avgdl
+        self._norm = [base + slope * length for length in self._length]
+        return self._norm
+
+    # -- serialisation --------------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        """Plain-data snapshot (documents as term counts; postings are rebuilt on load)."""
+        slots = list(self._slot_of.values())
+        return {
+            "version": _STATE_VERSION,
+            "k1": self.k1,
+            "b": self.b,
+            "doc_ids": list(self._slot_of),
+            "doc_terms": [self._terms_of[slot] for slot in slots],
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], tokenizer: Callable[[str], list[str]] = tokenize) -> BM25Index:
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"unsupported BM25 index state version {state.get('version')!r}")
+        index = cls(k1=float(state["k1"]), b=float(state["b"]), tokenizer=tokenizer)
+        for doc_id, term_counts in zip(state["doc_ids"], state["doc_terms"], strict=True):
+            index._insert(doc_id, dict(term_counts))
+        return index
+
+    def to_bytes(self) -> bytes:
+        state = self.to_state()
+        return msgspec.msgpack.encode(
+            _State(state["version"], state["k1"], state["b"], state["doc_ids"], state["doc_terms"])
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, tokenizer: Callable[[str], list[str]] = tokenize) -> BM25Index:
+        state = msgspec.msgpack.decode(data, type=_State)
+        return cls.from_state(msgspec.structs.asdict(state), tokenizer=tokenizer)

@@ -1,0 +1,137 @@
+"""Text analysis for the lexical recall search (pure, standard library only).
+
+Two entry points:
+
+* ``tokenize(text)``: the terms the BM25 index stores and queries with.
+  - Latin-script words are case-folded and lightly stemmed (plural, -ing, -ed, -ly, final -e, doubled
+    consonants, final -y) so that "dance", "danced" and "dancing" meet on one term; single letters dropped.
+  - Numbers are kept whole (``2024``, ``3``, ``3.5``).
+  - CJK runs (Han, kana) are indexed without a dictionary as character unigrams plus overlapping
+    bigrams; stop characters and stop bigrams are left out (hiragana unigrams are always left out:
+    they are particles and inflections).
+  - English and Chinese stop words are removed.
+* ``keywords(text, top=6)``: seed 001's keyword extraction, the regex
+  ``[a-z0-9_]{2,}|[\\u4e00-\\u9fff]{2,}`` (case-insensitive), stop words removed, the ``top`` most
+  frequent (ties: first occurrence first).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from functools import lru_cache
+
+__all__ = [
+    "STOP_WORDS_EN",
+    "STOP_WORDS_ZH",
+    "KEYWORD_PATTERN",
+    "tokenize",
+    "stem",
+    "keywords",
+]
+
+STOP_WORDS_EN: frozenset[str] = frozenset(
+    """
+    a about above after again against all almost also am an and any are aren't as at be because been before
+    being below between both but by can can't cannot could couldn't did didn't do does doesn't doing don't
+    down during each either else even ever every few for from further get gets got had hadn't has hasn't
+    have haven't having he he'd he'll he's her here here's hers herself him himself his how how's however i
+    i'd i'll i'm i've if in into is isn't it it's its itself just let let's like ll me might more most much
+    must mustn't my myself no nor not now of off oh ok okay on once only or other ought our ours ourselves out
+    over own re really same shall shan't she she'd she'll she's should shouldn't so some such than that
+    that's the their theirs them themselves then there there's these they they'd they'll they're they've
+    this those though through to too under until up upon us very ve was wasn't we we'd we'll we're we've
+    were weren't what what's when when's where where's whether which while who who's whom why why's will
+    with won't would wouldn't yeah yes yet you you'd you'll you're you've your yours yourself yourselves
+    """.split()
+)
+
+STOP_WORDS_ZH: frozenset[str] = frozenset(
+    """
+    的 了 着 过 是 在 和 与 及 或 也 就 都 而 并 但 又 还 很 太 更 最 把 被 让 给 对 从 向 往 于 以 为 之 其 这 那
+    个 些 么 吗 呢 吧 啊 呀 哦 嗯 哈 啦 嘛 哪 我 你 您 他 她 它 们 有 没 不 要 会 能 可 得 地 么 啥 即 则 若 如 等
+    我们 你们 他们 她们 它们 咱们 自己 什么 怎么 怎样 为什么 这个 那个 这些 那些 这样 那样 这里 那里 这么 那么 一个 一些
+    一下 一点 没有 可以 因为 所以 但是 而且 如果 虽然 然后 还是 或者 就是 已经 的话 时候 现在 还有 不是 是不是 不会
+    """.split()
+)
+
+KEYWORD_PATTERN = re.compile(r"[a-z0-9_]{2,}|[\u4e00-\u9fff]{2,}", re.IGNORECASE)
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_HIRAGANA = re.compile(r"[\u3040-\u309f]")
+# A CJK run, a number (with decimal/thousands separators inside), or a run of other letters/digits.
+_TOKEN_PATTERN = re.compile(rf"[{_CJK}]+|\d+(?:[.,]\d+)*|[^\W\d_{_CJK}]+(?:'[^\W\d_{_CJK}]+)*")
+_VOWELS = frozenset("aeiouy")
+_NO_UNDOUBLE = frozenset("lsz")
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """A light, deterministic English suffix stripper (applied to index and query alike).
+
+    It is not a linguistic stemmer; it only needs to map common inflections of one word to one key.
+    """
+    w = word
+    if w.endswith("'s"):
+        w = w[:-2]
+    if len(w) <= 3:
+        return w
+    if w.endswith("sses"):
+        w = w[:-2]
+    elif w.endswith("ies") and len(w) > 4:
+        w = w[:-3] + "y"
+    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        w = w[:-1]
+    for suffix in ("ing", "ed", "ly"):
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3 and _VOWELS.intersection(w[: -len(suffix)]):
+            w = w[: -len(suffix)]
+            if len(w) > 3 and w[-1] == w[-2] and w[-1] not in _VOWELS and w[-1] not in _NO_UNDOUBLE:
+                w = w[:-1]
+            break
+    if len(w) > 3 and w.endswith("e"):
+        w = w[:-1]
+    if len(w) > 2 and w.endswith("y") and w[-2] not in _VOWELS:
+        w = w[:-1] + "i"
+    return w
+
+
+def _cjk_terms(run: str) -> list[str]:
+    terms: list[str] = []
+    for i, char in enumerate(run):
+        if char not in STOP_WORDS_ZH and not _HIRAGANA.match(char):
+            terms.append(char)
+        if i + 1 < len(run):
+            pair = run[i : i + 2]
+            if pair not in STOP_WORDS_ZH:
+                terms.append(pair)
+    return terms
+
+
+def tokenize(text: str) -> list[str]:
+    """Search terms of ``text`` in order of appearance (duplicates kept: they are term frequencies)."""
+    terms: list[str] = []
+    for match in _TOKEN_PATTERN.finditer(text.casefold().replace("\u2019", "'")):
+        token = match.group()
+        first = token[0]
+        if first.isdigit():
+            terms.append(token)
+        elif "\u3040" <= first <= "\u30ff" or "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
+            terms.extend(_cjk_terms(token))
+        elif len(token) > 1 and token not in STOP_WORDS_EN:
+            stemmed = stem(token)
+            if stemmed not in STOP_WORDS_EN:
+                terms.append(stemmed)
+    return terms
+
+
+def keywords(text: str, top: int = 6) -> list[str]:
+    """Seed 001's keywords: regex matches, lower-cased, stop words removed, ``top`` most frequent."""
+    if top <= 0:
+        return []
+    counts: Counter[str] = Counter()
+    for match in KEYWORD_PATTERN.finditer(text):
+        word = match.group().lower()
+        if word not in STOP_WORDS_EN and word not in STOP_WORDS_ZH:
+            counts[word] += 1
+    # Counter.most_common keeps first-insertion order among equal counts.
+    return [word for word, _ in counts.most_common(top)]
