@@ -1,0 +1,46 @@
+import pytest
+
+from proxy.wire.errors import ProxyError
+from proxy.wire.validate import parse_json_object, validate_chat_request
+
+
+def ok(**kw):
+    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **kw}
+
+
+def test_valid_request_passes():
+    validate_chat_request(ok())
+    validate_chat_request(ok(stream=True, stream_options={"include_usage": True}, n=2, tools=[], unknown_field=1))
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"model": "m"}, "messages"),
+        ({"messages": "hi"}, "messages"),
+        ({"messages": []}, "messages"),
+        ({"messages": [1]}, "messages[0]"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
+        (ok(stream_options={"include_usage": True}), "stream_options"),
+        (ok(stream=False, stream_options={"include_usage": True}), "stream_options"),
+        (ok(stream="yes"), "stream"),
+        (ok(n=0), "n"),
+        (ok(tools={}), "tools"),
+    ],
+)
+def test_invalid_requests_are_400_with_param(body, param):
+    with pytest.raises(ProxyError) as err:
+        validate_chat_request(body)
+    assert err.value.status == 400
+    assert err.value.param == param
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"[1,2]", b"nul", b'"text"'])
+def test_bad_json_is_400(raw):
+    with pytest.raises(ProxyError) as err:
+        parse_json_object(raw)
+    assert err.value.status == 400
+    assert err.value.code == "invalid_json"
