@@ -1,0 +1,103 @@
+"""Run the proxy as a real process (the public interface), for end-to-end tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+class ProxyProcess:
+    def __init__(self, upstream_url: str, home: Path, env: dict[str, str] | None = None, port: int | None = None):
+        self.port = port or free_port()
+        self.upstream_url = upstream_url
+        self.home = home
+        self.extra_env = env or {}
+        self.proc: subprocess.Popen | None = None
+        self.log_path = home / f"proxy-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def start(self, timeout: float = 90.0) -> "ProxyProcess":
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCI_")}
+        env.update({"MEMCI_HOME": str(self.home), "MEMCI_CONFIG": "", "PYTHONUNBUFFERED": "1"})
+        env.update(self.extra_env)
+        self.home.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "proxy.cli", "serve", "--port", str(self.port), "--upstream", self.upstream_url],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            wait_http(self.url + "/health", self.proc, timeout)
+        except Exception:
+            self.stop()
+            raise RuntimeError(f"proxy did not start:\n{self.log()}") from None
+        return self
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-5000:]
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        self.proc = None
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def running_proxy(upstream_url: str, home: Path, env: dict[str, str] | None = None) -> Iterator[ProxyProcess]:
+    p = ProxyProcess(upstream_url, home, env).start()
+    try:
+        yield p
+    finally:
+        p.stop()
