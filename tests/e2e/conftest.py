@@ -1,0 +1,87 @@
+"""End-to-end fixtures: the official openai SDK -> a proxy process -> an emulator process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.proxyproc import REPO, ProxyProcess, free_port, wait_http
+
+
+class EmulatorProcess:
+    def __init__(self, args: list[str] | None = None, home: Path | None = None):
+        self.port = free_port()
+        self.args = args or []
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def start(self) -> "EmulatorProcess":
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "proxy.emulator", "--port", str(self.port), *self.args],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        wait_http(self.url + "/health", self.proc, 30)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def reset(self) -> None:
+        httpx.post(self.url + "/emulator/reset", timeout=5).raise_for_status()
+
+    def requests(self, n: int = 1) -> list[dict]:
+        r = httpx.get(self.url + "/emulator/requests", params={"n": n}, timeout=5)
+        r.raise_for_status()
+        data = r.json()
+        return data["requests"] if isinstance(data, dict) else data
+
+    def stats(self) -> dict:
+        return httpx.get(self.url + "/emulator/stats", timeout=5).json()
+
+
+@pytest.fixture(scope="session")
+def emulator() -> Iterator[EmulatorProcess]:
+    emu = EmulatorProcess().start()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture(scope="session")
+def passthrough_proxy(emulator, tmp_path_factory) -> Iterator[ProxyProcess]:
+    p = ProxyProcess(emulator.base_url, tmp_path_factory.mktemp("pt"), {"MEMCI_MANAGE_CONTEXT": "false"}).start()
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def client_for():
+    clients: list[openai.OpenAI] = []
+
+    def make(proxy: ProxyProcess, **kw) -> openai.OpenAI:
+        c = openai.OpenAI(base_url=proxy.base_url, api_key=kw.pop("api_key", "sk-test"), max_retries=0, timeout=30, **kw)
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()
