@@ -1,0 +1,268 @@
+"""Retrieval quality of the recall search on MADial-Bench (and a look at MemoryBank's probing questions).
+
+MADial-Bench protocol (as in the benchmark's own retrieval scripts): for each dialogue, the candidate
+memories are those of the dialogue's user; the query is built from the dialogue *before* the first test
+turn (the turn at which the assistant should bring the memory up); the labels (``relevant-id``) are used
+only to score the ranking.
+
+Metrics, averaged over dialogues:
+
+* ``recall@k``: share of the relevant memories found in the top k (the benchmark's definition; with
+  several relevant memories recall@1 cannot reach 1).
+* ``hit@k``: 1 when at least one relevant memory is in the top k (success@k).
+* ``mrr``: reciprocal rank of the first relevant memory (0 when none is retrieved).
+
+Usage::
+
+    python loadtests/eval_recall.py                       # lexical, every query strategy
+    python loadtests/eval_recall.py --strategy weighted   # one strategy
+    python loadtests/eval_recall.py --embeddings-url http://127.0.0.1:8001   # adds vector and fused runs
+    python loadtests/eval_recall.py --memorybank          # MemoryBank probing questions (unlabelled)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadtests.evaldata import MadialBench, MadialDialogue, MemoryBankUser, load_madial_bench, load_memorybank
+from proxy.recall.bm25 import DEFAULT_MIN_SCORE, BM25Index
+from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
+from proxy.recall.text import tokenize
+
+__all__ = [
+    "EmbedFn",
+    "RetrievalMetrics",
+    "STRATEGIES",
+    "build_query",
+    "evaluate_madial",
+    "score_ranking",
+    "http_embedder",
+    "main",
+]
+
+EmbedFn = Callable[[list[str]], list[list[float]]]
+
+STRATEGIES = ("last-user", "recent-3", "context", "weighted")
+DEFAULT_STRATEGY = "weighted"
+_ASSISTANT_WEIGHT = 0.5  # the user's own words are the stronger signal of what to remember
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalMetrics:
+    queries: int
+    recall_at_1: float
+    recall_at_5: float
+    hit_at_1: float
+    hit_at_5: float
+    mrr: float
+
+    def line(self, label: str) -> str:
+        return (
+            f"{label:<28} n={self.queries:<4} recall@1={self.recall_at_1:.3f} recall@5={self.recall_at_5:.3f} "
+            f"hit@1={self.hit_at_1:.3f} hit@5={self.hit_at_5:.3f} mrr={self.mrr:.3f}"
+        )
+
+
+def score_ranking(ranking: Sequence[object], relevant: Sequence[object]) -> tuple[float, float, float, float, float]:
+    """(recall@1, recall@5, hit@1, hit@5, reciprocal rank) of one best-first ranking."""
+    wanted = set(relevant)
+    if not wanted:
+        raise ValueError("a query needs at least one relevant id")
+
+    def found(k: int) -> int:
+        return len(wanted.intersection(ranking[:k]))
+
+    first = next((i for i, doc_id in enumerate(ranking, start=1) if doc_id in wanted), None)
+    return (
+        found(1) / len(wanted),
+        found(5) / len(wanted),
+        float(found(1) > 0),
+        float(found(5) > 0),
+        1.0 / first if first else 0.0,
+    )
+
+
+def _mean_metrics(rows: list[tuple[float, float, float, float, float]]) -> RetrievalMetrics:
+    n = len(rows)
+    if n == 0:
+        return RetrievalMetrics(0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    sums = [sum(column) for column in zip(*rows)]
+    return RetrievalMetrics(n, *(s / n for s in sums))
+
+
+def build_query(dialogue: MadialDialogue, strategy: str = DEFAULT_STRATEGY) -> dict[str, float]:
+    """Weighted query terms from the dialogue before its first test turn (no labels involved)."""
+    turns = [t for t in dialogue.turns_before(dialogue.test_turns[0]) if t.text]
+    if not turns:
+        return {}
+    user_turns = [t for t in turns if t.speaker not in (None, "Assistant")]
+    weights: Counter[str] = Counter()
+    if strategy == "last-user":
+        chosen = user_turns[-1:] or turns[-1:]
+        for term in tokenize(chosen[0].text):
+            weights[term] = 1.0
+    elif strategy == "recent-3":
+        for turn in turns[-3:]:
+            for term in tokenize(turn.text):
+                weights[term] = 1.0
+    elif strategy == "context":
+        for turn in turns:
+            for term in tokenize(turn.text):
+                weights[term] = 1.0
+    elif strategy == "weighted":
+        # Every turn before the test turn; the user's turns count fully, the assistant's by half; a term's
+        # summed weight v is saturated as 2v / (v + 1) so that repetition helps but cannot dominate.
+        summed: Counter[str] = Counter()
+        for turn in turns:
+            turn_weight = _ASSISTANT_WEIGHT if turn.speaker == "Assistant" else 1.0
+            for term in tokenize(turn.text):
+                summed[term] += turn_weight
+        for term, value in summed.items():
+            weights[term] = 2.0 * value / (value + 1.0)
+    else:
+        raise ValueError(f"unknown query strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
+    return dict(weights)
+
+
+def _query_text(dialogue: MadialDialogue) -> str:
+    return "\n".join(t.text for t in dialogue.turns_before(dialogue.test_turns[0]) if t.text)
+
+
+def evaluate_madial(
+    bench: MadialBench,
+    strategy: str = DEFAULT_STRATEGY,
+    limit: int | None = None,
+    embed: EmbedFn | None = None,
+    min_score: float = DEFAULT_MIN_SCORE,
+) -> dict[str, RetrievalMetrics]:
+    """Metrics of lexical search (and of vector and fused search when ``embed`` is given).
+
+    ``limit`` evaluates only the first dialogues (a quick slice for CI).
+    """
+    dialogues = bench.dialogues[:limit] if limit is not None else bench.dialogues
+    users = sorted({d.user_id for d in dialogues})
+    indexes: dict[int, BM25Index] = {}
+    memory_vectors: dict[int, dict[int, list[float]]] = {}
+    for user_id in users:
+        memories = bench.memories_of(user_id)
+        index = BM25Index()
+        for memory in memories:
+            index.add(memory.id, memory.event)
+        indexes[user_id] = index
+        if embed is not None:
+            vectors = embed([m.event for m in memories])
+            memory_vectors[user_id] = {m.id: v for m, v in zip(memories, vectors, strict=True)}
+    query_vectors: list[list[float]] = embed([_query_text(d) for d in dialogues]) if embed is not None else []
+
+    rows: dict[str, list[tuple[float, float, float, float, float]]] = {"lexical": []}
+    if embed is not None:
+        rows["vector"], rows["fused"] = [], []
+    for position, dialogue in enumerate(dialogues):
+        index = indexes[dialogue.user_id]
+        lexical = index.search_weighted(build_query(dialogue, strategy), k=len(index), min_score=min_score)
+        rows["lexical"].append(score_ranking([doc_id for doc_id, _ in lexical], dialogue.relevant_ids))
+        if embed is not None:
+            pool = memory_vectors[dialogue.user_id]
+            vector = rank_by_cosine(query_vectors[position], pool, k=len(pool))
+            fused = fuse_lexical_and_vector(lexical, vector, limit=len(pool))
+            rows["vector"].append(score_ranking([doc_id for doc_id, _ in vector], dialogue.relevant_ids))
+            rows["fused"].append(score_ranking([doc_id for doc_id, _ in fused], dialogue.relevant_ids))
+    return {name: _mean_metrics(r) for name, r in rows.items()}
+
+
+def http_embedder(url: str, model: str = "embedding", batch: int = 64, timeout: float = 30.0) -> EmbedFn:
+    """An EmbedFn over an OpenAI-compatible ``/v1/embeddings`` endpoint at ``url`` (base URL or full path)."""
+    import httpx
+
+    endpoint = url.rstrip("/")
+    if not endpoint.endswith("/embeddings"):
+        endpoint += "/embeddings" if endpoint.endswith("/v1") else "/v1/embeddings"
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        with httpx.Client(timeout=timeout) as client:
+            for start in range(0, len(texts), batch):
+                chunk = texts[start : start + batch]
+                response = client.post(endpoint, json={"model": model, "input": chunk})
+                response.raise_for_status()
+                data = sorted(response.json()["data"], key=lambda item: item.get("index", 0))
+                if len(data) != len(chunk):
+                    raise RuntimeError(f"{endpoint} returned {len(data)} embeddings for {len(chunk)} inputs")
+                vectors.extend([list(map(float, item["embedding"])) for item in data])
+        return vectors
+
+    return embed
+
+
+def _memorybank_report(users: list[MemoryBankUser], top: int = 3, width: int = 100) -> None:
+    """Probing questions carry no labels: print what the search returns, for reading, and the coverage."""
+    asked = answered = 0
+    for user in users:
+        index = BM25Index()
+        for i, exchange in enumerate(user.exchanges):
+            index.add(i, f"{exchange.query}\n{exchange.response}")
+        print(f"\n## {user.name} ({len(user.exchanges)} exchanges)")
+        for question in user.probing_questions:
+            hits = index.search(question, k=top)
+            asked += 1
+            answered += bool(hits)
+            print(f"Q: {question}")
+            for doc_id, score in hits:
+                exchange = user.exchanges[int(doc_id)]
+                print(f"   {score:6.2f} [{exchange.date}] {exchange.query[:width]}")
+    print(f"\nquestions with at least one hit >= {DEFAULT_MIN_SCORE}: {answered}/{asked}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--strategy", choices=(*STRATEGIES, "all"), default="all")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N dialogues")
+    parser.add_argument(
+        "--split",
+        choices=("all", "dev", "test"),
+        default="all",
+        help="dev: even-numbered dialogues (used to choose the 'weighted' query); test: odd-numbered (held out)",
+    )
+    parser.add_argument("--min-score", type=float, default=DEFAULT_MIN_SCORE)
+    parser.add_argument("--embeddings-url", default=None, help="OpenAI-compatible base URL serving /v1/embeddings")
+    parser.add_argument("--embeddings-model", default="embedding")
+    parser.add_argument("--memorybank", action="store_true", help="print MemoryBank probing-question results")
+    args = parser.parse_args(argv)
+
+    if args.memorybank:
+        users = load_memorybank()
+        if users is None:
+            print("MemoryBank data not found (set MEMCI_EVAL_DIR)", file=sys.stderr)
+            return 2
+        _memorybank_report(users)
+        return 0
+
+    bench = load_madial_bench()
+    if bench is None:
+        print("MADial-Bench data not found (set MEMCI_EVAL_DIR)", file=sys.stderr)
+        return 2
+    if args.split != "all":
+        bench = MadialBench(bench.dialogues[0 if args.split == "dev" else 1 :: 2], bench.memories)
+    embed = http_embedder(args.embeddings_url, model=args.embeddings_model) if args.embeddings_url else None
+    strategies = STRATEGIES if args.strategy == "all" else (args.strategy,)
+    print(
+        f"MADial-Bench en ({args.split}): {len(bench.dialogues)} dialogues, {len(bench.memories)} memories, "
+        f"min_score={args.min_score}"
+    )
+    for strategy in strategies:
+        results = evaluate_madial(bench, strategy=strategy, limit=args.limit, embed=embed, min_score=args.min_score)
+        for name, metrics in results.items():
+            print(metrics.line(f"{name} [{strategy}]"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
