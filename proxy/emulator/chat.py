@@ -1,0 +1,196 @@
+"""Chat completions: from a decoded request body to a plan of the answer (no I/O here)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.emulator.answers import generated_tokens, make_tool_calls, select_calls, stable_hash, tool_result_text
+from proxy.emulator.answers import ToolCall
+from proxy.emulator.errors import ErrorReply, bad_request
+from proxy.emulator.markers import Script, parse_markers, plain_text
+from proxy.emulator.state import EmulatorState
+from proxy.emulator.template import TemplateError, render_chat, render_output
+
+SYSTEM_FINGERPRINT = "fp_memci_emulator"
+
+
+@dataclass
+class ChoicePlan:
+    index: int
+    content: str | None
+    content_tokens: list[str]  # token strings of `content`, for streaming in chunks
+    tool_calls: list[ToolCall]
+    finish_reason: str
+    completion_tokens: int
+
+
+@dataclass
+class ChatPlan:
+    request_id: str
+    created: int
+    model: str
+    stream: bool
+    include_usage: bool
+    script: Script
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    choices: list[ChoicePlan] = field(default_factory=list)
+    time_to_first_token_s: float = 0.0
+    per_output_token_s: float = 0.0
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(choice.completion_tokens for choice in self.choices)
+
+    def usage(self) -> dict[str, Any]:
+        completion = self.completion_tokens
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+
+def _optional_int(body: dict[str, Any], name: str, minimum: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise bad_request(f"'{name}' must be an integer >= {minimum}", param=name)
+    return value
+
+
+def _script_source(messages: list[dict[str, Any]]) -> tuple[str, bool]:
+    """The text markers are read from, and whether it is made of tool results.
+
+    Trailing tool messages (results of the previous tool calls) are the source when the conversation
+    ends with them; otherwise the last user message is.
+    """
+    tool_texts: list[str] = []
+    for message in reversed(messages):
+        if message.get("role") in ("tool", "function"):
+            tool_texts.append(plain_text(message.get("content")))
+        else:
+            break
+    if tool_texts:
+        return "\n".join(reversed(tool_texts)), True
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return plain_text(message.get("content")), False
+    return "", False
+
+
+def validate_chat_body(body: Any) -> None:
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' is required and must be a non-empty array", param="messages")
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise bad_request("each message must be an object with a string 'role'", param="messages")
+
+
+def plan_chat(state: EmulatorState, body: Any) -> ChatPlan:
+    """Validate, render, account the cache and decide the answer. Raises ErrorReply for 4xx/5xx replies."""
+    validate_chat_body(body)
+    config = state.config
+    messages: list[dict[str, Any]] = body["messages"]
+    n = _optional_int(body, "n", 1) or 1
+    if n > 128:
+        raise bad_request("'n' must be at most 128", param="n")
+    max_tokens = _optional_int(body, "max_completion_tokens", 1)
+    if max_tokens is None:
+        max_tokens = _optional_int(body, "max_tokens", 1)
+    stream = bool(body.get("stream"))
+    stream_options = body.get("stream_options")
+    include_usage = stream and isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
+    model = body.get("model") if isinstance(body.get("model"), str) and body.get("model") else config.model
+
+    source_text, from_tools = _script_source(messages)
+    script = parse_markers(source_text)
+    plan = ChatPlan(
+        request_id="chatcmpl-" + uuid.uuid4().hex,
+        created=int(time.time()),
+        model=model,
+        stream=stream,
+        include_usage=include_usage,
+        script=script,
+    )
+    try:
+        prompt_text = render_chat(messages, body.get("tools") or None)
+    except TemplateError as error:
+        raise bad_request(str(error), param="messages") from None
+    tokenizer = state.tokenizer
+    prompt_ids = tokenizer.encode(prompt_text)
+    prompt_tokens = len(prompt_ids)
+    plan.prompt_tokens = prompt_tokens
+    if prompt_tokens >= config.max_model_len or (max_tokens is not None and prompt_tokens + max_tokens > config.max_model_len):
+        requested = prompt_tokens + (max_tokens or 0)
+        raise bad_request(
+            f"Requested token count exceeds the model's maximum context length of {config.max_model_len} tokens. "
+            f"You requested a total of {requested} tokens: {prompt_tokens} tokens from the input messages and "
+            f"{max_tokens or 0} tokens for the completion. Please reduce the number of tokens in the input "
+            "messages or the completion to fit within the limit.",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    if script.status is not None:
+        state.log_request(body, prompt_tokens, None, injected_status=script.status)
+        raise ErrorReply(script.status, f"Injected fault: HTTP {script.status}", code="injected_fault")
+
+    cached = max(0, min(state.cache.match_prefix(prompt_ids), prompt_tokens - 1))
+    plan.cached_tokens = cached
+    token_limit = max_tokens if max_tokens is not None else config.max_model_len - prompt_tokens
+
+    calls = select_calls(script, body.get("tools"), body.get("tool_choice")) if (script.calls or not from_tools) else []
+    seed_base = stable_hash(source_text)
+    for index in range(n):
+        choice = _plan_choice(state, index, script, calls, from_tools, source_text, seed_base, token_limit)
+        plan.choices.append(choice)
+        output_text = render_output(
+            choice.content, [call.as_openai() for call in choice.tool_calls] or None, choice.finish_reason != "length"
+        )
+        output_ids = tokenizer.encode(output_text)
+        choice.completion_tokens = len(output_ids)
+        state.cache.insert(prompt_ids + output_ids)
+
+    plan.time_to_first_token_s = (prompt_tokens - cached) * config.per_uncached_token_s + cached * config.per_cached_token_s
+    plan.per_output_token_s = config.per_output_token_s
+    state.account(prompt_tokens, cached, plan.completion_tokens)
+    state.log_request(body, prompt_tokens, cached, completion_tokens=plan.completion_tokens, request_id=plan.request_id)
+    return plan
+
+
+def _plan_choice(
+    state: EmulatorState,
+    index: int,
+    script: Script,
+    calls: list[Any],
+    from_tools: bool,
+    source_text: str,
+    seed_base: int,
+    token_limit: int,
+) -> ChoicePlan:
+    if calls:
+        tool_calls = make_tool_calls(calls, seed_base, index)
+        return ChoicePlan(index, None, [], tool_calls, "tool_calls", 0)
+    if script.say is not None:
+        tokens: list[str] | tuple[str, ...] = state.tokenizer.split(script.say)
+    elif from_tools:
+        tokens = state.tokenizer.split(tool_result_text(source_text))
+    else:
+        length = script.length if script.length is not None else state.config.default_answer_tokens
+        seed = seed_base if index == 0 else stable_hash(f"{index}:{source_text}")
+        tokens = generated_tokens(seed, length)
+    if len(tokens) + 1 <= token_limit:
+        finish_reason = "stop"
+    else:
+        tokens = tokens[:token_limit]
+        finish_reason = "length"
+    token_list = list(tokens)
+    return ChoicePlan(index, "".join(token_list), token_list, [], finish_reason, 0)

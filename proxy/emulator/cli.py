@@ -1,0 +1,66 @@
+"""Command-line flags of the emulator (`memci-proxy emulate ...`, `python -m proxy.emulator ...`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from proxy.emulator.config import EmulatorConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = EmulatorConfig()
+    parser.add_argument("--host", default=defaults.host, help="address to listen on (default %(default)s)")
+    parser.add_argument("--port", type=int, default=defaults.port, help="port to listen on (default %(default)s)")
+    parser.add_argument("--model", default=defaults.model, help="model name served (default %(default)s)")
+    parser.add_argument(
+        "--max-model-len", type=int, default=defaults.max_model_len, help="context length in tokens (default %(default)s)"
+    )
+    parser.add_argument(
+        "--cache-tokens",
+        type=int,
+        default=defaults.cache_capacity_tokens,
+        help="radix cache capacity in tokens (default %(default)s)",
+    )
+    parser.add_argument(
+        "--per-uncached-token", type=float, default=0.0, help="seconds per uncached prompt token before the first token"
+    )
+    parser.add_argument(
+        "--per-cached-token", type=float, default=0.0, help="seconds per cached prompt token before the first token"
+    )
+    parser.add_argument("--per-output-token", type=float, default=0.0, help="seconds per output token")
+    parser.add_argument(
+        "--embedding-dim", type=int, default=defaults.embedding_dim, help="embedding dimension (default %(default)s)"
+    )
+    parser.add_argument(
+        "--answer-tokens",
+        type=int,
+        default=defaults.default_answer_tokens,
+        help="default answer length in tokens (default %(default)s)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
+    return EmulatorConfig(
+        host=args.host,
+        port=args.port,
+        model=args.model,
+        max_model_len=args.max_model_len,
+        cache_capacity_tokens=args.cache_tokens,
+        embedding_dim=args.embedding_dim,
+        per_uncached_token_s=args.per_uncached_token,
+        per_cached_token_s=args.per_cached_token,
+        per_output_token_s=args.per_output_token,
+        default_answer_tokens=getattr(args, "answer_tokens", EmulatorConfig.default_answer_tokens),
+    )
+
+
+def run_from_args(args: argparse.Namespace) -> None:
+    from proxy.emulator.server import run
+
+    run(config_from_args(args))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m proxy.emulator", description="Memci upstream emulator")
+    add_arguments(parser)
+    run_from_args(parser.parse_args(argv))

@@ -1,0 +1,25 @@
+"""Configuration of the upstream emulator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    host: str = "127.0.0.1"
+    port: int = 30000
+    model: str = "memci-emulator"
+    max_model_len: int = 32768
+    # Radix cache capacity in tokens; least recently used leaves are evicted above it.
+    cache_capacity_tokens: int = 2_000_000
+    embedding_dim: int = 64
+    # Latency model, all zero by default (no sleeping at all then).
+    per_uncached_token_s: float = 0.0  # time to first token, per prompt token not in the cache
+    per_cached_token_s: float = 0.0  # time to first token, per prompt token found in the cache
+    per_output_token_s: float = 0.0  # time between output tokens
+    default_answer_tokens: int = 60
+    # Output tokens per streamed content chunk.
+    stream_chunk_tokens: int = 4
+    # Size of the ring buffer behind GET /emulator/requests.
+    request_log_size: int = 200

@@ -1,0 +1,262 @@
+"""The emulator's raw ASGI application and its server (Granian)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+import msgspec
+
+from proxy.emulator.chat import plan_chat
+from proxy.emulator.completions import completion_body, completion_stream_events, plan_completion
+from proxy.emulator.config import EmulatorConfig
+from proxy.emulator.embeddings import embeddings_body
+from proxy.emulator.errors import ErrorReply, bad_request
+from proxy.emulator.markers import Script
+from proxy.emulator.responses import MALFORMED_EVENT, chat_completion_body, chat_stream_events
+from proxy.emulator.state import EmulatorState
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+logger = logging.getLogger("proxy.emulator")
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.decode
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+_TEXT_HEADERS = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
+
+
+class StreamAborted(Exception):
+    """Raised inside a streaming response to drop the connection on purpose ([[abort:K]])."""
+
+
+async def _read_body(receive: Receive) -> bytes:
+    message = await receive()
+    body = message.get("body", b"")
+    if not message.get("more_body"):
+        return body
+    parts = [body]
+    while message.get("more_body"):
+        message = await receive()
+        parts.append(message.get("body", b""))
+    return b"".join(parts)
+
+
+async def _send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_json(send: Send, status: int, payload: Any) -> None:
+    await _send_bytes(send, status, _encode(payload), _JSON_HEADERS)
+
+
+def _decode_body(raw: bytes) -> Any:
+    try:
+        return _decode(raw)
+    except msgspec.DecodeError as error:
+        raise bad_request(f"malformed JSON body: {error}") from None
+
+
+class EmulatorApp:
+    """ASGI callable. All state lives in one process; request handling runs on its event loop."""
+
+    def __init__(self, config: EmulatorConfig) -> None:
+        self.config = config
+        self.state = EmulatorState(config)
+        self._routes: dict[tuple[str, str], Callable[[Scope, Receive, Send], Awaitable[None]]] = {
+            ("POST", "/v1/chat/completions"): self._chat_completions,
+            ("POST", "/v1/completions"): self._completions,
+            ("POST", "/v1/embeddings"): self._embeddings,
+            ("GET", "/v1/models"): self._models,
+            ("GET", "/health"): self._health,
+            ("GET", "/health_generate"): self._health,
+            ("GET", "/metrics"): self._metrics,
+            ("GET", "/emulator/requests"): self._recent_requests,
+            ("GET", "/emulator/stats"): self._stats,
+            ("POST", "/emulator/reset"): self._reset,
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            path = scope["path"]
+            if len(path) > 1 and path.endswith("/"):
+                path = path[:-1]
+            handler = self._routes.get((scope["method"], path))
+            if handler is None:
+                status = 405 if any(route_path == path for _, route_path in self._routes) else 404
+                await _send_json(send, status, ErrorReply(status, f"no route for {scope['method']} {path}").body())
+                return
+            try:
+                await handler(scope, receive, send)
+            except ErrorReply as error:
+                self.state.totals.errors += 1
+                await _send_json(send, error.status, error.body())
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # --- generation ---------------------------------------------------------------------------
+
+    async def _chat_completions(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = _decode_body(await _read_body(receive))
+        state = self.state
+        state.running += 1
+        try:
+            try:
+                plan = plan_chat(state, body)
+            except ErrorReply:
+                script_delay = _delay_of(body)
+                if script_delay:
+                    await asyncio.sleep(script_delay)
+                raise
+            script = plan.script
+            if plan.stream:
+                events = chat_stream_events(plan, state.tokenizer, self.config.stream_chunk_tokens)
+                await self._stream(send, script, plan.time_to_first_token_s, plan.per_output_token_s, events)
+                return
+            wait = script.delay_s + plan.time_to_first_token_s + plan.per_output_token_s * plan.completion_tokens
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if script.bad_sse:
+                await _send_bytes(send, 200, b'{"id": "chatcmpl-malformed", "choices": [', _JSON_HEADERS)
+                return
+            await _send_json(send, 200, chat_completion_body(plan))
+        finally:
+            state.running -= 1
+
+    async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = _decode_body(await _read_body(receive))
+        plan = plan_completion(self.state, body)
+        if plan.stream:
+            events = completion_stream_events(plan, self.config.stream_chunk_tokens)
+            await self._stream(send, plan.script, plan.time_to_first_token_s, plan.per_output_token_s, events)
+            return
+        wait = plan.script.delay_s + plan.time_to_first_token_s + plan.per_output_token_s * plan.completion_tokens
+        if wait > 0:
+            await asyncio.sleep(wait)
+        await _send_json(send, 200, completion_body(plan))
+
+    async def _stream(
+        self, send: Send, script: Script, first_token_s: float, per_token_s: float, events: list[tuple[bytes, int]]
+    ) -> None:
+        first_wait = script.delay_s + first_token_s
+        if first_wait > 0:
+            await asyncio.sleep(first_wait)
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        sent = 0
+        try:
+            for position, (event, token_count) in enumerate(events):
+                if script.cut_after is not None and sent >= script.cut_after:
+                    break
+                if script.abort_after is not None and sent >= script.abort_after:
+                    raise StreamAborted("stream aborted by an [[abort:K]] marker")
+                if position > 0:
+                    pause = script.slow_s + per_token_s * token_count
+                    if pause > 0:
+                        await asyncio.sleep(pause)
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+                sent += 1
+                if script.bad_sse and position == 0:
+                    await send({"type": "http.response.body", "body": MALFORMED_EVENT, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except StreamAborted:
+            raise
+        except (OSError, RuntimeError) as error:  # the client went away
+            logger.debug("stream ended early: %s", error)
+
+    async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = _decode_body(await _read_body(receive))
+        reply = embeddings_body(body, self.config.embedding_dim, self.config.model, self.state.tokenizer.count)
+        self.state.totals.embeddings += 1
+        await _send_json(send, 200, reply)
+
+    # --- information and inspection -------------------------------------------------------------
+
+    async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        config = self.config
+        model = {
+            "id": config.model,
+            "object": "model",
+            "created": int(self.state.started_at),
+            "owned_by": "memci-emulator",
+            "root": config.model,
+            "max_model_len": config.max_model_len,
+        }
+        await _send_json(send, 200, {"object": "list", "data": [model]})
+
+    async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _send_json(send, 200, {"status": "ok"})
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _send_bytes(send, 200, self.state.prometheus_text().encode(), _TEXT_HEADERS)
+
+    async def _recent_requests(self, scope: Scope, receive: Receive, send: Send) -> None:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        try:
+            count = int(query.get("n", [str(self.config.request_log_size)])[0])
+        except ValueError:
+            raise bad_request("'n' must be an integer", param="n") from None
+        await _send_json(send, 200, {"object": "list", "data": self.state.last_requests(count)})
+
+    async def _stats(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _send_json(send, 200, self.state.stats())
+
+    async def _reset(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _read_body(receive)
+        self.state.reset()
+        await _send_json(send, 200, {"status": "reset"})
+
+
+def _delay_of(body: Any) -> float:
+    """The [[delay:S]] of a request that is answered with an error (kept so faults can be slow too)."""
+    from proxy.emulator.chat import _script_source
+    from proxy.emulator.markers import parse_markers
+
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return 0.0
+    messages = [message for message in body["messages"] if isinstance(message, dict)]
+    return parse_markers(_script_source(messages)[0]).delay_s
+
+
+def create_app(config: EmulatorConfig | None = None) -> EmulatorApp:
+    return EmulatorApp(config or EmulatorConfig())
+
+
+def _load_app(config: EmulatorConfig) -> EmulatorApp:
+    return create_app(config)
+
+
+def run(config: EmulatorConfig) -> None:
+    """Serve the emulator with Granian (one worker, one runtime thread); blocks until stopped."""
+    from granian.constants import Interfaces
+    from granian.server import Server
+
+    server = Server(
+        "proxy.emulator.server:create_app",
+        address=config.host,
+        port=config.port,
+        interface=Interfaces.ASGI,
+        workers=1,
+        runtime_threads=1,
+        log_access=False,
+        backlog=2048,
+        websockets=False,
+    )
+    server.serve(target_loader=functools.partial(_load_app, config), wrap_loader=False)
