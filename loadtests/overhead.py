@@ -1,0 +1,445 @@
+"""Proxy overhead benchmark: the same request mix sent straight to the upstream emulator and through the
+proxy, side by side in one run.
+
+Starts the emulator (`memci-proxy emulate`) and, one after the other, the proxy in pass-through mode
+(MEMCI_MANAGE_CONTEXT=false), the proxy with context management (defaults; embedded database in a temporary
+home) and, when installed in a separate virtualenv, a LiteLLM proxy as a peer. Each cell (target x streaming x
+concurrency) runs for a bounded time with an aiohttp client that records per-request latency (and time to
+first byte when streaming). `wrk` measures the req/s ceiling of the non-streaming pass-through, where the
+Python client itself saturates. Prints a markdown table; --json writes the figures.
+
+    /work/venv/bin/python loadtests/overhead.py               # full run (~3 min)
+    /work/venv/bin/python loadtests/overhead.py --quick       # CI smoke (~20 s)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+MODEL = "memci-emulator"
+LITELLM_BIN = Path(os.environ.get("LITELLM_BIN", "/work/litellm-venv/bin/litellm"))
+TARGETS_MS = {"added_p50": 1.0, "added_ttfb_p50": 2.0, "added_p99_at_32": 5.0}
+TARGET_RPS = 1500.0
+
+
+# --- request mix -------------------------------------------------------------------------------------
+
+_TOOLS = [
+    {"type": "function", "function": {
+        "name": "read_file", "description": "Read a file of the repository.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+    {"type": "function", "function": {
+        "name": "run_tests", "description": "Run the test suite and return the failures.",
+        "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}}}}},
+]
+
+
+def request_mix(client: int, stream: bool) -> list[bytes]:
+    """Three conversation shapes, tagged per client so that each client is its own conversation."""
+    tag = f"[client {client}]"
+    system = {"role": "system", "content": "You are a concise assistant for a software team. " * 4}
+    short = [system, {"role": "user", "content": f"{tag} What does HTTP status 429 mean?"}]
+    chat = [system, {"role": "user", "content": f"{tag} We are planning the Q3 release of the billing service."}]
+    for turn in range(6):
+        chat.append({"role": "assistant", "content": f"Noted point {turn}: " + "the migration needs a rollback plan. " * 6})
+        chat.append({"role": "user", "content": f"And what about item {turn}? " + "Please keep it brief. " * 3})
+    agent = [
+        {"role": "system", "content": "You are a coding agent. Use the tools to inspect the repository. " * 6},
+        {"role": "user", "content": f"{tag} The test test_refund_rounding fails; find out why."},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "read_file", "arguments": json.dumps({"path": "billing/refunds.py"})}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "def refund(amount):\n    return round(amount * 0.97, 1)\n" * 40},
+        {"role": "user", "content": "Is the rounding the cause?"},
+    ]
+    bodies = []
+    for messages, extra in ((short, {}), (chat, {}), (agent, {"tools": _TOOLS})):
+        body: dict[str, Any] = {"model": MODEL, "messages": messages, "max_tokens": 32, "temperature": 0, **extra}
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        bodies.append(json.dumps(body).encode())
+    return bodies
+
+
+# --- processes ---------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A server subprocess in its own process group, stopped by its id."""
+
+    def __init__(self, name: str, cmd: list[str], health_url: str, env: dict[str, str] | None = None,
+                 log_dir: Path | None = None) -> None:
+        self.name, self.cmd, self.health_url = name, cmd, health_url
+        self.env = {**os.environ, **(env or {})}
+        self.log_path = (log_dir or Path(tempfile.gettempdir())) / f"overhead-{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float) -> None:
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log_path}:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(self.health_url, timeout=1) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"{self.name} not healthy after {timeout:.0f} s; see {self.log_path}:\n{self.tail()}")
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        except ProcessLookupError:
+            pass
+
+
+# --- measurement -------------------------------------------------------------------------------------
+
+@dataclass
+class Cell:
+    target: str
+    stream: bool
+    clients: int
+    tool: str  # which client measured it: aiohttp or wrk
+    requests: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    rps: float = 0.0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    ttfb_p50_ms: float | None = None
+    ttfb_p99_ms: float | None = None
+    added_p50_ms: float | None = None
+    added_p99_ms: float | None = None
+    added_ttfb_p50_ms: float | None = None
+    added_ttfb_p99_ms: float | None = None
+    rps_ratio: float | None = None
+    note: str = ""
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    return sorted_values[min(len(sorted_values) - 1, round(q * (len(sorted_values) - 1)))]
+
+
+async def run_cell(url: str, target: str, stream: bool, clients: int, duration: float, warmup: float) -> Cell:
+    bodies = [request_mix(c, stream) for c in range(clients)]
+    latencies: list[float] = []
+    ttfbs: list[float] = []
+    errors = 0
+    first_error = ""
+    t0 = time.perf_counter()
+    measure_from, stop_at = t0 + warmup, t0 + warmup + duration
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer overhead-bench"}
+
+    async def worker(session: aiohttp.ClientSession, mine: list[bytes]) -> None:
+        nonlocal errors, first_error
+        i = 0
+        while (start := time.perf_counter()) < stop_at:
+            body = mine[i % len(mine)]
+            i += 1
+            first = None
+            try:
+                async with session.post(url, data=body, headers=headers) as resp:
+                    if stream:
+                        async for _ in resp.content.iter_any():
+                            if first is None:
+                                first = time.perf_counter()
+                    else:
+                        await resp.read()
+                    ok = resp.status == 200
+                    status = resp.status
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                ok, status = False, type(exc).__name__
+            end = time.perf_counter()
+            if start < measure_from or end > stop_at:
+                continue
+            if not ok:
+                errors += 1
+                first_error = first_error or str(status)
+                continue
+            latencies.append(end - start)
+            if first is not None:
+                ttfbs.append(first - start)
+
+    connector = aiohttp.TCPConnector(limit=clients, limit_per_host=clients, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        await asyncio.gather(*(worker(session, bodies[c]) for c in range(clients)))
+    latencies.sort()
+    ttfbs.sort()
+    ms = lambda v: None if v is None else v * 1000.0  # noqa: E731
+    return Cell(
+        target=target, stream=stream, clients=clients, tool="aiohttp", requests=len(latencies), errors=errors,
+        seconds=duration, rps=len(latencies) / duration,
+        p50_ms=ms(percentile(latencies, 0.50)), p99_ms=ms(percentile(latencies, 0.99)),
+        ttfb_p50_ms=ms(percentile(ttfbs, 0.50)) if stream else None,
+        ttfb_p99_ms=ms(percentile(ttfbs, 0.99)) if stream else None,
+        note=f"first error: {first_error}" if errors else "",
+    )
+
+
+_WRK_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
+
+def run_wrk(url: str, target: str, clients: int, duration: float, workdir: Path) -> Cell:
+    script = workdir / "post.lua"
+    body = request_mix(0, stream=False)[1].decode()
+    script.write_text(
+        'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        'wrk.headers["Authorization"] = "Bearer overhead-bench"\n'
+        f"wrk.body = {json.dumps(body)}\n"
+    )
+    seconds = max(1, round(duration))
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{clients}", f"-d{seconds}s", "--latency", "-s", str(script), url],
+        capture_output=True, text=True, timeout=seconds + 30,
+    ).stdout
+    cell = Cell(target=target, stream=False, clients=clients, tool="wrk", seconds=float(seconds))
+    if m := re.search(r"Requests/sec:\s+([\d.]+)", out):
+        cell.rps = float(m.group(1))
+    if m := re.search(r"(\d+) requests in", out):
+        cell.requests = int(m.group(1))
+    if m := re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out):
+        cell.errors = int(m.group(1))
+    for q, attr in (("50", "p50_ms"), ("99", "p99_ms")):
+        if m := re.search(rf"^\s+{q}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M):
+            setattr(cell, attr, float(m.group(1)) * _WRK_UNITS[m.group(2)])
+    if m := re.search(r"Socket errors:.*", out):
+        cell.note = m.group(0)
+    return cell
+
+
+# --- orchestration -----------------------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    clients: list[int]
+    streams: list[bool]
+    duration: float
+    warmup: float
+    wrk_clients: list[int]
+    managed: bool
+    litellm: bool
+    cells: list[Cell] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def measure_target(plan: Plan, target: str, base_url: str, workdir: Path) -> None:
+    url = base_url + "/chat/completions"
+    for stream in plan.streams:
+        for clients in plan.clients:
+            cell = asyncio.run(run_cell(url, target, stream, clients, plan.duration, plan.warmup))
+            plan.cells.append(cell)
+            print(f"  {target:<22} stream={stream!s:<5} clients={clients:<4} {cell.rps:8.0f} req/s "
+                  f"p50={fmt(cell.p50_ms)} p99={fmt(cell.p99_ms)} errors={cell.errors}", file=sys.stderr)
+    if plan.wrk_clients and shutil.which("wrk") and target != "proxy (managed)":
+        for clients in plan.wrk_clients:
+            cell = run_wrk(url, target, clients, plan.duration, workdir)
+            plan.cells.append(cell)
+            print(f"  {target:<22} wrk clients={clients:<4} {cell.rps:8.0f} req/s", file=sys.stderr)
+
+
+def with_server(plan: Plan, server: Server, target: str, base_url: str, workdir: Path, timeout: float) -> None:
+    try:
+        server.start(timeout)
+    except RuntimeError as exc:
+        plan.skipped.append(f"{target}: {exc}")
+        print(f"skipping {target}: {exc}", file=sys.stderr)
+        return
+    try:
+        measure_target(plan, target, base_url, workdir)
+    finally:
+        server.stop()
+
+
+def litellm_config(path: Path, upstream: str) -> None:
+    path.write_text(
+        "model_list:\n"
+        f"  - model_name: {MODEL}\n"
+        "    litellm_params:\n"
+        f"      model: openai/{MODEL}\n"
+        f"      api_base: {upstream}\n"
+        "      api_key: overhead-bench\n"
+        "litellm_settings:\n"
+        "  telemetry: false\n"
+        "  drop_params: true\n"
+    )
+
+
+def run(plan: Plan, python: str) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="memci-overhead-"))
+    emu_port = free_port()
+    upstream = f"http://127.0.0.1:{emu_port}/v1"
+    emulator = Server("emulator", [python, "-m", "proxy.cli", "emulate", "--port", str(emu_port)],
+                      f"http://127.0.0.1:{emu_port}/health", log_dir=workdir)
+    emulator.start(timeout=60)
+    try:
+        print("emulator alone", file=sys.stderr)
+        measure_target(plan, "emulator (direct)", upstream, workdir)
+        proxies: list[tuple[str, dict[str, str]]] = [("proxy (pass-through)", {"MEMCI_MANAGE_CONTEXT": "false"})]
+        if plan.managed:
+            proxies.append(("proxy (managed)", {"MEMCI_HOME": str(workdir / "home")}))
+        for target, env in proxies:
+            port = free_port()
+            cmd = [python, "-m", "proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--upstream", upstream]
+            env = {"MEMCI_LOG_LEVEL": "warning", "DATABASE_URL": "", "REDIS_URL": "", **env}
+            server = Server(target.split()[1].strip("()"), cmd, f"http://127.0.0.1:{port}/health", env, workdir)
+            print(target, file=sys.stderr)
+            with_server(plan, server, target, f"http://127.0.0.1:{port}/v1", workdir, timeout=120)
+        if plan.litellm:
+            if not LITELLM_BIN.exists():
+                plan.skipped.append(f"LiteLLM: {LITELLM_BIN} not installed")
+            else:
+                port = free_port()
+                litellm_config(workdir / "litellm.yaml", upstream)
+                cmd = [str(LITELLM_BIN), "--config", str(workdir / "litellm.yaml"), "--host", "127.0.0.1",
+                       "--port", str(port), "--num_workers", "1"]
+                env = {"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "DISABLE_SCHEMA_UPDATE": "true"}
+                print("LiteLLM proxy", file=sys.stderr)
+                with_server(plan, Server("litellm", cmd, f"http://127.0.0.1:{port}/health/liveliness", env, workdir),
+                            "LiteLLM proxy", f"http://127.0.0.1:{port}/v1", workdir, timeout=120)
+    finally:
+        emulator.stop()
+    compare(plan.cells)
+
+
+def compare(cells: list[Cell]) -> None:
+    """Fill the added latency and req/s ratio of each cell against the emulator alone, same client, same load."""
+    direct = {(c.stream, c.clients, c.tool): c for c in cells if c.target == "emulator (direct)"}
+    diff = lambda a, b: None if a is None or b is None else a - b  # noqa: E731
+    for c in cells:
+        base = direct.get((c.stream, c.clients, c.tool))
+        if base is None or c is base:
+            continue
+        c.added_p50_ms, c.added_p99_ms = diff(c.p50_ms, base.p50_ms), diff(c.p99_ms, base.p99_ms)
+        c.added_ttfb_p50_ms, c.added_ttfb_p99_ms = diff(c.ttfb_p50_ms, base.ttfb_p50_ms), diff(c.ttfb_p99_ms, base.ttfb_p99_ms)
+        c.rps_ratio = c.rps / base.rps if base.rps else None
+
+
+# --- report ------------------------------------------------------------------------------------------
+
+def fmt(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def markdown(cells: list[Cell]) -> str:
+    head = ("| target | stream | clients | client | req/s | p50 ms | p99 ms | TTFB p50 ms | TTFB p99 ms "
+            "| added p50 ms | added p99 ms | added TTFB p50 ms | req/s ratio | errors |")
+    rows = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    for c in cells:
+        rows.append(
+            f"| {c.target} | {'yes' if c.stream else 'no'} | {c.clients} | {c.tool} | {c.rps:.0f} | {fmt(c.p50_ms)} "
+            f"| {fmt(c.p99_ms)} | {fmt(c.ttfb_p50_ms)} | {fmt(c.ttfb_p99_ms)} | {fmt(c.added_p50_ms)} "
+            f"| {fmt(c.added_p99_ms)} | {fmt(c.added_ttfb_p50_ms)} | {fmt(c.rps_ratio)} | {c.errors} |"
+        )
+    return "\n".join(rows)
+
+
+def target_checks(cells: list[Cell]) -> list[str]:
+    def find(target: str, stream: bool, clients: int, tool: str = "aiohttp") -> Cell | None:
+        return next((c for c in cells if (c.target, c.stream, c.clients, c.tool) == (target, stream, clients, tool)), None)
+
+    out = []
+    for target in ("proxy (pass-through)", "proxy (managed)"):
+        checks = [
+            ("added p50, 1 client, non-streaming", find(target, False, 1), "added_p50_ms", TARGETS_MS["added_p50"]),
+            ("added TTFB p50, 1 client, streaming", find(target, True, 1), "added_ttfb_p50_ms", TARGETS_MS["added_ttfb_p50"]),
+            ("added p99, 32 clients, non-streaming", find(target, False, 32), "added_p99_ms", TARGETS_MS["added_p99_at_32"]),
+        ]
+        for label, cell, attr, limit in checks:
+            value = getattr(cell, attr) if cell else None
+            if value is not None:
+                out.append(f"- {target}: {label} = {value:.2f} ms (target <= {limit:g} ms): {'met' if value <= limit else 'NOT met'}")
+        best = max((c for c in cells if c.target == target and not c.stream), key=lambda c: c.rps, default=None)
+        if best:
+            out.append(f"- {target}: best non-streaming req/s = {best.rps:.0f} ({best.tool}, {best.clients} clients) "
+                       f"(target >= {TARGET_RPS:.0f}): {'met' if best.rps >= TARGET_RPS else 'NOT met'}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="CI smoke: 1 s cells, 1 and 8 clients, no wrk, no LiteLLM")
+    parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per cell (default 5)")
+    parser.add_argument("--warmup", type=float, default=0.5, help="seconds discarded at the start of each cell")
+    parser.add_argument("--clients", default="1,32,256", help="concurrency levels (default 1,32,256)")
+    parser.add_argument("--wrk-clients", default="32,256", help="wrk connection counts ('' to skip wrk)")
+    parser.add_argument("--no-managed", action="store_true", help="skip the context-managed proxy rows")
+    parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM peer rows")
+    parser.add_argument("--only-streaming", choices=("yes", "no"), help="run only streaming or only non-streaming cells")
+    parser.add_argument("--python", default=sys.executable, help="interpreter that runs the proxy and the emulator")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    args = parser.parse_args(argv)
+
+    streams = [False, True] if args.only_streaming is None else [args.only_streaming == "yes"]
+    plan = Plan(
+        clients=[int(c) for c in args.clients.split(",") if c], streams=streams,
+        duration=args.duration, warmup=args.warmup,
+        wrk_clients=[int(c) for c in args.wrk_clients.split(",") if c],
+        managed=not args.no_managed, litellm=not args.no_litellm,
+    )
+    if args.quick:
+        plan.clients, plan.duration, plan.warmup, plan.wrk_clients, plan.litellm = [1, 8], 1.0, 0.2, [], False
+    if plan.wrk_clients and not shutil.which("wrk"):
+        plan.skipped.append("wrk rows: wrk not installed (apt-get install -y wrk)")
+
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    run(plan, args.python)
+    print(f"## Proxy overhead, {started}, {os.cpu_count()} CPUs, {plan.duration:g} s per cell\n")
+    print(markdown(plan.cells))
+    print("\nTargets:")
+    print("\n".join(target_checks(plan.cells)) or "- no comparable cells")
+    for note in plan.skipped:
+        print(f"\nSkipped: {note.splitlines()[0]}")
+    if args.json:
+        args.json.write_text(json.dumps({"started": started, "cpus": os.cpu_count(), "duration_s": plan.duration,
+                                         "argv": sys.argv, "cells": [asdict(c) for c in plan.cells],
+                                         "skipped": plan.skipped}, indent=2))
+    failed = [c for c in plan.cells if c.requests == 0]
+    return 1 if failed or not plan.cells else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
