@@ -53,7 +53,7 @@ class EmulatorProcess:
         r = httpx.get(self.url + "/emulator/requests", params={"n": n}, timeout=5)
         r.raise_for_status()
         data = r.json()
-        return data["requests"] if isinstance(data, dict) else data
+        return data["data"]
 
     def stats(self) -> dict:
         return httpx.get(self.url + "/emulator/stats", timeout=5).json()
