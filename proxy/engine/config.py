@@ -1,0 +1,68 @@
+"""The engine's own configuration, built from the proxy settings and the model's context window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+CONTENTS_BUDGET_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    context_window: int = 32768
+    output_reserve: int = 4096
+    safety_margin: float = 0.10
+    high_watermark: float = 0.85
+    low_watermark: float = 0.55
+    contents_max_tokens: int = 2048
+    evict_after_unrecalled: int = 200
+    evict_after_unchanged: int = 400
+    page_max_tokens: int = 4096
+    condense_tool_chars: int = 200
+    summary_line_chars: int = 80
+    cache_ttl: float = 300.0
+    recall_enabled: bool = True
+    recall_tool_name: str = "recall"
+    # Active pages (newest first) kept verbatim when older active pages are condensed at an epoch.
+    condense_keep_pages: int = 2
+    # The cache counts as cold when the reported cached tokens fall below this fraction of the expected
+    # stable prefix (and the expected prefix is at least `cold_cache_min_tokens`).
+    cold_cache_ratio: float = 0.5
+    cold_cache_min_tokens: int = 256
+
+    @classmethod
+    def from_settings(cls, settings: Any, context_window: int) -> "EngineConfig":
+        """Read the context-engine fields of `proxy.settings.Settings` (missing ones keep their defaults)."""
+        mapping = {
+            "output_reserve": "output_reserve",
+            "safety_margin": "safety_margin",
+            "high_watermark": "active_high_watermark",
+            "low_watermark": "active_low_watermark",
+            "contents_max_tokens": "contents_max_tokens",
+            "evict_after_unrecalled": "evict_after_rounds_unrecalled",
+            "evict_after_unchanged": "evict_after_rounds_unchanged",
+            "page_max_tokens": "page_max_tokens",
+            "condense_tool_chars": "condense_tool_chars",
+            "summary_line_chars": "summary_line_chars",
+            "cache_ttl": "cache_ttl",
+            "recall_enabled": "recall_enabled",
+            "recall_tool_name": "recall_tool_name",
+            "condense_keep_pages": "condense_keep_pages",
+        }
+        values: dict[str, Any] = {"context_window": int(context_window)}
+        for ours, theirs in mapping.items():
+            if hasattr(settings, theirs):
+                values[ours] = getattr(settings, theirs)
+        return cls(**values)
+
+    def contents_limit(self, budget: int) -> int:
+        """Largest contents page: the setting, but never more than a quarter of the prompt budget."""
+        return max(64, min(self.contents_max_tokens, int(CONTENTS_BUDGET_SHARE * budget)))
+
+    def budget(self, max_tokens: int | None) -> int:
+        """Prompt budget (seed 003): window - answer reserve - safety margin; never below 1."""
+        reserve = self.output_reserve if max_tokens is None else max(0, int(max_tokens))
+        margin = int(self.safety_margin * self.context_window)
+        return max(1, self.context_window - reserve - margin)

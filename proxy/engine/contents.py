@@ -1,0 +1,93 @@
+"""The contents page: one entry per archived page, one extractive line per message. Deterministic text."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from typing import Any
+
+from .state import ARCHIVED, PageRecord
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(1, limit - 1)].rstrip() + "…"
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        pieces: list[str] = []
+        for part in content:
+            if isinstance(part, dict):
+                if isinstance(part.get("text"), str):
+                    if part.get("type") not in ("thinking", "reasoning"):
+                        pieces.append(part["text"])
+                elif part.get("type"):
+                    pieces.append(f"[{part['type']}]")
+            elif isinstance(part, str):
+                pieces.append(part)
+        return " ".join(pieces)
+    return ""
+
+
+def _call_text(call: Any) -> str:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict):
+        return "called a tool"
+    return f"called {fn.get('name') or '?'}({_one_line(str(fn.get('arguments') or ''))})"
+
+
+def summary_line(message: dict[str, Any], limit: int) -> str:
+    """`role: text` cut to `limit` characters; tool calls as `called name(args)`."""
+    role = str(message.get("role") or "?")
+    text = _one_line(_content_text(message.get("content")))
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        called = "; ".join(_call_text(c) for c in calls)
+        text = f"{text} | {called}" if text else called
+    if role == "tool" and message.get("name"):
+        role = f"tool {message['name']}"
+    return _cut(f"{role}: {text or '(empty)'}", limit)
+
+
+def page_entry_body(messages: Sequence[dict[str, Any]], limit: int) -> str:
+    """The per-message lines of one contents entry (stored with the page when it is archived)."""
+    return "\n".join("  - " + summary_line(m, limit) for m in messages)
+
+
+def utc_date(timestamp: float) -> str:
+    return _dt.datetime.fromtimestamp(timestamp, tz=_dt.timezone.utc).date().isoformat()
+
+
+def entry_header(record: PageRecord) -> str:
+    count = record.end - record.start
+    header = f"[Page {record.label}] {utc_date(record.first_seen)}, {count} message{'s' if count != 1 else ''}"
+    if record.recall_count:
+        header += f", recalled {record.recall_count}x"
+    return header
+
+
+def contents_intro(recall_tool: str | None) -> str:
+    intro = (
+        "## Contents of archived pages\n"
+        "Earlier parts of this conversation were archived into numbered pages that are no longer shown "
+        "in full. Each entry gives the page number, date, message count and one line per message."
+    )
+    if recall_tool:
+        intro += (
+            f' To read pages in full, call the `{recall_tool}` tool with their numbers, e.g. {{"pages": [3, "12.2"]}}.'
+        )
+    return intro
+
+
+def render_contents(pages: Sequence[PageRecord], recall_tool: str | None) -> str:
+    """The whole contents page for the archived (not evicted) pages, oldest first; empty when none."""
+    entries = [f"{entry_header(p)}\n{p.contents}" for p in pages if p.status == ARCHIVED]
+    if not entries:
+        return ""
+    return contents_intro(recall_tool) + "\n\n" + "\n".join(entries)

@@ -1,0 +1,104 @@
+"""Prompt layout (DESIGN 5): one leading system message (B1 + B2a + B4), B6 verbatim, volatile blocks in the
+last user message."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import Any
+
+from .condense import condense_message, condense_messages
+from .state import HiddenGroup
+
+VOLATILE_OPEN = "<memci-context>"
+VOLATILE_CLOSE = "</memci-context>"
+
+
+def system_message_text(messages: Sequence[dict[str, Any]]) -> str:
+    """B1: the client's leading system/developer messages' text, verbatim, joined by blank lines."""
+    texts: list[str] = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts.append(
+                "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+            )
+    return "\n\n".join(texts)
+
+
+def render_system_text(b1: str, profile: str, summary: str, contents: str) -> str | None:
+    """B1 + B2a (profile) + B4 (summary, contents page); None when all are empty (no system message)."""
+    parts = [b1, profile, "## Conversation summary\n" + summary if summary else "", contents]
+    text = "\n\n".join(p for p in parts if p)
+    return text or None
+
+
+def volatile_block(task_state: str, intent: str, memory: str) -> str:
+    """B3 task state, B2b rewritten intent, B5 retrieved memory, delimited; empty when none is given."""
+    sections = []
+    if task_state:
+        sections.append(f"<task-state>\n{task_state}\n</task-state>")
+    if intent:
+        sections.append(f"<intent>\n{intent}\n</intent>")
+    if memory:
+        sections.append(f"<memory>\n{memory}\n</memory>")
+    if not sections:
+        return ""
+    return VOLATILE_OPEN + "\n" + "\n".join(sections) + "\n" + VOLATILE_CLOSE
+
+
+def with_volatile(message: dict[str, Any], block: str) -> dict[str, Any]:
+    """A copy of the user message with the volatile block appended after the client's text."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return {**message, "content": [*content, {"type": "text", "text": block}]}
+    if isinstance(content, str) and content:
+        return {**message, "content": content + "\n\n" + block}
+    return {**message, "content": block}
+
+
+def render_active(
+    messages: Sequence[dict[str, Any]],
+    start: int,
+    condensed: Sequence[int],
+    hidden: Sequence[HiddenGroup],
+    tool_chars: int,
+    volatile_entry: int,
+    volatile_text: str,
+) -> list[dict[str, Any]]:
+    """B6: entries [start, len(messages)) verbatim, condensed where flagged, hidden groups spliced in place."""
+    cond = condensed[bisect.bisect_left(condensed, start) :]
+    cond_set = set(cond)
+    by_after: dict[int, list[HiddenGroup]] = {}
+    for g in hidden:
+        if g.after >= start:
+            by_after.setdefault(g.after, []).append(g)
+    points = set(cond_set)
+    points.update(by_after)
+    if volatile_text and volatile_entry >= start:
+        points.add(volatile_entry)
+    out: list[dict[str, Any]] = []
+    pos = start
+    for p in sorted(points):
+        if p > pos:
+            out.extend(messages[pos:p])
+        msg = messages[p]
+        if p in cond_set:
+            msg = condense_message(msg, tool_chars) or msg
+        if p == volatile_entry and volatile_text:
+            msg = with_volatile(msg, volatile_text)
+        out.append(msg)
+        for g in by_after.get(p, ()):
+            out.extend(condense_messages(g.messages, tool_chars)[0] if g.condensed else g.messages)
+        pos = p + 1
+    if pos < len(messages):
+        out.extend(messages[pos:])
+    return out
+
+
+def entry_position(entry: int, start: int, hidden: Sequence[HiddenGroup], system_count: int) -> int:
+    """Index in the upstream messages at which entry `entry` is rendered (entries >= start)."""
+    shift = sum(len(g.messages) for g in hidden if start <= g.after < entry)
+    return system_count + (entry - start) + shift

@@ -1,0 +1,285 @@
+"""`plan`: one request in, the upstream messages and the next state out. Pure: time and feedback are inputs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import xxhash
+
+from .compaction import EpochResult, run_epoch
+from .config import EngineConfig
+from .contents import render_contents
+from .fingerprint import digest_prefix, encode_messages, entry_hash, entry_hashes, known_prefix_intact
+from .layout import entry_position, render_active, render_system_text, system_message_text, volatile_block
+from .paging import append_entry, truncate
+from .state import ACTIVE, ConversationState
+from .tokens import TokenCounter
+
+EPOCH_HIGH_WATERMARK = "high_watermark"
+EPOCH_COLD_CACHE = "cold_cache"
+
+
+@dataclass
+class TurnInput:
+    system: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    tools_tokens: int = 0
+    max_tokens: int | None = None
+    now: float = 0.0
+    profile: str = ""
+    summary: str = ""
+    task_state: str = ""
+    intent: str = ""
+    memory: str = ""
+
+
+@dataclass
+class Plan:
+    state: ConversationState
+    messages: list[dict[str, Any]]
+    blocks: list[tuple[str, int, int]]
+    epoch: bool = False
+    epoch_reason: str | None = None
+    new_entries: list[tuple[int, dict[str, Any], str, int]] = field(default_factory=list)
+    archived: list[str] = field(default_factory=list)
+    evicted: list[tuple[str, str]] = field(default_factory=list)
+    condensed_count: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+    over_budget: bool = False
+    budget: int = 0
+    estimated_tokens: int = 0
+    forked_at: int | None = None
+    stable_prefix_messages: int = 0
+    dropped_pages: list[str] = field(default_factory=list)
+
+
+def split_leading_system(messages: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The client's leading system/developer messages (B1) and the conversation after them."""
+    i = 0
+    while i < len(messages) and messages[i].get("role") in ("system", "developer"):
+        i += 1
+    return list(messages[:i]), list(messages[i:])
+
+
+def _digest(text: str) -> str:
+    return xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogatepass"))
+
+
+def _system_tokens(text: str | None, counter: TokenCounter) -> int:
+    return 0 if text is None else counter.count_message({"role": "system", "content": text})
+
+
+def _cache_cold(s: ConversationState, now: float, cfg: EngineConfig) -> bool:
+    if s.last_turn_time is not None and now - s.last_turn_time > cfg.cache_ttl:
+        return True
+    expected = s.expected_cached_tokens * s.correction_ratio
+    return (
+        s.last_cached_tokens is not None
+        and expected >= cfg.cold_cache_min_tokens
+        and s.last_cached_tokens < cfg.cold_cache_ratio * expected
+    )
+
+
+def _last_user_entry(s: ConversationState, messages: Sequence[dict[str, Any]]) -> int:
+    """Index of the latest user message if it is still in the active chapter, else -1."""
+    for pi in range(len(s.pages) - 1, s.first_active_page - 1, -1):
+        record = s.pages[pi]
+        if record.part == 1 and record.has_user:
+            for entry in range(record.start, record.end):
+                if messages[entry].get("role") == "user":
+                    return entry
+            return -1
+    return -1
+
+
+def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig, counter: TokenCounter) -> Plan:
+    cfg = config
+    msgs = turn.messages
+    budget = cfg.budget(turn.max_tokens)
+    s = ConversationState() if state is None else state.copy()
+    s.turn += 1
+    events: list[dict[str, Any]] = []
+
+    # -- 1. which entries are known: byte-identical prefix (cheap) or entry hashes (edits, new clients)
+    encoded = encode_messages(msgs)
+    known = len(s.hashes)
+    hashes: list[str] | None = None
+    if state is not None and known_prefix_intact(encoded, s.messages_length, s.messages_digest):
+        keep = known
+    else:
+        hashes = entry_hashes(msgs)
+        keep = 0 if state is None else _common_prefix(s.hashes, hashes)
+    forked_at: int | None = None
+    dropped: list[str] = []
+    contents_dirty = False
+    changed_at: list[int] = []  # entries whose rendering changed since the previous request
+    if keep < known:
+        forked_at = keep
+        dropped, contents_dirty = truncate(s, keep, msgs[keep].get("role") if keep < len(msgs) else None)
+        changed_at.append(keep)
+        events.append({"type": "context.forked", "at": keep, "dropped_pages": dropped})
+
+    # -- 2. new entries -> pages
+    new_entries: list[tuple[int, dict[str, Any], str, int]] = []
+    for i in range(keep, len(msgs)):
+        m = msgs[i]
+        h = hashes[i] if hashes is not None else entry_hash(m)
+        t = counter.count_message(m)
+        s.hashes.append(h)
+        s.tokens.append(t)
+        append_entry(s, m.get("role"), t, cfg.page_max_tokens, turn.now)
+        new_entries.append((i, m, h, t))
+
+    # -- 3. the system message: B1 follows the client at once; profile, summary, contents wait for epochs
+    b1 = system_message_text(turn.system)
+    b1_digest = _digest(b1)
+    recall_tool = cfg.recall_tool_name if cfg.recall_enabled else None
+    previous_system = s.system_text if state is not None else None
+    if state is None:
+        s.profile, s.summary = turn.profile, turn.summary
+    if contents_dirty:
+        s.contents_text = render_contents(s.pages, recall_tool)
+    if state is None or contents_dirty or b1_digest != s.b1_digest:
+        s.b1_digest = b1_digest
+        s.system_text = render_system_text(b1, s.profile, s.summary, s.contents_text)
+        s.system_tokens = _system_tokens(s.system_text, counter)
+
+    # -- 4. estimate and decide on an epoch
+    volatile = volatile_block(turn.task_state, turn.intent, turn.memory)
+    fixed = (counter.count_text(volatile) if volatile else 0) + max(0, turn.tools_tokens)
+    ratio = s.correction_ratio
+
+    def estimate() -> int:
+        return math.ceil((s.system_tokens + s.active_tokens + fixed) * ratio)
+
+    est = estimate()
+    reason: str | None = None
+    if est > cfg.high_watermark * budget:
+        reason = EPOCH_HIGH_WATERMARK
+    elif state is not None and _cache_cold(state, turn.now, cfg):
+        refresh = turn.profile != s.profile or turn.summary != s.summary
+        if est > cfg.low_watermark * budget or refresh:
+            reason = EPOCH_COLD_CACHE
+
+    result = EpochResult()
+    first_active_before = s.first_active_page
+    if reason is not None:
+        result = run_epoch(
+            s, msgs, cfg, counter, fixed, ratio, cfg.low_watermark * budget, cfg.contents_limit(budget)
+        )
+        refresh = turn.profile != s.profile or turn.summary != s.summary
+        if result.archived or result.evicted or refresh:
+            s.profile, s.summary = turn.profile, turn.summary
+            s.contents_text = render_contents(s.pages, recall_tool)
+            s.system_text = render_system_text(b1, s.profile, s.summary, s.contents_text)
+            s.system_tokens = _system_tokens(s.system_text, counter)
+        if result.first_condensed_entry is not None:
+            changed_at.append(result.first_condensed_entry)
+        s.epoch += 1
+        est = estimate()
+
+    # -- 5. render: [system] + B6 with hidden messages, volatile blocks in the last user message
+    start = s.active_start_entry()
+    volatile_entry = _last_user_entry(s, msgs) if volatile else -1
+    if volatile and volatile_entry < 0:
+        events.append({"type": "context.volatile_dropped", "reason": "latest user message is archived"})
+    system_count = 0 if s.system_text is None else 1
+    over_budget = est > budget
+    if over_budget:
+        upstream = [*turn.system, *msgs]
+        blocks: list[tuple[str, int, int]] = [("passthrough", 0, len(upstream))]
+        events.append({"type": "context.over_budget", "estimated_tokens": est, "budget_tokens": budget})
+    else:
+        upstream = [] if s.system_text is None else [{"role": "system", "content": s.system_text}]
+        upstream.extend(render_active(msgs, start, s.condensed, s.hidden, cfg.condense_tool_chars,
+                                      volatile_entry, volatile))
+        blocks = []
+        if system_count:
+            blocks.append(("system", 0, 1))
+        blocks.append(("B6", system_count, len(upstream)))
+        if volatile and volatile_entry >= start:
+            tail = entry_position(volatile_entry, start, s.hidden, system_count)
+            blocks.append(("tail", tail, tail + 1))
+
+    # -- 6. what stayed byte-identical since the previous request (drives the cold-cache check)
+    volatile_digest = _digest(volatile) if volatile and volatile_entry >= 0 else ""
+    if state is not None and state.last_volatile_entry >= 0 and (
+        state.last_volatile_entry != volatile_entry or state.last_volatile_digest != volatile_digest
+    ):
+        changed_at.append(state.last_volatile_entry)
+    if state is None or over_budget or state.last_upstream_count == 0 or s.system_text != previous_system:
+        stable = 0
+    elif s.first_active_page != first_active_before or state.active_start_entry() != start:
+        stable = system_count
+    else:
+        stable = state.last_upstream_count
+        for entry in changed_at:
+            if entry >= start:
+                stable = min(stable, entry_position(entry, start, s.hidden, system_count))
+        if s.hidden_changed_after >= start:
+            stable = min(stable, entry_position(s.hidden_changed_after, start, s.hidden, system_count) + 1)
+        stable = min(stable, len(upstream))
+    stable_entries_end = start + max(0, stable - system_count)  # approximate: ignores hidden messages
+    s.expected_cached_tokens = (
+        0 if stable == 0 else s.system_tokens + sum(s.tokens[start:min(stable_entries_end, len(s.tokens))])
+    )
+
+    # -- 7. bookkeeping for the next request
+    if encoded is not None:
+        s.messages_length = len(encoded)
+        s.messages_digest = digest_prefix(encoded, len(encoded))
+    else:
+        s.messages_length, s.messages_digest = 0, ""
+    s.last_upstream_count = 0 if over_budget else len(upstream)
+    s.last_volatile_entry = volatile_entry if volatile else -1
+    s.last_volatile_digest = volatile_digest
+    s.hidden_changed_after = -1
+    s.last_turn_time = turn.now
+    s.last_cached_tokens = None
+
+    if reason is not None:
+        events.append(
+            {
+                "type": "context.compressed",
+                "reason": reason,
+                "epoch": s.epoch,
+                "original_count": len(turn.system) + len(msgs),
+                "compressed_count": len(upstream),
+                "estimated_tokens": est,
+                "budget_tokens": budget,
+                "archived": list(result.archived),
+                "evicted": [list(e) for e in result.evicted],
+                "condensed": result.condensed,
+            }
+        )
+    return Plan(
+        state=s,
+        messages=upstream,
+        blocks=blocks,
+        epoch=reason is not None,
+        epoch_reason=reason,
+        new_entries=new_entries,
+        archived=result.archived,
+        evicted=result.evicted,
+        condensed_count=result.condensed,
+        events=events,
+        over_budget=over_budget,
+        budget=budget,
+        estimated_tokens=est,
+        forked_at=forked_at,
+        stable_prefix_messages=stable,
+        dropped_pages=dropped,
+    )
+
+
+def _common_prefix(known: list[str], hashes: list[str]) -> int:
+    limit = min(len(known), len(hashes))
+    if known[:limit] == hashes[:limit]:
+        return limit
+    for i in range(limit):
+        if known[i] != hashes[i]:
+            return i
+    return limit

@@ -1,0 +1,204 @@
+"""The compact, serialisable state of one conversation (no message bodies except hidden messages)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+ACTIVE = 0
+ARCHIVED = 1
+EVICTED = 2
+STATUS_NAMES = {ACTIVE: "active", ARCHIVED: "archived", EVICTED: "evicted"}
+
+
+class PageRecord(msgspec.Struct, array_like=True, frozen=True):
+    """A view over entries [start, end): page `number`, continuation `part` (1 = the page itself)."""
+
+    number: int
+    part: int
+    start: int
+    end: int
+    tokens: int  # current rendered tokens of its entries and hidden messages (raw estimate)
+    status: int = ACTIVE
+    has_user: bool = False
+    first_seen: float = 0.0
+    archived_turn: int = -1
+    recall_count: int = 0
+    last_recalled_turn: int = -1
+    contents: str = ""  # contents-page body lines while archived
+    contents_tokens: int = 0
+
+    @property
+    def label(self) -> str:
+        return str(self.number) if self.part == 1 else f"{self.number}.{self.part}"
+
+
+class HiddenGroup(msgspec.Struct, array_like=True, frozen=True):
+    """Messages the client never sent (e.g. a resolved recall exchange), rendered after entry `after`."""
+
+    after: int
+    messages: list[dict[str, Any]]
+    tokens: int
+    condensed: bool = False
+
+
+class ConversationState(msgspec.Struct, kw_only=True):
+    version: int = 1
+    hashes: list[str] = msgspec.field(default_factory=list)
+    tokens: list[int] = msgspec.field(default_factory=list)  # per entry, as currently rendered
+    pages: list[PageRecord] = msgspec.field(default_factory=list)
+    first_active_page: int = 0  # index into `pages`; pages from here on are active
+    condensed: list[int] = msgspec.field(default_factory=list)  # sorted entry indices rendered condensed
+    hidden: list[HiddenGroup] = msgspec.field(default_factory=list)  # sorted by `after`
+    hidden_changed_after: int = -1  # smallest `after` of hidden groups added since the last plan
+    next_page: int = 1
+    # System message of the current epoch: B1 digest, B2a profile, B4 summary and contents page.
+    b1_digest: str = ""
+    profile: str = ""
+    summary: str = ""
+    contents_text: str = ""
+    system_text: str | None = None
+    system_tokens: int = 0
+    active_tokens: int = 0
+    epoch: int = 0
+    turn: int = 0
+    correction_ratio: float = 1.0
+    # The previous request, to skip re-hashing and to measure the stable prefix.
+    messages_length: int = 0
+    messages_digest: str = ""
+    last_upstream_count: int = 0
+    last_volatile_entry: int = -1
+    last_volatile_digest: str = ""
+    last_turn_time: float | None = None
+    expected_cached_tokens: int = 0  # estimated stable prefix of the last request (raw estimate)
+    last_cached_tokens: int | None = None
+
+    def to_bytes(self) -> bytes:
+        return _ENCODER.encode(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "ConversationState":
+        return _DECODER.decode(data)
+
+    def copy(self) -> "ConversationState":
+        """A copy whose lists may be changed without touching this state (records are immutable)."""
+        return msgspec.structs.replace(
+            self,
+            hashes=list(self.hashes),
+            tokens=list(self.tokens),
+            pages=list(self.pages),
+            condensed=list(self.condensed),
+            hidden=list(self.hidden),
+        )
+
+    # --- read helpers used by the proxy ---------------------------------------------------------
+    @property
+    def entry_count(self) -> int:
+        return len(self.hashes)
+
+    def active_start_entry(self) -> int:
+        if self.first_active_page < len(self.pages):
+            return self.pages[self.first_active_page].start
+        return len(self.hashes)
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(ConversationState)
+
+
+def page_label(number: int, part: int) -> str:
+    return str(number) if part == 1 else f"{number}.{part}"
+
+
+def normalise_label(page: int | str | float) -> str:
+    """Page references as the model writes them: 12, "12", "#12", "12.2"."""
+    if isinstance(page, bool):
+        raise ValueError(f"not a page number: {page!r}")
+    if isinstance(page, int):
+        return str(page)
+    if isinstance(page, float):
+        return str(int(page)) if page.is_integer() else repr(page)
+    text = str(page).strip().lstrip("#").strip()
+    if text.lower().startswith("page"):
+        text = text[4:].strip().lstrip("#").strip()
+    head, _, tail = text.partition(".")
+    if not head.isdigit() or (tail and not tail.isdigit()):
+        raise ValueError(f"not a page number: {page!r}")
+    head = str(int(head))
+    return head if not tail or int(tail) == 1 else f"{head}.{int(tail)}"
+
+
+def find_page(state: ConversationState, page: int | str | float) -> int | None:
+    """Index into `state.pages` of a page label, or None."""
+    try:
+        label = normalise_label(page)
+    except ValueError:
+        return None
+    for index in range(len(state.pages) - 1, -1, -1):
+        if state.pages[index].label == label:
+            return index
+    return None
+
+
+def page_entry_range(state: ConversationState, page: int | str | float) -> tuple[int, int] | None:
+    """Entry indices [start, end) of a page (to read its messages from the store), or None if unknown."""
+    index = find_page(state, page)
+    if index is None:
+        return None
+    record = state.pages[index]
+    return record.start, record.end
+
+
+def page_hidden_messages(state: ConversationState, page: int | str | float) -> list[tuple[int, list[dict[str, Any]]]]:
+    """Hidden messages inside a page, as (after entry index, messages)."""
+    bounds = page_entry_range(state, page)
+    if bounds is None:
+        return []
+    start, end = bounds
+    return [(g.after, g.messages) for g in state.hidden if start <= g.after < end]
+
+
+def archived_pages(state: ConversationState) -> list[str]:
+    """Labels of pages that left the prompt and are listed on the contents page."""
+    return [p.label for p in state.pages if p.status == ARCHIVED]
+
+
+def evicted_pages(state: ConversationState) -> list[str]:
+    """Labels of pages that also left the contents page (reachable only by the recall search)."""
+    return [p.label for p in state.pages if p.status == EVICTED]
+
+
+def page_table(state: ConversationState) -> list[dict[str, Any]]:
+    """One row per page: label, entry range, status, recall statistics (for admin views and recall)."""
+    return [
+        {
+            "page": p.label,
+            "start": p.start,
+            "end": p.end,
+            "status": STATUS_NAMES[p.status],
+            "tokens": p.tokens,
+            "first_seen": p.first_seen,
+            "recall_count": p.recall_count,
+            "last_recalled_turn": p.last_recalled_turn,
+        }
+        for p in state.pages
+    ]
+
+
+def common_prefix_len(state: ConversationState | None, hashes: list[str]) -> int:
+    """How many leading entry hashes of a request the state already holds."""
+    if state is None:
+        return 0
+    known = state.hashes
+    limit = min(len(known), len(hashes))
+    if known[:limit] == hashes[:limit]:
+        return limit
+    low, high = 0, limit  # the first difference lies in [low, high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if known[low:middle] == hashes[low:middle]:
+            low = middle
+        else:
+            high = middle
+    return low if known[low] != hashes[low] else low + 1
