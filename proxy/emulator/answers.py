@@ -51,8 +51,13 @@ def generated_tokens(seed: int, count: int) -> tuple[str, ...]:
             tokens.append(",")
         tokens.append(" ")
     del tokens[count:]
-    if tokens and tokens[-1] in (" ", ","):
+    if tokens and tokens[-1] == ",":
         tokens[-1] = "."
+    elif tokens and tokens[-1] == " ":  # end on a word or a full stop, keeping the exact token count
+        if tokens[-2] in (".", ","):
+            tokens[-2:] = [" ", "now"]
+        else:
+            tokens[-1] = "."
     return tuple(tokens)
 
 
