@@ -38,11 +38,15 @@ _STATE_VERSION = 1
 
 
 class _State(msgspec.Struct, array_like=True):
+    """Serialised index: the postings as they are in memory (no re-tokenising, no re-inversion on load)."""
+
     version: int
     k1: float
     b: float
-    doc_ids: list[DocId]
-    doc_terms: list[dict[str, int]]
+    slots: list[int]  # internal slot of each document, insertion order
+    doc_ids: list[DocId]  # parallel to slots
+    lengths: list[int]  # length by slot (0 for free slots)
+    postings: dict[str, dict[int, int]]  # term -> {slot: term frequency}
 
 
 class BM25Index:
@@ -62,7 +66,8 @@ class BM25Index:
         self._postings: dict[str, dict[int, int]] = {}
         self._slot_of: dict[DocId, int] = {}
         self._id_of: dict[int, DocId] = {}
-        self._terms_of: dict[int, dict[str, int]] = {}
+        # slot -> {term: tf}, needed by remove(); None after loading until first needed (built from postings)
+        self._terms_of: dict[int, dict[str, int]] | None = {}
         self._length: list[int] = []
         self._total_length = 0
         self._next_slot = 0
@@ -79,6 +84,10 @@ class BM25Index:
     def doc_ids(self) -> list[DocId]:
         """Indexed ids in insertion order."""
         return list(self._slot_of)
+
+    @property
+    def vocabulary_size(self) -> int:
+        return len(self._postings)
 
     @property
     def average_length(self) -> float:
@@ -102,11 +111,13 @@ class BM25Index:
 
     def remove(self, doc_id: DocId) -> bool:
         """Drop ``doc_id``; False when it was not indexed."""
-        slot = self._slot_of.pop(doc_id, None)
+        slot = self._slot_of.get(doc_id)
         if slot is None:
             return False
+        document_terms = self._document_terms().pop(slot)
+        del self._slot_of[doc_id]
         del self._id_of[slot]
-        for term in self._terms_of.pop(slot):
+        for term in document_terms:
             postings = self._postings[term]
             del postings[slot]
             if not postings:
@@ -126,7 +137,8 @@ class BM25Index:
         self._next_slot += 1
         self._slot_of[doc_id] = slot
         self._id_of[slot] = doc_id
-        self._terms_of[slot] = term_counts
+        if self._terms_of is not None:
+            self._terms_of[slot] = term_counts
         length = sum(term_counts.values())
         self._length.append(length)
         self._total_length += length
@@ -181,34 +193,81 @@ class BM25Index:
         self._norm = [base + slope * length for length in self._length]
         return self._norm
 
+    def _document_terms(self) -> dict[int, dict[str, int]]:
+        if self._terms_of is None:
+            terms_of: dict[int, dict[str, int]] = {slot: {} for slot in self._id_of}
+            for term, postings in self._postings.items():
+                for slot, tf in postings.items():
+                    terms_of[slot][term] = tf
+            self._terms_of = terms_of
+        return self._terms_of
+
     # -- serialisation --------------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
-        """Plain-data snapshot (documents as term counts; postings are rebuilt on load)."""
-        slots = list(self._slot_of.values())
+        """Plain-data snapshot (lists and dicts; postings keyed by internal slot). Shares no mutable data."""
         return {
             "version": _STATE_VERSION,
             "k1": self.k1,
             "b": self.b,
+            "slots": list(self._slot_of.values()),
             "doc_ids": list(self._slot_of),
-            "doc_terms": [self._terms_of[slot] for slot in slots],
+            "lengths": list(self._length),
+            "postings": {term: dict(postings) for term, postings in self._postings.items()},
         }
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], tokenizer: Callable[[str], list[str]] = tokenize) -> BM25Index:
+        """Inverse of ``to_state`` (the caller's containers are not kept)."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"unsupported BM25 index state version {state.get('version')!r}")
-        index = cls(k1=float(state["k1"]), b=float(state["b"]), tokenizer=tokenizer)
-        for doc_id, term_counts in zip(state["doc_ids"], state["doc_terms"], strict=True):
-            index._insert(doc_id, dict(term_counts))
-        return index
+        postings = {term: {int(k): int(v) for k, v in p.items()} for term, p in state["postings"].items()}
+        return cls._assemble(
+            float(state["k1"]), float(state["b"]), list(state["slots"]), list(state["doc_ids"]),
+            [int(n) for n in state["lengths"]], postings, tokenizer,
+        )
 
     def to_bytes(self) -> bytes:
-        state = self.to_state()
+        """msgpack encoding of the index, for a per-conversation cache."""
         return msgspec.msgpack.encode(
-            _State(state["version"], state["k1"], state["b"], state["doc_ids"], state["doc_terms"])
+            _State(
+                _STATE_VERSION,
+                self.k1,
+                self.b,
+                list(self._slot_of.values()),
+                list(self._slot_of),
+                self._length,
+                self._postings,
+            )
         )
 
     @classmethod
     def from_bytes(cls, data: bytes, tokenizer: Callable[[str], list[str]] = tokenize) -> BM25Index:
         state = msgspec.msgpack.decode(data, type=_State)
-        return cls.from_state(msgspec.structs.asdict(state), tokenizer=tokenizer)
+        if state.version != _STATE_VERSION:
+            raise ValueError(f"unsupported BM25 index state version {state.version!r}")
+        return cls._assemble(state.k1, state.b, state.slots, state.doc_ids, state.lengths, state.postings, tokenizer)
+
+    @classmethod
+    def _assemble(
+        cls,
+        k1: float,
+        b: float,
+        slots: list[int],
+        doc_ids: list[DocId],
+        lengths: list[int],
+        postings: dict[str, dict[int, int]],
+        tokenizer: Callable[[str], list[str]],
+    ) -> BM25Index:
+        if len(slots) != len(doc_ids) or len(set(doc_ids)) != len(doc_ids) or len(set(slots)) != len(slots):
+            raise ValueError("inconsistent BM25 index state: ids and slots")
+        if any(not 0 <= slot < len(lengths) for slot in slots):
+            raise ValueError("inconsistent BM25 index state: slot out of range")
+        index = cls(k1=k1, b=b, tokenizer=tokenizer)
+        index._slot_of = dict(zip(doc_ids, slots))
+        index._id_of = dict(zip(slots, doc_ids))
+        index._length = lengths
+        index._total_length = sum(lengths[slot] for slot in slots)
+        index._next_slot = len(lengths)
+        index._postings = postings
+        index._terms_of = None
+        return index

@@ -5,7 +5,7 @@ Two entry points:
 * ``tokenize(text)``: the terms the BM25 index stores and queries with.
   - Latin-script words are case-folded and lightly stemmed (plural, -ing, -ed, -ly, final -e, doubled
     consonants, final -y) so that "dance", "danced" and "dancing" meet on one term; single letters dropped.
-  - Numbers are kept whole (``2024``, ``3``, ``3.5``).
+  - Numbers are kept whole (``2024``, ``3``, ``3.5``), and so are words mixing letters and digits (``gpt4``).
   - CJK runs (Han, kana) are indexed without a dictionary as character unigrams plus overlapping
     bigrams; stop characters and stop bigrams are left out (hiragana unigrams are always left out:
     they are particles and inflections).
@@ -59,8 +59,9 @@ KEYWORD_PATTERN = re.compile(r"[a-z0-9_]{2,}|[\u4e00-\u9fff]{2,}", re.IGNORECASE
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _HIRAGANA = re.compile(r"[\u3040-\u309f]")
-# A CJK run, a number (with decimal/thousands separators inside), or a run of other letters/digits.
-_TOKEN_PATTERN = re.compile(rf"[{_CJK}]+|\d+(?:[.,]\d+)*|[^\W\d_{_CJK}]+(?:'[^\W\d_{_CJK}]+)*")
+# A CJK run, a number with decimal/thousands separators inside, or a run of other letters and digits
+# (with inner apostrophes).
+_TOKEN_PATTERN = re.compile(rf"[{_CJK}]+|\d+(?:[.,]\d+)+|[^\W_{_CJK}]+(?:'[^\W_{_CJK}]+)*")
 _VOWELS = frozenset("aeiouy")
 _NO_UNDOUBLE = frozenset("lsz")
 
@@ -117,6 +118,8 @@ def tokenize(text: str) -> list[str]:
             terms.append(token)
         elif "\u3040" <= first <= "\u30ff" or "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
             terms.extend(_cjk_terms(token))
+        elif any(char.isdigit() for char in token):  # identifiers such as v2, gpt4, h264: kept whole
+            terms.append(token)
         elif len(token) > 1 and token not in STOP_WORDS_EN:
             stemmed = stem(token)
             if stemmed not in STOP_WORDS_EN:

@@ -1,0 +1,120 @@
+"""Speed of the lexical recall search over one large conversation.
+
+Builds a BM25 index over synthetic archived pages (default 10,000 pages of 200-800 terms each, words
+drawn from a Zipf-distributed vocabulary so that common words have long postings, as in real text),
+then times free-text queries of 2-8 words taken from the pages. Prints index build time, query latency
+p50/p90/p99 and the size and load time of the serialised index.
+
+Usage::
+
+    python loadtests/bench_search.py                      # 10,000 pages, 300 queries
+    python loadtests/bench_search.py --pages 2000 --queries 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from itertools import accumulate
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from proxy.recall.bm25 import BM25Index
+
+_SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "i", "o", "u", "ai", "ou")]
+
+
+def make_vocabulary(size: int, rng: random.Random) -> list[str]:
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4))))
+    return sorted(words)
+
+
+def make_pages(count: int, vocabulary: list[str], rng: random.Random, zipf_s: float = 1.07) -> list[str]:
+    weights = [1.0 / (rank**zipf_s) for rank in range(1, len(vocabulary) + 1)]
+    cumulative = list(accumulate(weights))
+    pages = []
+    for _ in range(count):
+        length = rng.randint(200, 800)
+        pages.append(" ".join(rng.choices(vocabulary, cum_weights=cumulative, k=length)))
+    return pages
+
+
+def make_queries(pages: list[str], count: int, rng: random.Random) -> list[str]:
+    queries = []
+    for _ in range(count):
+        words = rng.choice(pages).split()
+        queries.append(" ".join(rng.sample(words, rng.randint(2, 8))))
+    return queries
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="BM25 recall search benchmark")
+    parser.add_argument("--pages", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--vocabulary", type=int, default=30_000)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    rng = random.Random(args.seed)
+    pages = make_pages(args.pages, make_vocabulary(args.vocabulary, rng), rng)
+    queries = make_queries(pages, args.queries, rng)
+
+    index = BM25Index()
+    started = time.perf_counter()
+    for page_number, text in enumerate(pages, start=1):
+        index.add(page_number, text)
+    build_seconds = time.perf_counter() - started
+
+    index.search(queries[0], k=args.k)  # first query pays the lazy length-norm table
+    latencies_ms = []
+    hits = 0
+    for query in queries:
+        started = time.perf_counter()
+        results = index.search(query, k=args.k)
+        latencies_ms.append((time.perf_counter() - started) * 1000.0)
+        hits += bool(results)
+
+    started = time.perf_counter()
+    blob = index.to_bytes()
+    dump_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    BM25Index.from_bytes(blob)
+    load_seconds = time.perf_counter() - started
+
+    pages_indexed, average_terms, vocabulary_indexed = len(index), index.average_length, index.vocabulary_size
+    started = time.perf_counter()
+    index.add(args.pages + 1, pages[0])
+    index.search(queries[0], k=args.k)
+    add_then_search_ms = (time.perf_counter() - started) * 1000.0
+
+    terms = sum(len(p.split()) for p in pages)
+    print(
+        f"pages={pages_indexed} terms={terms} vocabulary_in_index={vocabulary_indexed} "
+        f"avg_page_terms={average_terms:.0f}"
+    )
+    print(f"build: {build_seconds:.2f} s ({build_seconds / len(pages) * 1000:.2f} ms/page)")
+    print(
+        f"query (k={args.k}, {len(queries)} queries of 2-8 words, {hits} with hits): "
+        f"p50={statistics.median(latencies_ms):.2f} ms p90={percentile(latencies_ms, 0.9):.2f} ms "
+        f"p99={percentile(latencies_ms, 0.99):.2f} ms max={max(latencies_ms):.2f} ms"
+    )
+    print(f"add one page then search: {add_then_search_ms:.2f} ms")
+    print(f"serialised: {len(blob) / 1e6:.1f} MB, dump {dump_seconds:.2f} s, load {load_seconds:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

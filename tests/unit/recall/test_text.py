@@ -1,0 +1,75 @@
+"""Tokenizer and seed-001 keyword extraction."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.recall.text import STOP_WORDS_EN, STOP_WORDS_ZH, keywords, stem, tokenize
+
+
+def test_english_words_are_lowercased_stemmed_and_stop_words_dropped() -> None:
+    terms = tokenize("The Dancers were DANCING at the parties, and she danced!")
+    assert terms == ["dancer", "danc", "parti", "danc"]
+
+
+def test_inflections_of_one_word_meet_on_one_term() -> None:
+    for group in (["dance", "danced", "dancing", "dances"], ["study", "studies", "studied"], ["run", "running", "runs"]):
+        assert len({stem(word) for word in group}) == 1, group
+
+
+def test_numbers_are_kept_whole_and_single_letters_dropped() -> None:
+    assert tokenize("page 3 of 12, version 2.5 - a b c") == [stem("page"), "3", "12", "version", "2.5"]
+
+
+def test_curly_apostrophe_is_handled_like_straight() -> None:
+    assert tokenize("Bart’s kite") == tokenize("Bart's kite") == ["bart", "kit"]
+
+
+def test_chinese_runs_give_unigrams_and_bigrams_without_stop_words() -> None:
+    terms = tokenize("我喜欢北京")
+    assert "北京" in terms and "喜欢" in terms and "北" in terms and "京" in terms
+    assert "我" not in terms  # a stop character on its own
+    assert "我们" not in tokenize("我们喜欢")  # a stop bigram
+
+
+def test_chinese_query_matches_a_longer_chinese_text() -> None:
+    document = set(tokenize("上次部署使用了 Cloudflare Workers，遇到了超时问题"))
+    query = tokenize("部署超时")
+    assert {"部署", "超时"} <= document
+    assert {"部署", "超时"} <= set(query)
+
+
+def test_mixed_text_keeps_both_scripts() -> None:
+    terms = tokenize("Deploy 到 Cloudflare 时遇到超时 timeout")
+    assert "deploy" in terms and "timeout" in terms and "超时" in terms and "cloudflar" in terms
+
+
+def test_japanese_kana_particles_are_not_unigrams() -> None:
+    terms = tokenize("東京でラーメン")
+    assert "東京" in terms and "で" not in terms
+
+
+def test_empty_and_punctuation_only_texts_have_no_terms() -> None:
+    assert tokenize("") == []
+    assert tokenize("... !!! ，。？") == []
+
+
+@given(st.text(max_size=200))
+def test_tokenize_never_yields_stop_words_or_empty_terms(text: str) -> None:
+    for term in tokenize(text):
+        assert term
+        assert term not in STOP_WORDS_EN
+        assert not (len(term) == 1 and term in STOP_WORDS_ZH)
+
+
+def test_keywords_follow_seed_001() -> None:
+    text = "用户偏好使用 pnpm 而非 npm。pnpm install; the Workers and workers of Cloudflare"
+    # seed regex: Latin [a-z0-9_]{2,} and CJK runs of 2+, case-insensitive, stop words removed, by frequency
+    assert keywords(text, top=3) == ["pnpm", "workers", "用户偏好使用"]
+    assert keywords(text, top=6) == ["pnpm", "workers", "用户偏好使用", "而非", "npm", "install"]
+
+
+def test_keywords_respect_top_and_drop_single_characters() -> None:
+    assert keywords("a b c x1 x1 我 好", top=6) == ["x1"]
+    assert keywords("alpha beta", top=0) == []
