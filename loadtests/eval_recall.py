@@ -142,6 +142,7 @@ def evaluate_madial(
     limit: int | None = None,
     embed: EmbedFn | None = None,
     min_score: float = DEFAULT_MIN_SCORE,
+    vector_weight: float = 1.0,
 ) -> dict[str, RetrievalMetrics]:
     """Metrics of lexical search (and of vector and fused search when ``embed`` is given).
 
@@ -172,7 +173,7 @@ def evaluate_madial(
         if embed is not None:
             pool = memory_vectors[dialogue.user_id]
             vector = rank_by_cosine(query_vectors[position], pool, k=len(pool))
-            fused = fuse_lexical_and_vector(lexical, vector, limit=len(pool))
+            fused = fuse_lexical_and_vector(lexical, vector, limit=len(pool), vector_weight=vector_weight)
             rows["vector"].append(score_ranking([doc_id for doc_id, _ in vector], dialogue.relevant_ids))
             rows["fused"].append(score_ranking([doc_id for doc_id, _ in fused], dialogue.relevant_ids))
     return {name: _mean_metrics(r) for name, r in rows.items()}
@@ -234,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-score", type=float, default=DEFAULT_MIN_SCORE)
     parser.add_argument("--embeddings-url", default=None, help="OpenAI-compatible base URL serving /v1/embeddings")
     parser.add_argument("--embeddings-model", default="embedding")
+    parser.add_argument("--vector-weight", type=float, default=1.0, help="weight of the vector ranking in the fusion")
     parser.add_argument("--memorybank", action="store_true", help="print MemoryBank probing-question results")
     args = parser.parse_args(argv)
 
@@ -258,7 +260,14 @@ def main(argv: list[str] | None = None) -> int:
         f"min_score={args.min_score}"
     )
     for strategy in strategies:
-        results = evaluate_madial(bench, strategy=strategy, limit=args.limit, embed=embed, min_score=args.min_score)
+        results = evaluate_madial(
+            bench,
+            strategy=strategy,
+            limit=args.limit,
+            embed=embed,
+            min_score=args.min_score,
+            vector_weight=args.vector_weight,
+        )
         for name, metrics in results.items():
             print(metrics.line(f"{name} [{strategy}]"))
     return 0

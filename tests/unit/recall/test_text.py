@@ -14,7 +14,8 @@ def test_english_words_are_lowercased_stemmed_and_stop_words_dropped() -> None:
 
 
 def test_inflections_of_one_word_meet_on_one_term() -> None:
-    for group in (["dance", "danced", "dancing", "dances"], ["study", "studies", "studied"], ["run", "running", "runs"]):
+    groups = (["dance", "danced", "dancing", "dances"], ["study", "studies", "studied"], ["run", "running", "runs"])
+    for group in groups:
         assert len({stem(word) for word in group}) == 1, group
 
 
