@@ -7,8 +7,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.emulator.answers import generated_tokens, make_tool_calls, select_calls, stable_hash, tool_result_text
-from proxy.emulator.answers import ToolCall
+from proxy.emulator.answers import (
+    ToolCall,
+    generated_tokens,
+    make_tool_calls,
+    select_calls,
+    stable_hash,
+    tool_result_text,
+)
 from proxy.emulator.errors import ErrorReply, bad_request
 from proxy.emulator.markers import Script, parse_markers, plain_text
 from proxy.emulator.state import EmulatorState
@@ -64,7 +70,7 @@ def _optional_int(body: dict[str, Any], name: str, minimum: int) -> int | None:
     return value
 
 
-def _script_source(messages: list[dict[str, Any]]) -> tuple[str, bool]:
+def script_source(messages: list[dict[str, Any]]) -> tuple[str, bool]:
     """The text markers are read from, and whether it is made of tool results.
 
     Trailing tool messages (results of the previous tool calls) are the source when the conversation
@@ -111,7 +117,7 @@ def plan_chat(state: EmulatorState, body: Any) -> ChatPlan:
     include_usage = stream and isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
     model = body.get("model") if isinstance(body.get("model"), str) and body.get("model") else config.model
 
-    source_text, from_tools = _script_source(messages)
+    source_text, from_tools = script_source(messages)
     script = parse_markers(source_text)
     plan = ChatPlan(
         request_id="chatcmpl-" + uuid.uuid4().hex,

@@ -11,12 +11,12 @@ from urllib.parse import parse_qs
 
 import msgspec
 
-from proxy.emulator.chat import plan_chat
+from proxy.emulator.chat import plan_chat, script_source
 from proxy.emulator.completions import completion_body, completion_stream_events, plan_completion
 from proxy.emulator.config import EmulatorConfig
 from proxy.emulator.embeddings import embeddings_body
 from proxy.emulator.errors import ErrorReply, bad_request
-from proxy.emulator.markers import Script
+from proxy.emulator.markers import Script, parse_markers
 from proxy.emulator.responses import MALFORMED_EVENT, chat_completion_body, chat_stream_events
 from proxy.emulator.state import EmulatorState
 
@@ -225,14 +225,11 @@ class EmulatorApp:
 
 
 def _delay_of(body: Any) -> float:
-    """The [[delay:S]] of a request that is answered with an error (kept so faults can be slow too)."""
-    from proxy.emulator.chat import _script_source
-    from proxy.emulator.markers import parse_markers
-
+    """The [[delay:S]] of a request that is answered with an error (so that faults can be slow too)."""
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         return 0.0
     messages = [message for message in body["messages"] if isinstance(message, dict)]
-    return parse_markers(_script_source(messages)[0]).delay_s
+    return parse_markers(script_source(messages)[0]).delay_s
 
 
 def create_app(config: EmulatorConfig | None = None) -> EmulatorApp:

@@ -216,3 +216,15 @@ def test_stream_events_tool_call_deltas() -> None:
     assert "".join(first_fragments) == '{"query": "long words here", "k": 3}'
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
     assert "usage" not in chunks[-1]
+
+
+def test_latency_model_splits_cached_and_uncached_prompt_tokens() -> None:
+    state = new_state(per_uncached_token_s=0.001, per_cached_token_s=0.0001, per_output_token_s=0.01)
+    body = {"messages": [{"role": "user", "content": "latency"}]}
+    first = plan_chat(state, body)
+    assert first.time_to_first_token_s == pytest.approx(first.prompt_tokens * 0.001)
+    second = plan_chat(state, body)
+    cached = second.cached_tokens
+    assert second.time_to_first_token_s == pytest.approx((second.prompt_tokens - cached) * 0.001 + cached * 0.0001)
+    assert second.per_output_token_s == 0.01
+    assert plan_chat(new_state(), body).time_to_first_token_s == 0.0
