@@ -33,6 +33,11 @@ from typing import Any
 
 import aiohttp
 
+try:  # the client's own event loop costs less with uvloop, as the servers' do
+    from uvloop import run as run_async
+except ImportError:  # pragma: no cover
+    run_async = asyncio.run
+
 MODEL = "memci-emulator"
 LITELLM_BIN = Path(os.environ.get("LITELLM_BIN", "/work/litellm-venv/bin/litellm"))
 TARGETS_MS = {"added_p50": 1.0, "added_ttfb_p50": 2.0, "added_p99_at_32": 5.0}
@@ -113,6 +118,12 @@ class Server:
             time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"{self.name} not healthy after {timeout:.0f} s; see {self.log_path}:\n{self.tail()}")
+
+    def tracebacks(self) -> int:
+        try:
+            return self.log_path.read_text(errors="replace").count("Traceback (most recent call last)")
+        except OSError:
+            return 0
 
     def tail(self, lines: int = 15) -> str:
         try:
@@ -260,17 +271,17 @@ class Plan:
     duration: float
     warmup: float
     wrk_clients: list[int]
-    managed: bool
-    litellm: bool
+    targets: set[str]
     cells: list[Cell] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def measure_target(plan: Plan, target: str, base_url: str, workdir: Path) -> None:
     url = base_url + "/chat/completions"
     for stream in plan.streams:
         for clients in plan.clients:
-            cell = asyncio.run(run_cell(url, target, stream, clients, plan.duration, plan.warmup))
+            cell = run_async(run_cell(url, target, stream, clients, plan.duration, plan.warmup))
             plan.cells.append(cell)
             print(f"  {target:<22} stream={stream!s:<5} clients={clients:<4} {cell.rps:8.0f} req/s "
                   f"p50={fmt(cell.p50_ms)} p99={fmt(cell.p99_ms)} errors={cell.errors}", file=sys.stderr)
@@ -292,6 +303,8 @@ def with_server(plan: Plan, server: Server, target: str, base_url: str, workdir:
         measure_target(plan, target, base_url, workdir)
     finally:
         server.stop()
+        if count := server.tracebacks():
+            plan.notes.append(f"{target}: {count} tracebacks in its log {server.log_path}")
 
 
 def litellm_config(path: Path, upstream: str) -> None:
@@ -318,8 +331,10 @@ def run(plan: Plan, python: str) -> None:
     try:
         print("emulator alone", file=sys.stderr)
         measure_target(plan, "emulator (direct)", upstream, workdir)
-        proxies: list[tuple[str, dict[str, str]]] = [("proxy (pass-through)", {"MEMCI_MANAGE_CONTEXT": "false"})]
-        if plan.managed:
+        proxies: list[tuple[str, dict[str, str]]] = []
+        if "passthrough" in plan.targets:
+            proxies.append(("proxy (pass-through)", {"MEMCI_MANAGE_CONTEXT": "false"}))
+        if "managed" in plan.targets:
             proxies.append(("proxy (managed)", {"MEMCI_HOME": str(workdir / "home")}))
         for target, env in proxies:
             port = free_port()
@@ -328,7 +343,7 @@ def run(plan: Plan, python: str) -> None:
             server = Server(target.split()[1].strip("()"), cmd, f"http://127.0.0.1:{port}/health", env, workdir)
             print(target, file=sys.stderr)
             with_server(plan, server, target, f"http://127.0.0.1:{port}/v1", workdir, timeout=120)
-        if plan.litellm:
+        if "litellm" in plan.targets:
             if not LITELLM_BIN.exists():
                 plan.skipped.append(f"LiteLLM: {LITELLM_BIN} not installed")
             else:
@@ -343,6 +358,10 @@ def run(plan: Plan, python: str) -> None:
     finally:
         emulator.stop()
     compare(plan.cells)
+    if plan.skipped or plan.notes:
+        plan.notes.append(f"server logs kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def compare(cells: list[Cell]) -> None:
@@ -401,13 +420,14 @@ def target_checks(cells: list[Cell]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="CI smoke: 1 s cells, 1 and 8 clients, no wrk, no LiteLLM")
+    parser.add_argument("--quick", action="store_true", help="CI smoke: 1 s cells, 1 and 8 clients, no wrk")
     parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per cell (default 5)")
     parser.add_argument("--warmup", type=float, default=0.5, help="seconds discarded at the start of each cell")
     parser.add_argument("--clients", default="1,32,256", help="concurrency levels (default 1,32,256)")
     parser.add_argument("--wrk-clients", default="32,256", help="wrk connection counts ('' to skip wrk)")
-    parser.add_argument("--no-managed", action="store_true", help="skip the context-managed proxy rows")
-    parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM peer rows")
+    parser.add_argument("--targets", default="passthrough,managed,litellm",
+                        help="what to compare with the emulator alone (default passthrough,managed,litellm; "
+                             "LiteLLM is skipped when not installed)")
     parser.add_argument("--only-streaming", choices=("yes", "no"), help="run only streaming or only non-streaming cells")
     parser.add_argument("--python", default=sys.executable, help="interpreter that runs the proxy and the emulator")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
@@ -418,10 +438,10 @@ def main(argv: list[str] | None = None) -> int:
         clients=[int(c) for c in args.clients.split(",") if c], streams=streams,
         duration=args.duration, warmup=args.warmup,
         wrk_clients=[int(c) for c in args.wrk_clients.split(",") if c],
-        managed=not args.no_managed, litellm=not args.no_litellm,
+        targets={t.strip() for t in args.targets.split(",") if t.strip()},
     )
     if args.quick:
-        plan.clients, plan.duration, plan.warmup, plan.wrk_clients, plan.litellm = [1, 8], 1.0, 0.2, [], False
+        plan.clients, plan.duration, plan.warmup, plan.wrk_clients = [1, 8], 1.0, 0.2, []
     if plan.wrk_clients and not shutil.which("wrk"):
         plan.skipped.append("wrk rows: wrk not installed (apt-get install -y wrk)")
 
@@ -433,10 +453,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(target_checks(plan.cells)) or "- no comparable cells")
     for note in plan.skipped:
         print(f"\nSkipped: {note.splitlines()[0]}")
+    for note in plan.notes:
+        print(f"\nNote: {note}")
     if args.json:
         args.json.write_text(json.dumps({"started": started, "cpus": os.cpu_count(), "duration_s": plan.duration,
                                          "argv": sys.argv, "cells": [asdict(c) for c in plan.cells],
-                                         "skipped": plan.skipped}, indent=2))
+                                         "skipped": plan.skipped, "notes": plan.notes}, indent=2))
     failed = [c for c in plan.cells if c.requests == 0]
     return 1 if failed or not plan.cells else 0
 
