@@ -1,0 +1,79 @@
+"""Open the store the settings ask for: external or embedded PostgreSQL, Redis or in-process hot state."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from proxy.settings import Settings
+from proxy.store.hot.memory import InProcessHotState
+from proxy.store.hot.redis import RedisHotState
+from proxy.store.ports import ConversationRepository, HotState
+from proxy.store.sql.embedded import EmbeddedPostgres, start_embedded_postgres
+from proxy.store.sql.migrate import run_migrations
+from proxy.store.sql.repository import SqlConversationRepository, create_engine_from_url
+from proxy.store.sql.urls import redact, to_async_url
+
+logger = logging.getLogger("memci.store")
+
+
+@dataclass
+class Store:
+    repo: ConversationRepository
+    hot: HotState
+    kind_db: str  # "embedded" | "external"
+    kind_hot: str  # "redis" | "in-process"
+    database_url: str  # asyncpg SQLAlchemy URL
+    engine: AsyncEngine | None = None
+    embedded: EmbeddedPostgres | None = field(default=None, repr=False)
+
+    async def close(self) -> None:
+        await self.hot.close()
+        if self.engine is not None:
+            await self.engine.dispose()
+        if self.embedded is not None:
+            await asyncio.to_thread(self.embedded.stop)
+
+
+async def open_store(settings: Settings, migrate: bool = True) -> Store:
+    """Start what is missing and connect.
+
+    No DATABASE_URL: an embedded PostgreSQL under ``settings.home_path / "pg"``. No REDIS_URL:
+    in-process hot state (one replica only). ``migrate``: bring the schema to the newest revision
+    first (safe with several replicas starting at once: migrations take an advisory lock).
+    """
+    embedded: EmbeddedPostgres | None = None
+    if settings.database_url:
+        database_url, kind_db = to_async_url(settings.database_url), "external"
+    else:
+        embedded = await asyncio.to_thread(start_embedded_postgres, settings.home_path / "pg")
+        database_url, kind_db = embedded.async_url, "embedded"
+    try:
+        if migrate:
+            await asyncio.to_thread(run_migrations, database_url)
+        engine = create_engine_from_url(database_url)
+    except BaseException:
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+        raise
+    logger.info("store of truth: %s PostgreSQL %s", kind_db, redact(database_url))
+
+    hot: HotState
+    if settings.redis_url:
+        hot, kind_hot = RedisHotState(settings.redis_url), "redis"
+        logger.info("hot state and session locks: Redis %s", settings.redis_url.split("@")[-1])
+    else:
+        hot, kind_hot = InProcessHotState(), "in-process"
+        logger.warning("hot state and session locks: in-process (no REDIS_URL) - run one replica only")
+    return Store(
+        repo=SqlConversationRepository(engine),
+        hot=hot,
+        kind_db=kind_db,
+        kind_hot=kind_hot,
+        database_url=database_url,
+        engine=engine,
+        embedded=embedded,
+    )

@@ -1,0 +1,177 @@
+"""In-process HotState: one replica only (no REDIS_URL).
+
+Snapshots and fingerprints in bounded LRU maps with lazily honoured TTLs; the session lock is a
+lease in a dict, and waiters wake on release instead of polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from proxy.store.hot.locking import hold_lease
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _TtlLru(Generic[K, V]):
+    """A size-bounded LRU map whose items expire (checked when read)."""
+
+    def __init__(
+        self, max_items: int, clock: Callable[[], float], on_drop: Callable[[K, V], None] | None = None
+    ) -> None:
+        self._items: OrderedDict[K, tuple[V, float]] = OrderedDict()
+        self._max_items = max_items
+        self._clock = clock
+        self._on_drop = on_drop
+
+    def _dropped(self, key: K, value: V) -> None:
+        if self._on_drop is not None:
+            self._on_drop(key, value)
+
+    def get(self, key: K) -> V | None:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        value, expires_at = item
+        if expires_at <= self._clock():
+            del self._items[key]
+            self._dropped(key, value)
+            return None
+        self._items.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V, ttl_s: float) -> None:
+        self._items[key] = (value, self._clock() + ttl_s)
+        self._items.move_to_end(key)
+        while len(self._items) > self._max_items:
+            old_key, (old_value, _) = self._items.popitem(last=False)
+            self._dropped(old_key, old_value)
+
+    def pop(self, key: K) -> None:
+        item = self._items.pop(key, None)
+        if item is not None:
+            self._dropped(key, item[0])
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+@dataclass
+class _Lease:
+    token: str
+    expires_at: float
+
+
+class InProcessHotState:
+    """Implements proxy.store.ports.HotState inside one process."""
+
+    kind = "in-process"
+
+    def __init__(
+        self,
+        max_conversations: int = 10_000,
+        max_fingerprints: int = 1_000_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clock = clock
+        self._snapshots: _TtlLru[str, tuple[bytes, int]] = _TtlLru(max_conversations, clock)
+        self._fingerprints: _TtlLru[tuple[str, str], tuple[str, int]] = _TtlLru(
+            max_fingerprints, clock, on_drop=self._unindex_fingerprint
+        )
+        self._fingerprints_of: dict[str, set[tuple[str, str]]] = {}  # conversation -> its cached keys
+        self._leases: dict[str, _Lease] = {}
+        self._released: dict[str, asyncio.Event] = {}
+
+    # --- snapshots ---------------------------------------------------------------------------
+    async def get_snapshot(self, conversation_id: str) -> tuple[bytes, int] | None:
+        return self._snapshots.get(conversation_id)
+
+    async def put_snapshot(self, conversation_id: str, snapshot: bytes, version: int, ttl_s: float) -> None:
+        current = self._snapshots.get(conversation_id)
+        if current is not None and current[1] > version:
+            return
+        self._snapshots.put(conversation_id, (snapshot, version), ttl_s)
+
+    # --- fingerprints ------------------------------------------------------------------------
+    async def get_fingerprint(self, tenant: str, chain_hash: str) -> tuple[str, int] | None:
+        return self._fingerprints.get((tenant, chain_hash))
+
+    async def put_fingerprints(self, tenant: str, items: list[tuple[str, str, int]], ttl_s: float) -> None:
+        for chain_hash, conversation_id, length in items:
+            key = (tenant, chain_hash)
+            self._fingerprints.pop(key)  # unindexes a previous owner
+            self._fingerprints.put(key, (conversation_id, length), ttl_s)
+            self._fingerprints_of.setdefault(conversation_id, set()).add(key)
+
+    def _unindex_fingerprint(self, key: tuple[str, str], value: tuple[str, int]) -> None:
+        keys = self._fingerprints_of.get(value[0])
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._fingerprints_of[value[0]]
+
+    async def delete_conversation(self, conversation_id: str) -> None:
+        self._snapshots.pop(conversation_id)
+        for key in list(self._fingerprints_of.get(conversation_id, ())):
+            self._fingerprints.pop(key)
+        self._fingerprints_of.pop(conversation_id, None)
+
+    # --- session lock ------------------------------------------------------------------------
+    def lock(
+        self, conversation_id: str, timeout_s: float = 30.0, lease_s: float = 60.0
+    ) -> AbstractAsyncContextManager[None]:
+        return hold_lease(self, conversation_id, timeout_s, lease_s)
+
+    async def try_acquire(self, conversation_id: str, token: str, lease_s: float) -> bool:
+        now = self._clock()
+        lease = self._leases.get(conversation_id)
+        if lease is not None and lease.expires_at > now:
+            return False
+        self._leases[conversation_id] = _Lease(token, now + lease_s)
+        return True
+
+    async def renew(self, conversation_id: str, token: str, lease_s: float) -> bool:
+        lease = self._leases.get(conversation_id)
+        if lease is None or lease.token != token or lease.expires_at <= self._clock():
+            return False
+        lease.expires_at = self._clock() + lease_s
+        return True
+
+    async def release(self, conversation_id: str, token: str) -> bool:
+        lease = self._leases.get(conversation_id)
+        if lease is None or lease.token != token:
+            return False
+        del self._leases[conversation_id]
+        released = self._released.pop(conversation_id, None)
+        if released is not None:
+            released.set()
+        return True
+
+    async def wait_for_release(self, conversation_id: str, backoff_s: float, remaining_s: float) -> None:
+        lease = self._leases.get(conversation_id)
+        if lease is None:
+            return
+        # Wake at release, or when the holder's lease runs out (a holder that never released).
+        until_expiry = max(lease.expires_at - self._clock(), 0.0) + 0.001
+        released = self._released.setdefault(conversation_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(released.wait(), timeout=min(remaining_s, until_expiry))
+        except TimeoutError:
+            pass
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def ping(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        self._leases.clear()
+        for event in self._released.values():
+            event.set()
+        self._released.clear()

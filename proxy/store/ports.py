@@ -1,0 +1,155 @@
+"""What the rest of the proxy needs from storage, independent of the technology behind it.
+
+Two ports:
+- ConversationRepository: the durable store of truth (PostgreSQL in production). Every lookup is
+  scoped by tenant: a conversation of another tenant is invisible (reads return nothing, writes
+  raise ConversationNotFound).
+- HotState: the fast, shared, disposable layer (Redis, or in-process for one replica): the
+  conversation's latest snapshot, a fingerprint cache, and the per-conversation session lock.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+PAGE_STATES = ("active", "archived", "evicted")
+
+
+@dataclass
+class EntryRow:
+    """One message of a conversation (immutable once stored)."""
+
+    seq: int
+    hash: str
+    role: str
+    message: dict[str, Any]
+    tokens: int
+
+
+@dataclass
+class PageRow:
+    """A page: a range of entries and where it is (active / archived / evicted)."""
+
+    number: str  # "12", or "12.2" for a continuation page
+    first_seq: int
+    last_seq: int
+    state: str
+    tokens: int
+    summary: str
+    recall_count: int = 0
+    last_recalled_turn: int | None = None
+
+
+@dataclass
+class EventRow:
+    tenant: str
+    conversation_id: str | None
+    kind: str
+    payload: dict[str, Any]
+
+
+class StoreError(Exception):
+    """Base of the storage errors callers may want to handle."""
+
+
+class ConversationNotFound(StoreError, KeyError):
+    """No conversation of that id for that tenant."""
+
+
+class ConversationConflict(StoreError):
+    """The id is taken by another tenant, or the session key by another conversation."""
+
+
+class StaleState(StoreError):
+    """A snapshot older than the stored one was saved (another writer got there first)."""
+
+
+class LockTimeout(StoreError, TimeoutError):
+    """The session lock could not be taken within the wait allowed."""
+
+
+@runtime_checkable
+class ConversationRepository(Protocol):
+    async def create_conversation(
+        self,
+        tenant: str,
+        conversation_id: str,
+        session_key: str | None = None,
+        parent_id: str | None = None,
+        forked_at: int | None = None,
+    ) -> None:
+        """Create it; a no-op when it exists for this tenant with the same session key.
+        Raises ConversationConflict when the id belongs to another tenant or the session key to
+        another conversation (look it up again with find_by_session_key)."""
+
+    async def find_by_session_key(self, tenant: str, session_key: str) -> str | None: ...
+
+    async def find_longest_prefix(self, tenant: str, chain_hashes: list[str]) -> tuple[str, int] | None:
+        """chain_hashes[i] identifies messages[0..i]. Returns (conversation_id, i + 1) for the
+        largest i whose hash is known for this tenant, or None."""
+
+    async def save_turn(
+        self,
+        tenant: str,
+        conversation_id: str,
+        entries: list[EntryRow],
+        pages: list[PageRow],
+        fingerprints: list[tuple[str, int]],
+        snapshot: bytes,
+        state_version: int,
+        events: list[EventRow],
+        contents: tuple[int, str] | None = None,
+        hidden: list[tuple[int, int, dict[str, Any]]] = (),  # type: ignore[assignment]
+    ) -> None:
+        """Persist one turn in ONE transaction; idempotent (saving the same turn twice is harmless).
+        fingerprints: (chain_hash, length); contents: (epoch, text); hidden: (after_seq, ordinal, message).
+        Raises ConversationNotFound, or StaleState when the stored state_version is newer."""
+
+    async def load_snapshot(self, tenant: str, conversation_id: str) -> tuple[bytes, int] | None: ...
+
+    async def load_entries(
+        self, tenant: str, conversation_id: str, first_seq: int, last_seq: int
+    ) -> list[EntryRow]:
+        """Entries with first_seq <= seq <= last_seq, in order."""
+
+    async def load_pages(
+        self, tenant: str, conversation_id: str, states: tuple[str, ...] = ("archived", "evicted")
+    ) -> list[PageRow]:
+        """Pages in those states, ordered by first_seq."""
+
+    async def update_recall_stats(self, tenant: str, conversation_id: str, numbers: list[str], turn: int) -> None:
+        """recall_count += 1 and last_recalled_turn = turn for each page listed."""
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        """Remove every row of the conversation (events included); False when there was none."""
+
+    async def ping(self) -> bool: ...
+
+
+@runtime_checkable
+class HotState(Protocol):
+    async def get_snapshot(self, conversation_id: str) -> tuple[bytes, int] | None: ...
+
+    async def put_snapshot(self, conversation_id: str, snapshot: bytes, version: int, ttl_s: float) -> None:
+        """Store it unless a newer version is there already."""
+
+    async def get_fingerprint(self, tenant: str, chain_hash: str) -> tuple[str, int] | None:
+        """(conversation_id, length) cached for this tenant's chain hash."""
+
+    async def put_fingerprints(self, tenant: str, items: list[tuple[str, str, int]], ttl_s: float) -> None:
+        """items: (chain_hash, conversation_id, length)."""
+
+    def lock(
+        self, conversation_id: str, timeout_s: float = 30.0, lease_s: float = 60.0
+    ) -> AbstractAsyncContextManager[None]:
+        """The conversation's session lock. Waits at most timeout_s (then LockTimeout); the lease
+        is renewed while held and expires lease_s after a holder dies."""
+
+    async def delete_conversation(self, conversation_id: str) -> None:
+        """Forget the snapshot and the fingerprints pointing at it (not a held lock)."""
+
+    async def ping(self) -> bool: ...
+
+    async def close(self) -> None: ...

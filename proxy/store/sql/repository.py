@@ -1,0 +1,301 @@
+"""ConversationRepository over PostgreSQL: SQLAlchemy 2 Core, async, asyncpg driver."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from sqlalchemy import ARRAY, Text, any_, bindparam, delete, exists, func, literal, select, text, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from proxy.store.ports import (
+    ConversationConflict,
+    ConversationNotFound,
+    EntryRow,
+    EventRow,
+    PageRow,
+    StaleState,
+)
+from proxy.store.sql import turn_statements as turn
+from proxy.store.sql.models import Conversation, Entry, Event, Fingerprint, Page
+from proxy.store.sql.urls import to_async_url
+
+_json_encoder = msgspec.json.Encoder()
+
+
+def _json_dumps(value: Any) -> str:
+    return _json_encoder.encode(value).decode()
+
+
+def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20, echo: bool = False) -> AsyncEngine:
+    """An asyncpg engine for any PostgreSQL URL form; JSON columns through msgspec."""
+    return create_async_engine(
+        to_async_url(url),
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+        echo=echo,
+        json_serializer=_json_dumps,
+        json_deserializer=msgspec.json.decode,
+    )
+
+
+conv = Conversation.__table__
+entries_t = Entry.__table__
+pages_t = Page.__table__
+fingerprints_t = Fingerprint.__table__
+events_t = Event.__table__
+
+_HASHES = bindparam("hashes", type_=ARRAY(Text))
+_LONGEST_PREFIX = (
+    select(fingerprints_t.c.chain_hash, fingerprints_t.c.conversation_id)
+    .where(fingerprints_t.c.tenant == bindparam("tenant"), fingerprints_t.c.chain_hash == any_(_HASHES))
+    .order_by(fingerprints_t.c.length.desc())
+    .limit(1)
+)
+
+
+_SET_SUMMARIES = text(
+    "UPDATE pages SET summary = new.summary "
+    "FROM unnest(:numbers, :summaries) AS new(number, summary), conversations c "
+    "WHERE pages.conversation_id = :conversation_id AND pages.number = new.number "
+    "AND c.id = pages.conversation_id AND c.tenant = :tenant "
+    "RETURNING pages.number"
+).bindparams(bindparam("numbers", type_=ARRAY(Text)), bindparam("summaries", type_=ARRAY(Text)))
+
+
+def _owned(conversation_id: str, tenant: str) -> Any:
+    """SQL condition: the conversation exists and belongs to the tenant (for child-table queries)."""
+    return exists().where(conv.c.id == conversation_id, conv.c.tenant == tenant)
+
+
+def _page_row(row: Any) -> PageRow:
+    return PageRow(
+        number=row.number,
+        first_seq=row.first_seq,
+        last_seq=row.last_seq,
+        state=row.state,
+        tokens=row.tokens,
+        summary=row.summary,
+        recall_count=row.recall_count,
+        last_recalled_turn=row.last_recalled_turn,
+    )
+
+
+class SqlConversationRepository:
+    """Implements proxy.store.ports.ConversationRepository."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    # --- conversations ---------------------------------------------------------------------
+    async def create_conversation(
+        self,
+        tenant: str,
+        conversation_id: str,
+        session_key: str | None = None,
+        parent_id: str | None = None,
+        forked_at: int | None = None,
+    ) -> None:
+        stmt = (
+            insert(conv)
+            .values(
+                id=conversation_id, tenant=tenant, session_key=session_key, parent_id=parent_id, forked_at=forked_at
+            )
+            .on_conflict_do_nothing()
+            .returning(conv.c.id)
+        )
+        async with self.engine.begin() as connection:
+            if (await connection.execute(stmt)).first() is not None:
+                return
+            row = (
+                await connection.execute(select(conv.c.tenant, conv.c.session_key).where(conv.c.id == conversation_id))
+            ).first()
+        if row is not None and row.tenant == tenant and row.session_key == session_key:
+            return  # created before: idempotent
+        if row is not None:
+            raise ConversationConflict(f"conversation id {conversation_id!r} is already in use")
+        raise ConversationConflict(f"session key {session_key!r} belongs to another conversation")
+
+    async def find_by_session_key(self, tenant: str, session_key: str) -> str | None:
+        stmt = select(conv.c.id).where(conv.c.tenant == tenant, conv.c.session_key == session_key)
+        async with self.engine.connect() as connection:
+            return (await connection.execute(stmt)).scalar_one_or_none()
+
+    async def find_longest_prefix(self, tenant: str, chain_hashes: list[str]) -> tuple[str, int] | None:
+        if not chain_hashes:
+            return None
+        async with self.engine.connect() as connection:
+            row = (await connection.execute(_LONGEST_PREFIX, {"tenant": tenant, "hashes": list(chain_hashes)})).first()
+        if row is None:
+            return None
+        position = len(chain_hashes) - 1 - chain_hashes[::-1].index(row.chain_hash)
+        return row.conversation_id, position + 1
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        """Child rows go by ON DELETE CASCADE; events (no foreign key: they may outlive) explicitly."""
+        async with self.engine.begin() as connection:
+            deleted = (
+                await connection.execute(
+                    delete(conv).where(conv.c.id == conversation_id, conv.c.tenant == tenant).returning(conv.c.id)
+                )
+            ).first()
+            if deleted is None:
+                return False
+            await connection.execute(
+                delete(events_t).where(events_t.c.conversation_id == conversation_id, events_t.c.tenant == tenant)
+            )
+        return True
+
+    # --- one turn ----------------------------------------------------------------------------
+    async def save_turn(
+        self,
+        tenant: str,
+        conversation_id: str,
+        entries: list[EntryRow],
+        pages: list[PageRow],
+        fingerprints: list[tuple[str, int]],
+        snapshot: bytes,
+        state_version: int,
+        events: list[EventRow],
+        contents: tuple[int, str] | None = None,
+        hidden: Sequence[tuple[int, int, dict[str, Any]]] = (),
+    ) -> None:
+        """A replay (same version and snapshot as stored) re-upserts its rows harmlessly and does
+        not insert its events twice."""
+        cid = conversation_id
+        async with self.engine.begin() as connection:
+            replay = await self._store_snapshot(connection, tenant, cid, snapshot, state_version)
+            if entries:
+                await connection.execute(turn.INSERT_ENTRIES, turn.entry_params(cid, entries))
+            if pages:
+                await connection.execute(turn.UPSERT_PAGES, turn.page_params(cid, pages))
+            if fingerprints:
+                await connection.execute(turn.INSERT_FINGERPRINTS, turn.fingerprint_params(tenant, cid, fingerprints))
+            if hidden:
+                await connection.execute(turn.UPSERT_HIDDEN, turn.hidden_params(cid, list(hidden)))
+            if contents is not None:
+                epoch, contents_text = contents
+                await connection.execute(
+                    turn.UPSERT_CONTENTS, [{"conversation_id": cid, "epoch": epoch, "text": contents_text}]
+                )
+            if events and not replay:
+                await connection.execute(turn.INSERT_EVENTS, turn.event_params(events))
+
+    async def _store_snapshot(
+        self, connection: AsyncConnection, tenant: str, conversation_id: str, snapshot: bytes, version: int
+    ) -> bool:
+        """Lock the conversation row for the rest of the transaction and store the snapshot.
+        Returns True when this exact snapshot was stored already (a replayed turn)."""
+        current = (
+            await connection.execute(
+                select(conv.c.state_version, (conv.c.state == snapshot).label("same"))
+                .where(conv.c.id == conversation_id, conv.c.tenant == tenant)
+                .with_for_update()
+            )
+        ).first()
+        if current is None:
+            raise ConversationNotFound(conversation_id)
+        if current.state_version > version:
+            raise StaleState(f"conversation {conversation_id}: stored version {current.state_version} is newer than {version}")
+        if current.state_version == version and current.same:
+            return True
+        await connection.execute(
+            update(conv)
+            .where(conv.c.id == conversation_id)
+            .values(state=snapshot, state_version=version, updated_at=func.now(), last_active_at=func.now())
+        )
+        return False
+
+    # --- reads --------------------------------------------------------------------------------
+    async def load_snapshot(self, tenant: str, conversation_id: str) -> tuple[bytes, int] | None:
+        stmt = select(conv.c.state, conv.c.state_version).where(conv.c.id == conversation_id, conv.c.tenant == tenant)
+        async with self.engine.connect() as connection:
+            row = (await connection.execute(stmt)).first()
+        if row is None or row.state is None:
+            return None
+        return bytes(row.state), row.state_version
+
+    async def load_entries(self, tenant: str, conversation_id: str, first_seq: int, last_seq: int) -> list[EntryRow]:
+        stmt = (
+            select(entries_t.c.seq, entries_t.c.hash, entries_t.c.role, entries_t.c.message, entries_t.c.tokens)
+            .where(
+                entries_t.c.conversation_id == conversation_id,
+                entries_t.c.seq.between(first_seq, last_seq),
+                _owned(conversation_id, tenant),
+            )
+            .order_by(entries_t.c.seq)
+        )
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(stmt)).all()
+        return [EntryRow(seq=r.seq, hash=r.hash, role=r.role, message=r.message, tokens=r.tokens) for r in rows]
+
+    async def load_pages(
+        self, tenant: str, conversation_id: str, states: tuple[str, ...] = ("archived", "evicted")
+    ) -> list[PageRow]:
+        stmt = (
+            select(pages_t)
+            .where(
+                pages_t.c.conversation_id == conversation_id,
+                pages_t.c.state.in_(list(states)),
+                _owned(conversation_id, tenant),
+            )
+            .order_by(pages_t.c.first_seq, pages_t.c.number)
+        )
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(stmt)).all()
+        return [_page_row(r) for r in rows]
+
+    # --- small writes outside a turn ------------------------------------------------------------
+    async def update_recall_stats(self, tenant: str, conversation_id: str, numbers: list[str], turn: int) -> None:
+        if not numbers:
+            return
+        stmt = (
+            update(pages_t)
+            .where(
+                pages_t.c.conversation_id == conversation_id,
+                pages_t.c.number.in_(list(numbers)),
+                _owned(conversation_id, tenant),
+            )
+            .values(
+                recall_count=pages_t.c.recall_count + 1,
+                last_recalled_turn=func.greatest(pages_t.c.last_recalled_turn, turn),
+            )
+        )
+        async with self.engine.begin() as connection:
+            await connection.execute(stmt)
+
+    async def set_page_summaries(self, tenant: str, conversation_id: str, summaries: dict[str, str]) -> int:
+        """Replace the summaries of some pages (background summary jobs); returns pages updated."""
+        if not summaries:
+            return 0
+        async with self.engine.begin() as connection:
+            result = await connection.execute(
+                _SET_SUMMARIES,
+                {
+                    "tenant": tenant,
+                    "conversation_id": conversation_id,
+                    "numbers": list(summaries),
+                    "summaries": list(summaries.values()),
+                },
+            )
+            return len(result.all())
+
+    async def append_events(self, events: list[EventRow]) -> None:
+        """Record events outside a turn (background jobs, e.g. archive_backlog)."""
+        if events:
+            async with self.engine.begin() as connection:
+                await connection.execute(turn.INSERT_EVENTS, turn.event_params(events))
+
+    async def ping(self) -> bool:
+        try:
+            async with self.engine.connect() as connection:
+                return (await connection.execute(select(literal(1)))).scalar_one() == 1
+        except Exception:  # noqa: BLE001 - any failure means "not reachable"
+            return False
+
+    async def close(self) -> None:
+        await self.engine.dispose()

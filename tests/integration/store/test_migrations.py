@@ -1,0 +1,79 @@
+"""The Alembic migrations on a real PostgreSQL with pgvector."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, pool
+
+from proxy.store.sql.migrate import current_revision, downgrade, head_revision, run_migrations
+from proxy.store.sql.models import Base
+from proxy.store.sql.urls import to_libpq_url, to_sync_url
+
+TABLES = {"conversations", "entries", "pages", "fingerprints", "hidden_messages", "contents_snapshots", "events"}
+
+
+def _tables(url: str) -> set[str]:
+    with psycopg.connect(to_libpq_url(url)) as conn:
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+    return {name for (name,) in rows}
+
+
+def _has_vector_extension(url: str) -> bool:
+    with psycopg.connect(to_libpq_url(url)) as conn:
+        return conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is not None
+
+
+def test_upgrade_downgrade_upgrade(empty_db_url: str) -> None:
+    assert current_revision(empty_db_url) is None
+
+    run_migrations(empty_db_url)
+    assert current_revision(empty_db_url) == head_revision() == "0001_initial"
+    assert TABLES <= _tables(empty_db_url)
+    assert _has_vector_extension(empty_db_url)
+
+    downgrade(empty_db_url, "base")
+    assert current_revision(empty_db_url) is None
+    assert not (TABLES & _tables(empty_db_url))
+
+    run_migrations(empty_db_url)
+    assert current_revision(empty_db_url) == head_revision()
+    assert TABLES <= _tables(empty_db_url)
+
+
+def test_migrating_twice_is_a_no_op(migrated_db_url: str) -> None:
+    run_migrations(migrated_db_url)
+    assert current_revision(migrated_db_url) == head_revision()
+
+
+def test_models_match_the_migrated_schema(migrated_db_url: str) -> None:
+    engine = create_engine(to_sync_url(migrated_db_url), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            differences = compare_metadata(context, Base.metadata)
+    finally:
+        engine.dispose()
+    assert differences == []
+
+
+def test_page_state_is_checked(migrated_db_url: str) -> None:
+    with psycopg.connect(to_libpq_url(migrated_db_url)) as conn:
+        conn.execute("INSERT INTO conversations (id, tenant) VALUES ('c', 't')")
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(
+                "INSERT INTO pages (conversation_id, number, first_seq, last_seq, state, tokens, summary) "
+                "VALUES ('c', '1', 0, 1, 'lost', 10, '')"
+            )
+
+
+def test_session_key_is_unique_per_tenant_only_when_set(migrated_db_url: str) -> None:
+    with psycopg.connect(to_libpq_url(migrated_db_url)) as conn:
+        conn.execute(
+            "INSERT INTO conversations (id, tenant, session_key) VALUES "
+            "('a', 't1', 'k'), ('b', 't2', 'k'), ('c', 't1', NULL), ('d', 't1', NULL)"
+        )
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute("INSERT INTO conversations (id, tenant, session_key) VALUES ('e', 't1', 'k')")

@@ -1,0 +1,282 @@
+"""SqlConversationRepository on a real, freshly migrated PostgreSQL database."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select, text
+
+from proxy.store.ports import (
+    ConversationConflict,
+    ConversationNotFound,
+    ConversationRepository,
+    EntryRow,
+    EventRow,
+    PageRow,
+    StaleState,
+)
+from proxy.store.sql.models import Base
+from proxy.store.sql.repository import SqlConversationRepository
+
+TENANT, OTHER_TENANT = "tenant-a", "tenant-b"
+
+
+def make_entries(first: int, last: int) -> list[EntryRow]:
+    return [
+        EntryRow(
+            seq=i,
+            hash=f"m{i}",
+            role="user" if i % 2 == 0 else "assistant",
+            message={"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} about topic{i}"},
+            tokens=7,
+        )
+        for i in range(first, last + 1)
+    ]
+
+
+def make_pages(count: int, state: str = "active") -> list[PageRow]:
+    """Page n covers entries 2(n-1) and 2(n-1)+1."""
+    return [PageRow(str(n), 2 * (n - 1), 2 * (n - 1) + 1, state, 14, f"summary of page {n}") for n in range(1, count + 1)]
+
+
+def chain(prefix: str, count: int) -> list[tuple[str, int]]:
+    return [(f"{prefix}{i}", i + 1) for i in range(count)]
+
+
+async def save(
+    repo: SqlConversationRepository,
+    conversation_id: str,
+    entries: list[EntryRow] | None = None,
+    pages: list[PageRow] | None = None,
+    fingerprints: list[tuple[str, int]] | None = None,
+    version: int = 1,
+    snapshot: bytes = b"state",
+    events: list[EventRow] | None = None,
+    contents: tuple[int, str] | None = None,
+    hidden: list[tuple[int, int, dict]] | None = None,
+    tenant: str = TENANT,
+) -> None:
+    await repo.save_turn(
+        tenant,
+        conversation_id,
+        entries if entries is not None else make_entries(0, 3),
+        pages if pages is not None else make_pages(2),
+        fingerprints if fingerprints is not None else chain(f"{conversation_id}-", 4),
+        snapshot,
+        version,
+        events if events is not None else [EventRow(tenant, conversation_id, "turn", {"n": version})],
+        contents=contents,
+        hidden=hidden or [],
+    )
+
+
+async def row_counts(repo: SqlConversationRepository, conversation_id: str) -> dict[str, int]:
+    counts = {}
+    async with repo.engine.connect() as connection:
+        for table in Base.metadata.sorted_tables:
+            column = table.c.id if table.name == "conversations" else table.c.conversation_id
+            counts[table.name] = (
+                await connection.execute(select(func.count()).select_from(table).where(column == conversation_id))
+            ).scalar_one()
+    return counts
+
+
+def test_implements_the_port(repo: SqlConversationRepository) -> None:
+    assert isinstance(repo, ConversationRepository)
+
+
+async def test_ping(repo: SqlConversationRepository) -> None:
+    assert await repo.ping()
+
+
+async def test_save_turn_round_trip(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1", session_key="s1")
+    await save(repo, "c1", contents=(1, "contents v1"), hidden=[(1, 0, {"role": "tool", "content": "r"})])
+
+    assert await repo.load_snapshot(TENANT, "c1") == (b"state", 1)
+    assert await repo.find_by_session_key(TENANT, "s1") == "c1"
+    assert await repo.load_entries(TENANT, "c1", 0, 3) == make_entries(0, 3)
+    assert await repo.load_pages(TENANT, "c1", ("active",)) == make_pages(2)
+    assert await repo.load_pages(TENANT, "c1") == []
+
+
+async def test_a_conversation_without_a_turn_has_no_snapshot(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1")
+    assert await repo.load_snapshot(TENANT, "c1") is None
+
+
+async def test_save_turn_is_idempotent(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1")
+    await save(repo, "c1", contents=(1, "contents"), hidden=[(1, 0, {"role": "tool", "content": "r"})])
+    first = await row_counts(repo, "c1")
+    await save(repo, "c1", contents=(1, "contents"), hidden=[(1, 0, {"role": "tool", "content": "r"})])
+
+    assert await row_counts(repo, "c1") == first
+    assert first == {
+        "conversations": 1,
+        "entries": 4,
+        "pages": 2,
+        "fingerprints": 4,
+        "hidden_messages": 1,
+        "contents_snapshots": 1,
+        "events": 1,
+    }
+    assert await repo.load_snapshot(TENANT, "c1") == (b"state", 1)
+
+
+async def test_entries_are_immutable_pages_take_their_latest_form(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1")
+    await save(repo, "c1", version=1)
+    changed_entry = EntryRow(0, "other", "user", {"role": "user", "content": "rewritten"}, 1)
+    archived = [PageRow("1", 0, 1, "archived", 14, "new summary"), PageRow("2", 2, 4, "active", 20, "grown")]
+    await save(repo, "c1", entries=[changed_entry, *make_entries(4, 4)], pages=archived, version=2, snapshot=b"v2")
+
+    assert (await repo.load_entries(TENANT, "c1", 0, 0)) == make_entries(0, 0)
+    assert await repo.load_pages(TENANT, "c1", ("archived",)) == [archived[0]]
+    assert await repo.load_pages(TENANT, "c1", ("active",)) == [archived[1]]
+    assert await repo.load_snapshot(TENANT, "c1") == (b"v2", 2)
+    async with repo.engine.connect() as connection:
+        archived_at = (
+            await connection.execute(text("SELECT number, archived_at IS NOT NULL FROM pages ORDER BY number"))
+        ).all()
+    assert archived_at == [("1", True), ("2", False)]
+
+
+async def test_an_older_snapshot_is_refused(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1")
+    await save(repo, "c1", version=5, snapshot=b"v5")
+    with pytest.raises(StaleState):
+        await save(repo, "c1", entries=make_entries(4, 5), version=4, snapshot=b"v4")
+    assert await repo.load_snapshot(TENANT, "c1") == (b"v5", 5)
+    assert await repo.load_entries(TENANT, "c1", 4, 5) == []  # the whole turn rolled back
+
+
+async def test_contents_and_hidden_messages_are_upserted(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1")
+    await save(repo, "c1", version=1, contents=(1, "old"), hidden=[(3, 0, {"content": "old"})])
+    await save(repo, "c1", version=2, contents=(1, "new"), hidden=[(3, 0, {"content": "new"})])
+    async with repo.engine.connect() as connection:
+        contents = (await connection.execute(text("SELECT epoch, text FROM contents_snapshots"))).all()
+        hidden = (await connection.execute(text("SELECT after_seq, ordinal, message FROM hidden_messages"))).all()
+    assert contents == [(1, "new")]
+    assert hidden == [(3, 0, {"content": "new"})]
+
+
+async def test_page_text_is_searchable(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1")
+    await save(repo, "c1")
+    query = text("SELECT number FROM pages WHERE tsv @@ to_tsquery('simple', :q) ORDER BY number")
+    async with repo.engine.connect() as connection:
+        by_message = (await connection.execute(query, {"q": "topic3"})).scalars().all()
+        by_summary = (await connection.execute(query, {"q": "summary & 1"})).scalars().all()
+    assert by_message == ["2"]
+    assert by_summary == ["1"]
+
+
+async def test_other_tenants_see_nothing(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1", session_key="s1")
+    await save(repo, "c1", pages=make_pages(2, "archived"))
+
+    assert await repo.load_snapshot(OTHER_TENANT, "c1") is None
+    assert await repo.find_by_session_key(OTHER_TENANT, "s1") is None
+    assert await repo.load_entries(OTHER_TENANT, "c1", 0, 100) == []
+    assert await repo.load_pages(OTHER_TENANT, "c1") == []
+    assert await repo.find_longest_prefix(OTHER_TENANT, ["c1-0", "c1-1"]) is None
+    with pytest.raises(ConversationNotFound):
+        await save(repo, "c1", tenant=OTHER_TENANT, version=9)
+    with pytest.raises(ConversationConflict):
+        await repo.create_conversation(OTHER_TENANT, "c1")
+    await repo.update_recall_stats(OTHER_TENANT, "c1", ["1"], 3)
+    assert not await repo.delete_conversation(OTHER_TENANT, "c1")
+
+    assert await repo.load_snapshot(TENANT, "c1") == (b"state", 1)
+    assert [p.recall_count for p in await repo.load_pages(TENANT, "c1")] == [0, 0]
+
+
+async def test_create_conversation(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1", session_key="s1")
+    await repo.create_conversation(TENANT, "c1", session_key="s1")  # idempotent
+    with pytest.raises(ConversationConflict):
+        await repo.create_conversation(TENANT, "c2", session_key="s1")
+    await repo.create_conversation(OTHER_TENANT, "c3", session_key="s1")
+    await repo.create_conversation(TENANT, "fork", parent_id="c1", forked_at=3)
+    assert await repo.find_by_session_key(TENANT, "s1") == "c1"
+    assert await repo.find_by_session_key(OTHER_TENANT, "s1") == "c3"
+    with pytest.raises(ConversationNotFound):
+        await save(repo, "missing")
+
+
+async def test_find_longest_prefix_with_a_fork(repo: SqlConversationRepository) -> None:
+    # A: messages a0..a5. B forks A after 3 messages: shares a0..a2, then b3, b4.
+    await repo.create_conversation(TENANT, "A")
+    await save(repo, "A", fingerprints=chain("a", 6))
+    await repo.create_conversation(TENANT, "B", parent_id="A", forked_at=3)
+    await save(repo, "B", fingerprints=[*chain("a", 3), ("b3", 4), ("b4", 5)])
+
+    assert await repo.find_longest_prefix(TENANT, ["a0", "a1", "a2", "b3", "b4", "new"]) == ("B", 5)
+    assert await repo.find_longest_prefix(TENANT, ["a0", "a1", "a2", "a3", "a4", "a5", "new"]) == ("A", 6)
+    assert await repo.find_longest_prefix(TENANT, ["a0", "a1", "a2", "other"]) == ("A", 3)  # first owner kept
+    assert await repo.find_longest_prefix(TENANT, ["a0", "a1", "a2", "b3"]) == ("B", 4)
+    assert await repo.find_longest_prefix(TENANT, ["x0", "x1"]) is None
+    assert await repo.find_longest_prefix(TENANT, []) is None
+
+
+async def test_find_longest_prefix_of_ten_thousand_messages(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "long")
+    await save(repo, "long", entries=[], pages=[], fingerprints=chain("h", 10_000))
+    hashes = [f"h{i}" for i in range(10_000)]
+    assert await repo.find_longest_prefix(TENANT, [*hashes, "next"]) == ("long", 10_000)
+    assert await repo.find_longest_prefix(TENANT, [*hashes[:1234], "fork", "more"]) == ("long", 1234)
+
+
+async def test_load_entries_ranges(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1")
+    await save(repo, "c1", entries=make_entries(0, 9), pages=[])
+    assert [e.seq for e in await repo.load_entries(TENANT, "c1", 2, 5)] == [2, 3, 4, 5]
+    assert [e.seq for e in await repo.load_entries(TENANT, "c1", 7, 7)] == [7]
+    assert [e.seq for e in await repo.load_entries(TENANT, "c1", 8, 50)] == [8, 9]
+    assert await repo.load_entries(TENANT, "c1", 20, 30) == []
+    assert await repo.load_entries(TENANT, "c1", 5, 2) == []
+
+
+async def test_recall_stats(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1")
+    await save(repo, "c1", pages=make_pages(3, "archived"))
+    await repo.update_recall_stats(TENANT, "c1", ["1", "3"], turn=10)
+    await repo.update_recall_stats(TENANT, "c1", ["1"], turn=12)
+    await repo.update_recall_stats(TENANT, "c1", ["1", "no-such-page"], turn=11)
+
+    pages = {p.number: p for p in await repo.load_pages(TENANT, "c1")}
+    assert (pages["1"].recall_count, pages["1"].last_recalled_turn) == (3, 12)
+    assert (pages["2"].recall_count, pages["2"].last_recalled_turn) == (0, None)
+    assert (pages["3"].recall_count, pages["3"].last_recalled_turn) == (1, 10)
+
+    # A later turn that re-sends the pages without the counts does not lose them.
+    await save(repo, "c1", pages=make_pages(3, "evicted"), version=2, snapshot=b"v2")
+    pages = {p.number: p for p in await repo.load_pages(TENANT, "c1", ("evicted",))}
+    assert (pages["1"].recall_count, pages["1"].last_recalled_turn) == (3, 12)
+
+
+async def test_set_page_summaries(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1")
+    await save(repo, "c1", pages=make_pages(2, "archived"))
+    assert await repo.set_page_summaries(OTHER_TENANT, "c1", {"1": "stolen"}) == 0
+    assert await repo.set_page_summaries(TENANT, "c1", {"1": "better", "9": "none"}) == 1
+    assert [p.summary for p in await repo.load_pages(TENANT, "c1")] == ["better", "summary of page 2"]
+    query = text("SELECT number FROM pages WHERE tsv @@ to_tsquery('simple', 'better')")
+    async with repo.engine.connect() as connection:
+        assert (await connection.execute(query)).scalars().all() == ["1"]
+
+
+async def test_delete_removes_every_row_of_the_conversation(repo: SqlConversationRepository) -> None:
+    for cid in ("gone", "kept"):
+        await repo.create_conversation(TENANT, cid, session_key=cid)
+        await save(repo, cid, contents=(1, "c"), hidden=[(1, 0, {"content": "h"})])
+    await repo.append_events([EventRow(TENANT, "gone", "archive_backlog", {"pages": 3})])
+    kept_before = await row_counts(repo, "kept")
+
+    assert await repo.delete_conversation(TENANT, "gone")
+    assert set((await row_counts(repo, "gone")).values()) == {0}
+    assert await row_counts(repo, "kept") == kept_before
+    assert not await repo.delete_conversation(TENANT, "gone")
+    assert await repo.find_by_session_key(TENANT, "gone") is None
+    assert await repo.find_longest_prefix(TENANT, ["gone-0", "gone-1"]) is None
