@@ -67,10 +67,22 @@ def serve(args: argparse.Namespace) -> int:
 
 def migrate(args: argparse.Namespace) -> int:
     settings = load_settings(overrides={"config": args.config})
-    from proxy.store.factory import migrate_database
+    from proxy.store.sql.embedded import start_embedded_postgres
+    from proxy.store.sql.migrate import run_migrations
+    from proxy.store.sql.urls import redact, to_async_url
 
-    url = migrate_database(settings, revision=args.revision)
-    print(f"migrated {url.split('@')[-1]} to {args.revision}")
+    embedded = None
+    if settings.database_url:
+        url = to_async_url(settings.database_url)
+    else:
+        embedded = start_embedded_postgres(settings.home_path / "pg")
+        url = embedded.async_url
+    try:
+        run_migrations(url, args.revision)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    print(f"migrated {'embedded' if embedded else 'external'} database {redact(url)} to {args.revision}")
     return 0
 
 

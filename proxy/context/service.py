@@ -1,0 +1,352 @@
+"""One managed chat turn, end to end (DESIGN.md section 3).
+
+identity -> session lock -> state (hot, else PostgreSQL) -> engine.plan -> durable writes that must precede
+the upstream call -> upstream (relay) -> usage feedback -> state saved -> lock released.
+Any failure of the engine or the store before the upstream call sends the client's request unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+from litestar import Request, Response
+from litestar.response import Stream
+
+from proxy.api.forwarding import forward
+from proxy.api.services import Services
+from proxy.context.identity import (
+    conversation_id_for_session,
+    new_conversation_id,
+    session_key_of,
+    split_system,
+    tenant_of,
+)
+from proxy.context.persist import turn_rows
+from proxy.context.window import ContextWindow
+from proxy.engine import (
+    ConversationState,
+    EngineConfig,
+    EstimateCounter,
+    Plan,
+    TurnInput,
+    chain_hashes,
+    entry_hashes,
+    observe_usage,
+    plan,
+)
+from proxy.store.ports import LockTimeout
+from proxy.wire.errors import ProxyError
+
+log = logging.getLogger("memci.context")
+_encode = msgspec.json.Encoder().encode
+_HOT_TTL = 24 * 3600.0
+
+
+@dataclass
+class Turn:
+    """What one request learned and decided, carried from planning to the end of the answer."""
+
+    tenant: str
+    conversation_id: str
+    how: str  # "session_key" | "prefix" | "new" | "fork"
+    state: ConversationState
+    plan: Plan
+    chains: list[str]
+    known_prefix: int
+    parent_id: str | None = None
+    usage: dict[str, Any] | None = None
+    durable_saved: bool = False
+    version: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LastPrompt:
+    messages: list[dict[str, Any]]
+    blocks: list[Any]
+    epoch: bool
+    at: float
+
+
+class ContextService:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.settings = services.settings
+        self.store = services.store
+        self.metrics = services.metrics
+        self.counter = EstimateCounter()
+        self.window = ContextWindow(services.settings, services.upstream)
+        self.last_prompts: OrderedDict[str, LastPrompt] = OrderedDict()
+
+    async def close(self) -> None:
+        return None
+
+    # ------------------------------------------------------------------------------------------------
+    async def handle(self, request: Request, data: dict[str, Any], body: bytes, started: float) -> Response:
+        headers = request.headers
+        stream = data.get("stream") is True
+        tenant = tenant_of(headers)
+        system, messages = split_system(data["messages"])
+        session_key = session_key_of(headers, data)
+        try:
+            hashes = entry_hashes(messages)
+            conversation_id, how, known = await self._identify(tenant, session_key, hashes)
+        except Exception:
+            log.exception("conversation lookup failed; forwarding unchanged")
+            self.metrics.engine_errors.labels("identify").inc()
+            return await self._unchanged(request, body, started, stream)
+
+        lock = self.store.hot.lock(conversation_id)
+        try:
+            await lock.__aenter__()
+        except LockTimeout:
+            raise ProxyError(
+                409, "another request of this conversation is still running", "conflict_error", "session_locked",
+                headers={"Retry-After": "1"},
+            ) from None
+        released = False
+
+        async def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                with anyio.CancelScope(shield=True):
+                    await lock.__aexit__(None, None, None)
+
+        try:
+            turn = await self._plan(tenant, conversation_id, how, known, data, system, messages, hashes)
+        except Exception:
+            await release()
+            log.exception("planning failed; forwarding unchanged")
+            self.metrics.engine_errors.labels("plan").inc()
+            return await self._unchanged(request, body, started, stream)
+
+        if turn is None:  # durable write failed: nothing may leave the prompt unstored
+            await release()
+            return await self._unchanged(request, body, started, stream)
+
+        upstream_body = _encode({**data, "messages": turn.plan.messages})
+        extra_headers = self._response_headers(turn)
+
+        def on_usage(usage: dict[str, Any]) -> None:
+            turn.usage = usage
+
+        try:
+            response = await forward(
+                self.services, "chat", "POST", "/chat/completions", request.url.query, headers, upstream_body,
+                started, expect_stream=stream, extra_headers=extra_headers, on_usage=on_usage,
+                route_key=conversation_id,
+            )
+        except BaseException:
+            await self._finish(turn)
+            await release()
+            raise
+        if isinstance(response, Stream):
+            response.iterator = self._finish_after(response.iterator, turn, release)
+            return response
+        try:
+            await self._finish(turn)
+        finally:
+            await release()
+        return response
+
+    async def _finish_after(self, events, turn: Turn, release) -> Any:
+        try:
+            async for event in events:
+                yield event
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self._finish(turn)
+                finally:
+                    await release()
+
+    # ------------------------------------------------------------------------------------------------
+    async def _identify(self, tenant: str, session_key: str | None, hashes: list[str]) -> tuple[str, str, int]:
+        """(conversation id, how it was found, number of leading messages already known)."""
+        if session_key:
+            return conversation_id_for_session(tenant, session_key), "session_key", -1
+        if not hashes:
+            return new_conversation_id(), "new", 0
+        chains = chain_hashes(hashes)
+        hot = self.store.hot
+        # The usual case: everything but the newest answer and user message is known.
+        for back in range(1, min(4, len(chains)) + 1):
+            hit = await hot.get_fingerprint(tenant, chains[-back])
+            if hit is not None:
+                return hit[0], "prefix", len(chains) - back + 1
+        found = await self.store.repo.find_longest_prefix(tenant, chains)
+        if found is None:
+            return new_conversation_id(), "new", 0
+        return found[0], "prefix", found[1]
+
+    async def _load_state(self, tenant: str, conversation_id: str) -> tuple[ConversationState | None, int]:
+        hot = await self.store.hot.get_snapshot(conversation_id)
+        if hot is not None:
+            return ConversationState.from_bytes(hot[0]), hot[1]
+        stored = await self.store.repo.load_snapshot(tenant, conversation_id)
+        if stored is None or stored[0] is None:
+            return None, 0
+        return ConversationState.from_bytes(stored[0]), stored[1]
+
+    async def _plan(
+        self,
+        tenant: str,
+        conversation_id: str,
+        how: str,
+        known: int,
+        data: dict[str, Any],
+        system: list[dict[str, Any]],
+        messages: list[dict[str, Any]],
+        hashes: list[str],
+    ) -> Turn | None:
+        repo = self.store.repo
+        state: ConversationState | None = None
+        version = 0
+        parent_id: str | None = None
+        if how != "new":
+            state, version = await self._load_state(tenant, conversation_id)
+            if how == "prefix" and state is not None and known < len(state.hashes):
+                # An edit or a regeneration: continue in a fork, leaving the original untouched.
+                parent_id, conversation_id, how, version = conversation_id, new_conversation_id(), "fork", 0
+        if state is None and how in ("new", "fork", "session_key"):
+            await repo.create_conversation(
+                tenant, conversation_id, session_key=None if how != "session_key" else conversation_id,
+                parent_id=parent_id, forked_at=known if how == "fork" else None,
+            )
+        elif how == "fork":
+            await repo.create_conversation(tenant, conversation_id, parent_id=parent_id, forked_at=known)
+        self.metrics.conversations.labels(how).inc()
+
+        window = await self.window.tokens()
+        config = EngineConfig.from_settings(self.settings, window)
+        tools = data.get("tools")
+        tools_tokens = self.counter.count_text(_encode(tools).decode()) if tools else 0
+        max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
+        turn_input = TurnInput(
+            system=system, messages=messages, tools_tokens=tools_tokens,
+            max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
+        )
+        result = plan(state, turn_input, config, self.counter)
+        turn = Turn(
+            tenant=tenant, conversation_id=conversation_id, how=how, state=result.state, plan=result,
+            chains=chain_hashes(hashes) if how != "session_key" else [], known_prefix=max(known, 0),
+            parent_id=parent_id, version=version,
+        )
+        self._count_plan(result)
+        if result.archived:
+            # The archived pages leave the prompt now: they must be durable first.
+            try:
+                await self._save(turn, result.state)
+                turn.durable_saved = True
+            except Exception:
+                log.exception("could not store archived pages; sending the request unchanged")
+                self.metrics.engine_errors.labels("store").inc()
+                return None
+        self._remember_prompt(conversation_id, result)
+        return turn
+
+    async def _save(self, turn: Turn, state: ConversationState) -> None:
+        rows = turn_rows(turn.tenant, turn.conversation_id, turn.plan, state, turn.chains, turn.known_prefix)
+        turn.version += 1
+        snapshot = state.to_bytes()
+        await self.store.repo.save_turn(
+            turn.tenant, turn.conversation_id, rows.entries, rows.pages, rows.fingerprints, snapshot, turn.version,
+            rows.events, contents=rows.contents,
+        )
+        await self.store.hot.put_snapshot(turn.conversation_id, snapshot, turn.version, _HOT_TTL)
+        if rows.fingerprints:
+            await self.store.hot.put_fingerprints(
+                turn.tenant, [(h, turn.conversation_id, n) for h, n in rows.fingerprints[-4:]], _HOT_TTL
+            )
+
+    async def _finish(self, turn: Turn) -> None:
+        """After the answer: feed usage back into the state and store the turn."""
+        state = turn.state
+        usage = turn.usage
+        if usage is not None:
+            prompt = usage.get("prompt_tokens")
+            details = usage.get("prompt_tokens_details")
+            cached = details.get("cached_tokens") if isinstance(details, dict) else None
+            if isinstance(prompt, int) and prompt > 0:
+                try:
+                    state = observe_usage(state, prompt, cached if isinstance(cached, int) else None,
+                                          turn.plan.estimated_tokens, time.time())
+                except Exception:
+                    log.exception("usage feedback failed")
+                    self.metrics.engine_errors.labels("feedback").inc()
+        try:
+            await self._save(turn, state)
+        except Exception:
+            log.exception("could not store the turn of %s", turn.conversation_id)
+            self.metrics.engine_errors.labels("store").inc()
+
+    # ------------------------------------------------------------------------------------------------
+    async def _unchanged(self, request: Request, body: bytes, started: float, stream: bool) -> Response:
+        return await forward(
+            self.services, "chat", "POST", "/chat/completions", request.url.query, request.headers, body, started,
+            expect_stream=stream,
+        )
+
+    def _count_plan(self, p: Plan) -> None:
+        m = self.metrics
+        m.estimated_prompt_tokens.inc(p.estimated_tokens)
+        m.prefix_reuse_tokens.inc(getattr(p, "stable_prefix_tokens", 0) or 0)
+        saved = getattr(p, "tokens_saved", 0) or 0
+        if saved > 0:
+            m.tokens_saved.inc(saved)
+        if p.epoch:
+            m.epochs.labels(p.epoch_reason or "unknown").inc()
+        if p.archived:
+            m.pages_archived.inc(len(p.archived))
+        for _, rule in p.evicted:
+            m.evictions.labels(rule).inc()
+        if p.over_budget:
+            m.over_budget.inc()
+
+    def _response_headers(self, turn: Turn) -> dict[str, str]:
+        active, archived = page_counts(turn.state)
+        return {
+            "X-Memci-Conversation-Id": turn.conversation_id,
+            "X-Memci-Pages-Active": str(active),
+            "X-Memci-Pages-Archived": str(archived),
+            "X-Memci-Epoch": "true" if turn.plan.epoch else "false",
+        }
+
+    def _remember_prompt(self, conversation_id: str, p: Plan) -> None:
+        self.last_prompts[conversation_id] = LastPrompt(p.messages, list(p.blocks), p.epoch, time.time())
+        self.last_prompts.move_to_end(conversation_id)
+        while len(self.last_prompts) > 1000:
+            self.last_prompts.popitem(last=False)
+
+
+def page_counts(state: ConversationState) -> tuple[int, int]:
+    active = archived = 0
+    for page in state.pages:
+        if page.status == 0:
+            active += 1
+        else:
+            archived += 1
+    return active, archived
+
+
+async def start_context(services: Services) -> None:
+    """Open the store (embedded defaults when nothing is configured) and enable context management."""
+    from proxy.store.factory import open_store
+
+    services.store = await open_store(services.settings)
+    services.notes["database"] = services.store.kind_db
+    services.notes["hot_state"] = services.store.kind_hot
+    services.context = ContextService(services)
+    log.info(
+        "context management on: database %s, hot state %s, upstream %s",
+        services.store.kind_db, services.store.kind_hot, services.settings.upstream_url,
+    )
