@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +19,16 @@ from proxy.emulator.answers import (
 from proxy.emulator.errors import ErrorReply, bad_request
 from proxy.emulator.markers import Script, parse_markers, plain_text
 from proxy.emulator.state import EmulatorState
-from proxy.emulator.template import TemplateError, render_chat, render_output
+from proxy.emulator.template import TemplateError, render_chat_pieces, render_output
 
 SYSTEM_FINGERPRINT = "fp_memci_emulator"
+_ID_PREFIX = os.urandom(6).hex()
+_id_counter = itertools.count(1)
+
+
+def next_request_id(prefix: str) -> str:
+    """Unique per process run: a random prefix and a counter (cheaper than uuid4 per request)."""
+    return f"{prefix}{_ID_PREFIX}{next(_id_counter):012x}"
 
 
 @dataclass
@@ -120,7 +128,7 @@ def plan_chat(state: EmulatorState, body: Any) -> ChatPlan:
     source_text, from_tools = script_source(messages)
     script = parse_markers(source_text)
     plan = ChatPlan(
-        request_id="chatcmpl-" + uuid.uuid4().hex,
+        request_id=next_request_id("chatcmpl-"),
         created=int(time.time()),
         model=model,
         stream=stream,
@@ -128,11 +136,11 @@ def plan_chat(state: EmulatorState, body: Any) -> ChatPlan:
         script=script,
     )
     try:
-        prompt_text = render_chat(messages, body.get("tools") or None)
+        prompt_pieces = render_chat_pieces(messages, body.get("tools") or None)
     except TemplateError as error:
         raise bad_request(str(error), param="messages") from None
     tokenizer = state.tokenizer
-    prompt_ids = tokenizer.encode(prompt_text)
+    prompt_ids = tokenizer.encode_pieces(prompt_pieces)
     prompt_tokens = len(prompt_ids)
     plan.prompt_tokens = prompt_tokens
     if prompt_tokens >= config.max_model_len or (max_tokens is not None and prompt_tokens + max_tokens > config.max_model_len):

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 from proxy.emulator.answers import generated_tokens, stable_hash
-from proxy.emulator.chat import SYSTEM_FINGERPRINT
+from proxy.emulator.chat import SYSTEM_FINGERPRINT, next_request_id
 from proxy.emulator.errors import ErrorReply, bad_request
 from proxy.emulator.markers import Script, parse_markers
 from proxy.emulator.responses import DONE_EVENT, sse
@@ -53,7 +52,7 @@ def plan_completion(state: EmulatorState, body: Any) -> CompletionPlan:
     config = state.config
     script = parse_markers(prompt)
     model = body.get("model") if isinstance(body.get("model"), str) and body.get("model") else config.model
-    plan = CompletionPlan("cmpl-" + uuid.uuid4().hex, model, script)
+    plan = CompletionPlan(next_request_id("cmpl-"), model, script)
     prompt_ids = state.tokenizer.encode(prompt)
     plan.prompt_tokens = len(prompt_ids)
     if plan.prompt_tokens >= config.max_model_len:

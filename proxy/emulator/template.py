@@ -122,8 +122,12 @@ def _system_header(messages: list[dict[str, Any]], tools: list[Any] | None) -> s
     return "<|im_start|>system\n" + system_text + "<|im_end|>\n"
 
 
-def render_chat(messages: list[Any], tools: list[Any] | None = None, add_generation_prompt: bool = True) -> str:
-    """The prompt text of a chat request, ending with the generation prompt."""
+def render_chat_pieces(messages: list[Any], tools: list[Any] | None = None, add_generation_prompt: bool = True) -> list[str]:
+    """The prompt of a chat request as pieces (one per turn) whose concatenation is the prompt text.
+
+    Every piece boundary sits next to a special token or a newline, so tokenizing the pieces one by one
+    gives the same tokens as tokenizing the whole prompt (which lets a tokenizer memoise pieces).
+    """
     if not isinstance(messages, list):
         raise TemplateError("messages must be a list")
     for message in messages:
@@ -146,11 +150,17 @@ def render_chat(messages: list[Any], tools: list[Any] | None = None, add_generat
         elif role in ("tool", "function"):
             if index == 0 or messages[index - 1].get("role") not in ("tool", "function"):
                 pieces.append("<|im_start|>user")
-            pieces.append("\n<tool_response>\n" + content_text(message.get("content")) + "\n</tool_response>")
+            piece = "\n<tool_response>\n" + content_text(message.get("content")) + "\n</tool_response>"
             if index == last or messages[index + 1].get("role") not in ("tool", "function"):
-                pieces.append("<|im_end|>\n")
+                piece += "<|im_end|>\n"
+            pieces.append(piece)
         else:
             raise TemplateError(f"unsupported message role: {role!r}")
     if add_generation_prompt:
         pieces.append(GENERATION_PROMPT)
-    return "".join(pieces)
+    return pieces
+
+
+def render_chat(messages: list[Any], tools: list[Any] | None = None, add_generation_prompt: bool = True) -> str:
+    """The prompt text of a chat request, ending with the generation prompt."""
+    return "".join(render_chat_pieces(messages, tools, add_generation_prompt))

@@ -58,7 +58,9 @@ class _Vocabulary(dict[str, int]):
 
 
 class Tokenizer:
-    def __init__(self) -> None:
+    def __init__(self, memo_entries: int = 20_000) -> None:
+        self._memo: dict[str, list[int]] = {}
+        self._memo_entries = memo_entries
         self._vocabulary = _Vocabulary()
         for token in SPECIAL_TOKENS:
             self._vocabulary[token]  # noqa: B018 - reserve the first ids for the special tokens
@@ -73,6 +75,23 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         return list(map(self._vocabulary.__getitem__, self._split(text)))
+
+    def encode_pieces(self, pieces: list[str]) -> list[int]:
+        """Token ids of the concatenation of ``pieces``; each piece must start and end at a token boundary.
+
+        Pieces are memoised (turns of a conversation come back in every later request).
+        """
+        memo = self._memo
+        ids: list[int] = []
+        for piece in pieces:
+            piece_ids = memo.get(piece)
+            if piece_ids is None:
+                piece_ids = self.encode(piece)
+                if len(memo) >= self._memo_entries:
+                    del memo[next(iter(memo))]
+                memo[piece] = piece_ids
+            ids += piece_ids
+        return ids
 
     def count(self, text: str) -> int:
         return len(self._split(text))

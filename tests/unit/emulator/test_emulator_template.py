@@ -1,12 +1,15 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.emulator.template import (
     DEFAULT_SYSTEM_PROMPT,
     IMAGE_PAD_TOKENS,
     TemplateError,
     render_chat,
+    render_chat_pieces,
     render_output,
 )
 from proxy.emulator.tokenizer import Tokenizer
@@ -137,3 +140,29 @@ def test_prompt_plus_output_is_a_prefix_of_the_next_prompt(content: str | None, 
 
 def test_unfinished_output_has_no_end_token() -> None:
     assert render_output("cut he", None, finished=False) == "cut he"
+
+
+def test_tokenizing_pieces_equals_tokenizing_the_whole_prompt() -> None:
+    messages = [
+        {"role": "system", "content": "Sys  "},
+        {"role": "user", "content": "a\n"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "content": " x "},
+        {"role": "tool", "content": "你好"},
+        {"role": "user", "content": "end "},
+    ]  # fmt: skip
+    pieces = render_chat_pieces(messages, [{"type": "function", "function": {"name": "f"}}])
+    memoised = Tokenizer()
+    whole = Tokenizer()
+    assert memoised.split("".join(pieces)) == [token for piece in pieces for token in whole.split(piece)]
+    assert memoised.encode_pieces(pieces) == memoised.encode("".join(pieces))
+    assert memoised.encode_pieces(pieces) == memoised.encode("".join(pieces))  # memoised second time
+
+
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool", "system"]), st.text()), min_size=1, max_size=6))
+def test_piecewise_tokens_equal_whole_prompt_tokens_for_any_text(turns: list[tuple[str, str]]) -> None:
+    messages = [{"role": role, "content": text} for role, text in turns]
+    pieces = render_chat_pieces(messages)
+    tokenizer = Tokenizer()
+    assert tokenizer.encode_pieces(pieces) == tokenizer.encode("".join(pieces))
