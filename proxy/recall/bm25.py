@@ -161,29 +161,68 @@ class BM25Index:
     ) -> list[tuple[DocId, float]]:
         """Top ``k`` documents for weighted (already tokenized) query terms, best first.
 
-        Equal scores rank the earlier indexed document first; every id appears at most once.
+        Terms with a weight <= 0 are ignored. Equal scores rank the earlier indexed document first;
+        every id appears at most once. Scores are exactly those of ``score_all``: the pruning below only
+        skips documents that provably cannot reach the top ``k`` or ``min_score``.
         """
         if k <= 0 or not self._slot_of:
             return []
-        scores = self.score_all(term_weights)
+        scores = self._accumulate(term_weights, k, min_score)
         best = heapq.nlargest(k, ((s, -slot) for slot, s in scores.items() if s >= min_score))
         return [(self._id_of[-neg_slot], score) for score, neg_slot in best]
 
     def score_all(self, term_weights: Mapping[str, float]) -> dict[int, float]:
         """Raw BM25 score of every document matching at least one term, by internal slot."""
+        return self._accumulate(term_weights, None, float("-inf"))
+
+    def _accumulate(self, term_weights: Mapping[str, float], k: int | None, min_score: float) -> dict[int, float]:
+        """Term-at-a-time scoring, rarest (highest-impact) terms first, with MaxScore-style pruning.
+
+        A term contributes less than ``factor = weight * idf * (k1 + 1)`` to any document. Once the
+        factors of the terms still to come add up to less than the k-th best partial score (or than
+        ``min_score``), a document not yet seen cannot make the cut, so the remaining terms only update
+        documents already accumulated. Summation order is the same with and without pruning.
+        """
         norm = self._norm if self._norm is not None else self._rebuild_norm()
         n_docs = len(self._slot_of)
         k1_plus_1 = self.k1 + 1.0
-        scores: dict[int, float] = {}
-        get = scores.get
+        plan: list[tuple[float, str, dict[int, int]]] = []
         for term, weight in term_weights.items():
             postings = self._postings.get(term)
-            if not postings or weight == 0:
+            if postings and weight > 0:
+                n = len(postings)
+                plan.append((weight * math.log(1.0 + (n_docs - n + 0.5) / (n + 0.5)) * k1_plus_1, term, postings))
+        plan.sort(key=lambda item: (-item[0], item[1]))
+        remaining = math.fsum(factor for factor, _, _ in plan)
+        postings_to_go = sum(len(postings) for _, _, postings in plan)
+        scores: dict[int, float] = {}
+        get = scores.get
+        pruning = False
+        for factor, _, postings in plan:
+            remaining -= factor
+            postings_to_go -= len(postings)
+            if pruning:
+                if len(scores) < len(postings):
+                    lookup = postings.get
+                    for slot, partial in scores.items():
+                        tf = lookup(slot)
+                        if tf:
+                            scores[slot] = partial + factor * tf / (tf + norm[slot])
+                else:
+                    for slot, tf in postings.items():
+                        partial = get(slot)
+                        if partial is not None:
+                            scores[slot] = partial + factor * tf / (tf + norm[slot])
                 continue
-            n = len(postings)
-            factor = weight * math.log(1.0 + (n_docs - n + 0.5) / (n + 0.5)) * k1_plus_1
             for slot, tf in postings.items():
                 scores[slot] = get(slot, 0.0) + factor * tf / (tf + norm[slot])
+            # Deciding costs a pass over the accumulator: worth it only if it may save longer passes.
+            if k is not None and postings_to_go > len(scores):
+                threshold = min_score
+                if len(scores) >= k:
+                    threshold = max(threshold, heapq.nlargest(k, scores.values())[-1])
+                # small margin: 'remaining' is a float running difference
+                pruning = remaining * (1.0 + 1e-9) + 1e-12 < threshold
         return scores
 
     def _rebuild_norm(self) -> list[float]:

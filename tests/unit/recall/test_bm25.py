@@ -196,3 +196,42 @@ def test_invalid_parameters_and_state_are_rejected() -> None:
     state = BM25Index().to_state()
     with pytest.raises(ValueError):
         BM25Index.from_state({**state, "version": 99})
+
+
+skewed_documents = st.lists(
+    st.lists(
+        st.sampled_from(VOCABULARY[:3] * 8 + VOCABULARY),  # a few very common words, as in real text
+        min_size=1,
+        max_size=40,
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    skewed_documents,
+    st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=8),
+    st.integers(min_value=1, max_value=5),
+    st.sampled_from([float("-inf"), 0.0, 0.2, 1.0, 3.0]),
+)
+def test_pruned_top_k_equals_exhaustive_top_k(
+    docs: list[list[str]], query: list[str], k: int, min_score: float
+) -> None:
+    index = BM25Index()
+    for doc_id, terms in enumerate(docs):
+        index.add_terms(doc_id, terms)
+    weights = dict.fromkeys(query, 1.0)
+    exhaustive = sorted(
+        ((score, -slot) for slot, score in index.score_all(weights).items() if score >= min_score), reverse=True
+    )[:k]
+    expected = [(index._id_of[-neg_slot], score) for score, neg_slot in exhaustive]
+    assert index.search_weighted(weights, k=k, min_score=min_score) == expected
+
+
+def test_non_positive_weights_are_ignored() -> None:
+    index = BM25Index()
+    index.add(1, "alpha beta")
+    index.add(2, "gamma")
+    assert index.search_weighted({"alpha": -1.0, "gamma": 0.0}, min_score=float("-inf")) == []
