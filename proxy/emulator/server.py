@@ -129,7 +129,7 @@ class EmulatorApp:
             script = plan.script
             if plan.stream:
                 events = chat_stream_events(plan, state.tokenizer, self.config.stream_chunk_tokens)
-                await self._stream(send, script, plan.time_to_first_token_s, plan.per_output_token_s, events)
+                await self._stream(receive, send, script, plan.time_to_first_token_s, plan.per_output_token_s, events)
                 return
             wait = script.delay_s + plan.time_to_first_token_s + plan.per_output_token_s * plan.completion_tokens
             if wait > 0:
@@ -146,7 +146,7 @@ class EmulatorApp:
         plan = plan_completion(self.state, body)
         if plan.stream:
             events = completion_stream_events(plan, self.config.stream_chunk_tokens)
-            await self._stream(send, plan.script, plan.time_to_first_token_s, plan.per_output_token_s, events)
+            await self._stream(receive, send, plan.script, plan.time_to_first_token_s, plan.per_output_token_s, events)
             return
         wait = plan.script.delay_s + plan.time_to_first_token_s + plan.per_output_token_s * plan.completion_tokens
         if wait > 0:
@@ -154,32 +154,46 @@ class EmulatorApp:
         await _send_json(send, 200, completion_body(plan))
 
     async def _stream(
-        self, send: Send, script: Script, first_token_s: float, per_token_s: float, events: list[tuple[bytes, int]]
+        self,
+        receive: Receive,
+        send: Send,
+        script: Script,
+        first_token_s: float,
+        per_token_s: float,
+        events: list[tuple[bytes, int]],
     ) -> None:
-        first_wait = script.delay_s + first_token_s
-        if first_wait > 0:
-            await asyncio.sleep(first_wait)
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-        sent = 0
+        """Send ``events`` as a server-sent event stream, applying the latency model and stream faults.
+
+        A client that goes away stops the stream (checked between events when the stream sleeps).
+        """
+        paced = per_token_s > 0 or script.slow_s > 0
+        gone = asyncio.Event()
+        watcher = asyncio.ensure_future(_watch_disconnect(receive, gone)) if paced else None
         try:
+            first_wait = script.delay_s + first_token_s
+            if first_wait > 0:
+                await asyncio.sleep(first_wait)
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+            sent = 0
             for position, (event, token_count) in enumerate(events):
                 if script.cut_after is not None and sent >= script.cut_after:
                     break
                 if script.abort_after is not None and sent >= script.abort_after:
                     raise StreamAborted("stream aborted by an [[abort:K]] marker")
-                if position > 0:
-                    pause = script.slow_s + per_token_s * token_count
-                    if pause > 0:
-                        await asyncio.sleep(pause)
+                if position > 0 and paced:
+                    await asyncio.sleep(script.slow_s + per_token_s * token_count)
+                    if gone.is_set():
+                        return
                 await send({"type": "http.response.body", "body": event, "more_body": True})
                 sent += 1
                 if script.bad_sse and position == 0:
                     await send({"type": "http.response.body", "body": MALFORMED_EVENT, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except StreamAborted:
-            raise
-        except (OSError, RuntimeError) as error:  # the client went away
+        except (OSError, ConnectionError) as error:  # the client went away
             logger.debug("stream ended early: %s", error)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
 
     async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = _decode_body(await _read_body(receive))
@@ -222,6 +236,14 @@ class EmulatorApp:
         await _read_body(receive)
         self.state.reset()
         await _send_json(send, 200, {"status": "reset"})
+
+
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            gone.set()
+            return
 
 
 def _delay_of(body: Any) -> float:
