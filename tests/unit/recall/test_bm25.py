@@ -235,3 +235,18 @@ def test_non_positive_weights_are_ignored() -> None:
     index.add(1, "alpha beta")
     index.add(2, "gamma")
     assert index.search_weighted({"alpha": -1.0, "gamma": 0.0}, min_score=float("-inf")) == []
+
+
+def test_plain_state_survives_a_json_round_trip() -> None:
+    import json
+
+    index = BM25Index()
+    index.add(1, "penguins at the zoo")
+    index.add("page-2", "kites on the beach")
+    index.remove(1)
+    index.add(3, "zoo trip with penguins")
+    restored = BM25Index.from_state(json.loads(json.dumps(index.to_state())))
+    assert restored.doc_ids == ["page-2", 3]
+    assert restored.search("penguin zoo", min_score=0.0) == index.search("penguin zoo", min_score=0.0)
+    restored.remove("page-2")
+    assert restored.search("kite", min_score=0.0) == []
