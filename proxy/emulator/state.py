@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from proxy.emulator.config import EmulatorConfig
@@ -78,6 +78,7 @@ class EmulatorState:
             "running": self.running,
             "vocabulary_size": self.tokenizer.vocabulary_size,
             "uptime_s": time.time() - self.started_at,
+            "config": asdict(self.config),
         }
 
     def prometheus_text(self) -> str:

@@ -240,3 +240,31 @@ def test_health_metrics_and_reset(http: httpx.Client, client: openai.OpenAI) -> 
     stats = http.get("/emulator/stats").json()
     assert stats["requests"] == 0 and stats["cache_tokens"] == 0
     assert http.get("/emulator/requests").json()["data"] == []
+
+
+def test_configuration_reaches_the_subprocess_and_small_caches_evict() -> None:
+    config = EmulatorConfig(
+        model="tiny",
+        cache_capacity_tokens=300,
+        per_uncached_token_s=0.0001,
+        per_cached_token_s=0.00001,
+        per_output_token_s=0.0005,
+        embedding_dim=16,
+        default_answer_tokens=12,
+    )
+    with running_emulator(config) as url:
+        with openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=30) as sdk_client:
+            for index in range(6):
+                stream = sdk_client.chat.completions.create(
+                    model="tiny",
+                    messages=[{"role": "user", "content": f"conversation {index} " + "filler " * 40}],
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+                usage = list(stream)[-1].usage
+                assert usage is not None and usage.completion_tokens == 13
+            assert len(sdk_client.embeddings.create(model="tiny", input="x").data[0].embedding) == 16
+        with httpx.Client(base_url=url.removesuffix("/v1")) as raw_client:
+            stats = raw_client.get("/emulator/stats").json()
+    assert stats["config"]["cache_capacity_tokens"] == 300 and stats["config"]["per_output_token_s"] == 0.0005
+    assert stats["cache_tokens"] <= 300 and stats["evicted_tokens"] > 0
