@@ -82,10 +82,13 @@ def script_source(messages: list[dict[str, Any]]) -> tuple[str, bool]:
     """The text markers are read from, and whether it is made of tool results.
 
     Trailing tool messages (results of the previous tool calls) are the source when the conversation
-    ends with them; otherwise the last user message is.
+    ends with them (system messages after them are skipped); otherwise the last user message is.
     """
+    end = len(messages)
+    while end > 0 and messages[end - 1].get("role") in ("system", "developer"):
+        end -= 1
     tool_texts: list[str] = []
-    for message in reversed(messages):
+    for message in reversed(messages[:end]):
         if message.get("role") in ("tool", "function"):
             tool_texts.append(plain_text(message.get("content")))
         else:

@@ -228,3 +228,23 @@ def test_latency_model_splits_cached_and_uncached_prompt_tokens() -> None:
     assert second.time_to_first_token_s == pytest.approx((second.prompt_tokens - cached) * 0.001 + cached * 0.0001)
     assert second.per_output_token_s == 0.01
     assert plan_chat(new_state(), body).time_to_first_token_s == 0.0
+
+
+def test_markers_come_from_the_last_user_message_or_trailing_tool_results() -> None:
+    state = new_state()
+    messages = [
+        {"role": "user", "content": "old [[say:old]]"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "memory block [[status:500]]"},
+        {"role": "user", "content": "new [[say:new]]"},
+    ]
+    assert plan_chat(state, {"messages": messages}).choices[0].content == "new"
+    after_tools = [
+        {"role": "user", "content": "[[call:lookup]]"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "found"},
+        {"role": "system", "content": "note appended after the results"},
+    ]  # fmt: skip
+    plan = plan_chat(state, {"messages": after_tools, "tools": TOOLS})
+    assert plan.choices[0].tool_calls == [] and plan.choices[0].content == TOOL_RESULT_PREFIX + "found"
