@@ -58,9 +58,11 @@ class _Vocabulary(dict[str, int]):
 
 
 class Tokenizer:
-    def __init__(self, memo_entries: int = 20_000) -> None:
+    def __init__(self, memo_entries: int = 20_000, memo_chars: int = 32_000_000) -> None:
         self._memo: dict[str, list[int]] = {}
         self._memo_entries = memo_entries
+        self._memo_chars_limit = memo_chars
+        self._memo_chars = 0
         self._vocabulary = _Vocabulary()
         for token in SPECIAL_TOKENS:
             self._vocabulary[token]  # noqa: B018 - reserve the first ids for the special tokens
@@ -87,8 +89,11 @@ class Tokenizer:
             piece_ids = memo.get(piece)
             if piece_ids is None:
                 piece_ids = self.encode(piece)
-                if len(memo) >= self._memo_entries:
-                    del memo[next(iter(memo))]
+                self._memo_chars += len(piece)
+                while memo and (len(memo) >= self._memo_entries or self._memo_chars > self._memo_chars_limit):
+                    oldest = next(iter(memo))
+                    self._memo_chars -= len(oldest)
+                    del memo[oldest]
                 memo[piece] = piece_ids
             ids += piece_ids
         return ids

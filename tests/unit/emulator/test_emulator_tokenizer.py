@@ -47,3 +47,12 @@ def test_prompt_ending_with_newline_keeps_its_tokens_when_text_follows(prompt: s
     tokenizer = Tokenizer()
     head = prompt + "<|im_start|>assistant\n"
     assert tokenizer.split(head + answer)[: len(tokenizer.split(head))] == tokenizer.split(head)
+
+
+def test_piece_memo_stays_bounded_and_correct() -> None:
+    tokenizer = Tokenizer(memo_entries=3, memo_chars=40)
+    pieces = [f"<|im_start|>user\npiece number {index}<|im_end|>\n" for index in range(10)]
+    for _ in range(2):
+        assert tokenizer.encode_pieces(pieces) == tokenizer.encode("".join(pieces))
+    assert len(tokenizer._memo) <= 3
+    assert tokenizer._memo_chars == sum(len(piece) for piece in tokenizer._memo)
