@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException
 
+from proxy.api.admin import ADMIN_ROUTES
 from proxy.api.routes import ROUTES
 from proxy.api.services import Services
 from proxy.metrics import Metrics
@@ -53,7 +54,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await services.upstream.close()
 
     app = Litestar(
-        route_handlers=ROUTES,
+        route_handlers=[*ROUTES, *ADMIN_ROUTES],
         lifespan=[lifespan],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         request_max_body_size=settings.max_body_bytes,

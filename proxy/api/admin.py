@@ -1,0 +1,81 @@
+"""Admin endpoints under /memci/ (bearer admin key): what the proxy did with a conversation."""
+
+from __future__ import annotations
+
+import hmac
+
+from litestar import Request, Response, get
+
+from proxy.api.forwarding import error_response, services_of
+from proxy.api.services import Services
+from proxy.engine.state import STATUS_NAMES as STATUS_NAMES_BY_CODE
+from proxy.wire.errors import ProxyError
+
+
+def require_admin(request: Request) -> Services:
+    services = services_of(request)
+    key = services.settings.admin_key
+    if not key:
+        raise ProxyError(403, "the admin API is off: set MEMCI_ADMIN_KEY", "permission_error", "admin_disabled")
+    auth = request.headers.get("authorization", "")
+    given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    if not hmac.compare_digest(given.encode(), key.encode()):
+        raise ProxyError(401, "admin key required (Authorization: Bearer <admin key>)", "authentication_error", "invalid_admin_key")
+    if services.context is None:
+        raise ProxyError(404, "context management is off", "invalid_request_error", "context_off")
+    return services
+
+
+@get("/memci/conversations/{conversation_id:str}/prompt")
+async def last_prompt(request: Request, conversation_id: str) -> Response:
+    """The conversation's last upstream prompt with its block boundaries (B1..B6), and its pages."""
+    try:
+        services = require_admin(request)
+        context = services.context
+        remembered = context.last_prompts.get(conversation_id)
+        snapshot = await services.store.hot.get_snapshot(conversation_id)
+        if remembered is None and snapshot is None:
+            raise ProxyError(404, f"no recent prompt for conversation {conversation_id!r} on this replica",
+                             "invalid_request_error", "not_found")
+        pages = []
+        state = None
+        if snapshot is not None:
+            from proxy.engine import ConversationState
+
+            state = ConversationState.from_bytes(snapshot[0])
+            pages = [
+                {"number": p.label, "first_entry": p.start, "last_entry": p.end - 1, "state": STATUS_NAMES_BY_CODE[p.status],
+                 "tokens": p.tokens, "recall_count": p.recall_count}
+                for p in state.pages
+            ]
+        body = {
+            "conversation_id": conversation_id,
+            "epoch": remembered.epoch if remembered else None,
+            "messages": remembered.messages if remembered else None,
+            "blocks": describe_blocks(remembered, state) if remembered else None,
+            "pages": pages,
+        }
+        return Response(content=body)
+    except ProxyError as exc:
+        return error_response(exc)
+
+
+def describe_blocks(remembered, state) -> list[dict]:
+    """Block spans as message ranges; the leading system message is split into B1, B2a and B4 by characters."""
+    out: list[dict] = []
+    for name, start, end in remembered.blocks:
+        if name != "system":
+            out.append({"name": name, "start": start, "end": end})
+            continue
+        text = remembered.messages[start].get("content") or ""
+        parts = [("B2a", state.profile if state else ""), ("B4", state.summary if state else ""),
+                 ("B4", state.contents_text if state else "")]
+        found = sorted((text.find(part), name, len(part)) for name, part in parts if part and part in text)
+        b1_end = found[0][0] if found else len(text)
+        out.append({"name": "B1", "start": start, "end": end, "chars": [0, b1_end]})
+        for pos, name, length in found:
+            out.append({"name": name, "start": start, "end": end, "chars": [pos, pos + length]})
+    return out
+
+
+ADMIN_ROUTES = [last_prompt]
