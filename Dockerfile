@@ -4,12 +4,6 @@
 # Without DATABASE_URL / REDIS_URL the proxy runs its embedded PostgreSQL and in-process hot state under
 # MEMCI_HOME (/data, a volume). compose.yaml wires PostgreSQL, Redis, SGLang, Prometheus and Grafana.
 
-FROM python:3.11-slim AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-WORKDIR /src
-COPY . .
-RUN pip wheel --wheel-dir /wheels .
-
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -19,13 +13,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN useradd --system --uid 10001 --user-group --home-dir /data --no-create-home memci \
  && mkdir -p /data \
  && chown memci:memci /data
-COPY --from=build /wheels /wheels
-RUN pip install /wheels/*.whl && rm -rf /wheels
-# Alembic environment and the default config, read from the working directory.
 WORKDIR /app
-COPY --chown=memci:memci migrations ./migrations
-COPY --chown=memci:memci config ./config
-COPY --chown=memci:memci pyproject.toml ./
+COPY . .
+# Installed in place (-e): `memci-proxy migrate` finds the Alembic environment (alembic.ini, migrations/)
+# and config/default.toml next to the package, as in a checkout.
+RUN pip install -e . \
+ && python -c "import proxy.cli, proxy.settings"
 USER memci
 VOLUME ["/data"]
 EXPOSE 8080

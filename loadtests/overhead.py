@@ -300,7 +300,7 @@ def start_servers(plan: Plan, python: str, upstream: str, workdir: Path) -> dict
             litellm_config(workdir / "litellm.yaml", upstream)
             cmd = [str(LITELLM_BIN), "--config", str(workdir / "litellm.yaml"), "--host", "127.0.0.1",
                    "--port", str(port), "--num_workers", "1"]
-            env = {"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "DISABLE_SCHEMA_UPDATE": "true"}
+            env = {"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
             wanted.append(("LiteLLM proxy", cmd, f"http://127.0.0.1:{port}", env))
     started: dict[str, tuple[Server, str]] = {}
     for target, cmd, root, env in wanted:
