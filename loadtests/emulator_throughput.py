@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import aiohttp
 
@@ -49,6 +51,39 @@ async def drive(base_url: str, concurrency: int, seconds: float) -> tuple[int, i
     return done, failed, elapsed
 
 
+def server_cpu_seconds(port: int) -> float | None:
+    """CPU seconds used so far by the emulator processes listening on ``port`` (Linux /proc), else None."""
+    ticks = 0
+    found = False
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            arguments = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"proxy.emulator" not in arguments or str(port).encode() not in arguments:
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime + stime
+        found = True
+    return ticks / os.sysconf("SC_CLK_TCK") if found else None
+
+
+def measure(base_url: str, concurrency: int, seconds: float) -> str:
+    port = urlparse(base_url).port or 80
+    cpu_before = server_cpu_seconds(port)
+    done, failed, elapsed = asyncio.run(drive(base_url, concurrency, seconds))
+    cpu_after = server_cpu_seconds(port)
+    line = (
+        f"emulator: {done / elapsed:.0f} requests/s ({done} ok, {failed} failed, {elapsed:.1f} s, "
+        f"concurrency {concurrency})"
+    )
+    if cpu_before is not None and cpu_after is not None and cpu_after > cpu_before:
+        line += f"; server CPU {cpu_after - cpu_before:.2f} s -> {done / (cpu_after - cpu_before):.0f} requests per CPU-second"
+    return line
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=32)
@@ -56,13 +91,11 @@ def main() -> None:
     parser.add_argument("--url", default="", help="base URL of a running emulator (default: start one)")
     args = parser.parse_args()
     if args.url:
-        done, failed, elapsed = asyncio.run(drive(args.url.rstrip("/"), args.concurrency, args.seconds))
+        print(measure(args.url.rstrip("/"), args.concurrency, args.seconds))
     else:
         with running_emulator() as base_url:
             asyncio.run(drive(base_url, args.concurrency, 0.5))  # warm-up
-            done, failed, elapsed = asyncio.run(drive(base_url, args.concurrency, args.seconds))
-    print(f"emulator: {done / elapsed:.0f} requests/s ({done} ok, {failed} failed, {elapsed:.1f} s, "
-          f"concurrency {args.concurrency})")
+            print(measure(base_url, args.concurrency, args.seconds))
 
 
 if __name__ == "__main__":

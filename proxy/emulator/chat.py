@@ -20,8 +20,10 @@ from proxy.emulator.errors import ErrorReply, bad_request
 from proxy.emulator.markers import Script, parse_markers, plain_text
 from proxy.emulator.state import EmulatorState
 from proxy.emulator.template import TemplateError, render_chat_pieces, render_output
+from proxy.emulator.tokenizer import SPECIAL_TOKENS
 
 SYSTEM_FINGERPRINT = "fp_memci_emulator"
+END_OF_TURN_ID = SPECIAL_TOKENS.index("<|im_end|>")  # special tokens hold the first ids of every vocabulary
 _ID_PREFIX = os.urandom(6).hex()
 _id_counter = itertools.count(1)
 
@@ -169,10 +171,13 @@ def plan_chat(state: EmulatorState, body: Any) -> ChatPlan:
     for index in range(n):
         choice = _plan_choice(state, index, script, calls, from_tools, source_text, seed_base, token_limit)
         plan.choices.append(choice)
-        output_text = render_output(
-            choice.content, [call.as_openai() for call in choice.tool_calls] or None, choice.finish_reason != "length"
-        )
-        output_ids = tokenizer.encode(output_text)
+        if choice.tool_calls:
+            output_text = render_output(None, [call.as_openai() for call in choice.tool_calls], True)
+            output_ids = tokenizer.encode(output_text)
+        else:  # a text answer renders as itself followed by <|im_end|> (see template.render_output)
+            output_ids = tokenizer.ids_of(choice.content_tokens)
+            if choice.finish_reason != "length":
+                output_ids.append(END_OF_TURN_ID)
         choice.completion_tokens = len(output_ids)
         state.cache.insert(prompt_ids + output_ids)
 

@@ -248,3 +248,16 @@ def test_markers_come_from_the_last_user_message_or_trailing_tool_results() -> N
     ]  # fmt: skip
     plan = plan_chat(state, {"messages": after_tools, "tools": TOOLS})
     assert plan.choices[0].tool_calls == [] and plan.choices[0].content == TOOL_RESULT_PREFIX + "found"
+
+
+@pytest.mark.parametrize("content", ["plain [[len:30]]", "[[say:Spaces  and\nnew lines, 中文 too.]]", "[[len:30]]"])
+@pytest.mark.parametrize("max_tokens", [None, 7])
+def test_inserted_output_equals_the_rendered_answer_tokens(content: str, max_tokens: int | None) -> None:
+    from proxy.emulator.template import render_output
+
+    state = new_state()
+    plan = plan_chat(state, {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens})
+    choice = plan.choices[0]
+    expected = state.tokenizer.encode(render_output(choice.content, None, choice.finish_reason == "stop"))
+    assert choice.completion_tokens == len(expected)
+    assert state.tokenizer.split(choice.content or "") == choice.content_tokens
