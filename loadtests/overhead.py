@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import socket
 import subprocess
 import sys
@@ -270,6 +271,7 @@ class Plan:
     streams: list[bool]
     duration: float
     warmup: float
+    rounds: int
     wrk_clients: list[int]
     targets: set[str]
     cells: list[Cell] = field(default_factory=list)
@@ -320,6 +322,35 @@ def start_servers(plan: Plan, python: str, upstream: str, workdir: Path) -> dict
 def measure(plan: Plan, bases: dict[str, str], workdir: Path) -> None:
     """Cell by cell, the emulator alone first, then each target right after it: the comparison is made
     within seconds, so drifting background load on the machine weighs on both sides alike."""
+    for round_no in range(plan.rounds):
+        if plan.rounds > 1:
+            print(f"round {round_no + 1}/{plan.rounds}", file=sys.stderr)
+        measure_round(plan, bases, workdir)
+    plan.cells = merge_rounds(plan.cells)
+
+
+def merge_rounds(cells: list[Cell]) -> list[Cell]:
+    """One cell per (target, stream, clients, client): medians over the rounds, counts summed."""
+    groups: dict[tuple[str, bool, int, str], list[Cell]] = {}
+    for c in cells:
+        groups.setdefault((c.target, c.stream, c.clients, c.tool), []).append(c)
+    merged = []
+    for group in groups.values():
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        cell = Cell(group[0].target, group[0].stream, group[0].clients, group[0].tool,
+                    requests=sum(c.requests for c in group), errors=sum(c.errors for c in group),
+                    seconds=sum(c.seconds for c in group), rps=statistics.median(c.rps for c in group),
+                    note="; ".join(sorted({c.note for c in group if c.note})))
+        for attr in ("p50_ms", "p99_ms", "ttfb_p50_ms", "ttfb_p99_ms"):
+            values = [getattr(c, attr) for c in group if getattr(c, attr) is not None]
+            setattr(cell, attr, statistics.median(values) if values else None)
+        merged.append(cell)
+    return merged
+
+
+def measure_round(plan: Plan, bases: dict[str, str], workdir: Path) -> None:
     for stream in plan.streams:
         for clients in plan.clients:
             for target, base in bases.items():
@@ -437,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="CI smoke: 1 s cells, 1 and 8 clients, no wrk")
     parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per cell (default 5)")
     parser.add_argument("--warmup", type=float, default=0.5, help="seconds discarded at the start of each cell")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat the whole interleaved sequence; figures are medians over rounds (default 1)")
     parser.add_argument("--clients", default="1,32,256", help="concurrency levels (default 1,32,256)")
     parser.add_argument("--wrk-clients", default="32,256", help="wrk connection counts ('' to skip wrk)")
     parser.add_argument("--targets", default="passthrough,managed,litellm",
@@ -450,18 +483,19 @@ def main(argv: list[str] | None = None) -> int:
     streams = [False, True] if args.only_streaming is None else [args.only_streaming == "yes"]
     plan = Plan(
         clients=[int(c) for c in args.clients.split(",") if c], streams=streams,
-        duration=args.duration, warmup=args.warmup,
+        duration=args.duration, warmup=args.warmup, rounds=max(1, args.rounds),
         wrk_clients=[int(c) for c in args.wrk_clients.split(",") if c],
         targets={t.strip() for t in args.targets.split(",") if t.strip()},
     )
     if args.quick:
-        plan.clients, plan.duration, plan.warmup, plan.wrk_clients = [1, 8], 1.0, 0.2, []
+        plan.clients, plan.duration, plan.warmup, plan.wrk_clients, plan.rounds = [1, 8], 1.0, 0.2, [], 1
     if plan.wrk_clients and not shutil.which("wrk"):
         plan.skipped.append("wrk rows: wrk not installed (apt-get install -y wrk)")
 
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     run(plan, args.python)
-    print(f"## Proxy overhead, {started}, {os.cpu_count()} CPUs, {plan.duration:g} s per cell\n")
+    print(f"## Proxy overhead, {started}, {os.cpu_count()} CPUs, {plan.duration:g} s per cell"
+          f"{f', medians of {plan.rounds} rounds' if plan.rounds > 1 else ''}\n")
     print(markdown(plan.cells))
     print("\nTargets:")
     print("\n".join(target_checks(plan.cells)) or "- no comparable cells")
@@ -470,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     for note in plan.notes:
         print(f"\nNote: {note}")
     if args.json:
-        args.json.write_text(json.dumps({"started": started, "cpus": os.cpu_count(), "duration_s": plan.duration,
+        args.json.write_text(json.dumps({"started": started, "cpus": os.cpu_count(), "duration_s": plan.duration, "rounds": plan.rounds,
                                          "argv": sys.argv, "cells": [asdict(c) for c in plan.cells],
                                          "skipped": plan.skipped, "notes": plan.notes}, indent=2))
     failed = [c for c in plan.cells if c.requests == 0 and c.target.startswith(("emulator", "proxy"))]
