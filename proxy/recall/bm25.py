@@ -10,6 +10,9 @@ Scoring, for a query with unique terms ``t`` (weight ``w_t``, 1 for plain text q
 pages lowers no score. Scores are raw, not normalised: seed 001's threshold (``min_score=0.2``)
 applies to them directly. Defaults follow seed 001: ``k1=1.2``, ``b=0.75``.
 
+Search is term-at-a-time over postings, rarest terms first, with MaxScore-style pruning (exact top k);
+``max_terms`` optionally caps a long query to its rarest terms (approximate, bounded cost).
+
 Documents are identified by any hashable ``doc_id`` that msgspec can encode (``int`` or ``str``); adding an
 id that is present replaces its document. ``to_bytes``/``from_bytes`` (msgpack) let a caller cache an
 index per conversation.
@@ -152,30 +155,48 @@ class BM25Index:
         self._norm = None
 
     # -- search ---------------------------------------------------------------------------------
-    def search(self, query: str, k: int = 10, min_score: float = DEFAULT_MIN_SCORE) -> list[tuple[DocId, float]]:
-        """Top ``k`` documents for a free-text query, best first, raw score >= ``min_score``."""
-        return self.search_weighted(dict.fromkeys(self._tokenize(query), 1.0), k=k, min_score=min_score)
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        min_score: float = DEFAULT_MIN_SCORE,
+        max_terms: int | None = None,
+    ) -> list[tuple[DocId, float]]:
+        """Top ``k`` documents for a free-text query, best first, raw score >= ``min_score``.
+
+        ``max_terms`` keeps only that many query terms, those of highest idf (the rarest), which bounds
+        the cost of long queries; None scores every term.
+        """
+        weights = dict.fromkeys(self._tokenize(query), 1.0)
+        return self.search_weighted(weights, k=k, min_score=min_score, max_terms=max_terms)
 
     def search_weighted(
-        self, term_weights: Mapping[str, float], k: int = 10, min_score: float = DEFAULT_MIN_SCORE
+        self,
+        term_weights: Mapping[str, float],
+        k: int = 10,
+        min_score: float = DEFAULT_MIN_SCORE,
+        max_terms: int | None = None,
     ) -> list[tuple[DocId, float]]:
         """Top ``k`` documents for weighted (already tokenized) query terms, best first.
 
-        Terms with a weight <= 0 are ignored. Equal scores rank the earlier indexed document first;
-        every id appears at most once. Scores are exactly those of ``score_all``: the pruning below only
-        skips documents that provably cannot reach the top ``k`` or ``min_score``.
+        Terms with a weight <= 0 are ignored; ``max_terms`` keeps the terms of largest weight * idf.
+        Equal scores rank the earlier indexed document first; every id appears at most once. Scores are
+        exactly those of ``score_all`` over the kept terms: the pruning below only skips documents that
+        provably cannot reach the top ``k`` or ``min_score``.
         """
         if k <= 0 or not self._slot_of:
             return []
-        scores = self._accumulate(term_weights, k, min_score)
+        scores = self._accumulate(term_weights, k, min_score, max_terms)
         best = heapq.nlargest(k, ((s, -slot) for slot, s in scores.items() if s >= min_score))
         return [(self._id_of[-neg_slot], score) for score, neg_slot in best]
 
     def score_all(self, term_weights: Mapping[str, float]) -> dict[int, float]:
         """Raw BM25 score of every document matching at least one term, by internal slot."""
-        return self._accumulate(term_weights, None, float("-inf"))
+        return self._accumulate(term_weights, None, float("-inf"), None)
 
-    def _accumulate(self, term_weights: Mapping[str, float], k: int | None, min_score: float) -> dict[int, float]:
+    def _accumulate(
+        self, term_weights: Mapping[str, float], k: int | None, min_score: float, max_terms: int | None
+    ) -> dict[int, float]:
         """Term-at-a-time scoring, rarest (highest-impact) terms first, with MaxScore-style pruning.
 
         A term contributes less than ``factor = weight * idf * (k1 + 1)`` to any document. Once the
@@ -193,6 +214,8 @@ class BM25Index:
                 n = len(postings)
                 plan.append((weight * math.log(1.0 + (n_docs - n + 0.5) / (n + 0.5)) * k1_plus_1, term, postings))
         plan.sort(key=lambda item: (-item[0], item[1]))
+        if max_terms is not None:
+            del plan[max(max_terms, 0) :]
         remaining = math.fsum(factor for factor, _, _ in plan)
         postings_to_go = sum(len(postings) for _, _, postings in plan)
         scores: dict[int, float] = {}

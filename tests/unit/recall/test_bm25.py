@@ -250,3 +250,15 @@ def test_plain_state_survives_a_json_round_trip() -> None:
     assert restored.search("penguin zoo", min_score=0.0) == index.search("penguin zoo", min_score=0.0)
     restored.remove("page-2")
     assert restored.search("kite", min_score=0.0) == []
+
+
+@settings(max_examples=80, deadline=None)
+@given(skewed_documents, st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=10), st.integers(0, 6))
+def test_max_terms_keeps_the_rarest_terms(docs: list[list[str]], query: list[str], max_terms: int) -> None:
+    index = BM25Index()
+    for doc_id, terms in enumerate(docs):
+        index.add_terms(doc_id, terms)
+    present = [t for t in dict.fromkeys(query) if index.document_frequency(t)]
+    kept = sorted(present, key=lambda t: (-index.idf(t), t))[:max_terms]
+    expected = index.search_weighted(dict.fromkeys(kept, 1.0), k=5, min_score=0.0)
+    assert index.search(" ".join(query), k=5, min_score=0.0, max_terms=max_terms) == expected
