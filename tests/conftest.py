@@ -12,6 +12,7 @@ Fixtures:
   migrated_template  (session) name of a database migrated to head, template of the fresh ones
   migrated_db_url    (function) asyncpg SQLAlchemy URL of a fresh database migrated to head
   empty_db_url       (function) asyncpg SQLAlchemy URL of a fresh empty database
+  pg_home            (function) a fresh directory outside pytest's tmp tree, for an embedded server
   redis_server_url   (session) URL of the Redis server
   redis_url          (function) the same, database flushed before the test
 """
@@ -22,6 +23,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -65,12 +67,27 @@ class PostgresServer:
         self._execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pgserver asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR it falls back to /tmp (fine).
+    config.addinivalue_line("filterwarnings", "ignore:XDG_RUNTIME_DIR is not set:UserWarning")
+
+
+@pytest.fixture
+def pg_home() -> Iterator[Path]:
+    """A fresh directory an embedded PostgreSQL may live in (removed afterwards)."""
+    base = Path(tempfile.mkdtemp(prefix="memci-test-home-"))
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def _unique_name(prefix: str) -> str:
     return f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+def postgres_server() -> Iterator[PostgresServer]:
     from proxy.store.sql.urls import to_libpq_url
 
     external = os.environ.get("DATABASE_URL")
@@ -79,11 +96,20 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
         return
     from proxy.store.sql.embedded import start_embedded_postgres
 
-    embedded = start_embedded_postgres(tmp_path_factory.mktemp("pg") / "data", cleanup_mode="delete")
+    # Not under pytest's tmp_path: pytest makes that tree private to root (and removes old runs),
+    # while the server runs as the unprivileged user pgserver.
+    base = Path(tempfile.mkdtemp(prefix="memci-test-pg-"))
+    embedded = start_embedded_postgres(base / "data", cleanup_mode="delete")
     try:
-        yield PostgresServer(admin_url=embedded.url_of("postgres", "libpq"), embedded=embedded)
+        server = PostgresServer(admin_url=embedded.url_of("postgres", "libpq"), embedded=embedded)
+        # A throw-away server: durability off makes CREATE/DROP DATABASE per test several times faster.
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            server._execute(f"ALTER SYSTEM SET {setting} = off")
+        server._execute("SELECT pg_reload_conf()")
+        yield server
     finally:
         embedded.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -77,3 +77,22 @@ def test_session_key_is_unique_per_tenant_only_when_set(migrated_db_url: str) ->
         )
         with pytest.raises(psycopg.errors.UniqueViolation):
             conn.execute("INSERT INTO conversations (id, tenant, session_key) VALUES ('e', 't1', 'k')")
+
+
+def test_alembic_command_line_takes_database_url(empty_db_url: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from proxy.store.sql.migrate import REPO_ROOT
+
+    result = subprocess.run(
+        [sys.executable, "-m", "alembic", "upgrade", "head"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "DATABASE_URL": empty_db_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert current_revision(empty_db_url) == head_revision()

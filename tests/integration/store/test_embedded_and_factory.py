@@ -1,0 +1,67 @@
+"""The embedded PostgreSQL and open_store's choice of adapters."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from proxy.settings import load_settings
+from proxy.store.factory import open_store
+from proxy.store.hot.memory import InProcessHotState
+from proxy.store.hot.redis import RedisHotState
+from proxy.store.sql.migrate import current_revision, head_revision
+from proxy.store.sql.repository import SqlConversationRepository
+
+
+@pytest.fixture
+def home(pg_home: Path) -> Path:
+    return pg_home
+
+
+async def test_open_store_without_urls_starts_embedded_postgres_and_in_process_state(home: Path) -> None:
+    settings = load_settings(env={}, overrides={"home": str(home), "database_url": "", "redis_url": ""})
+    store = await open_store(settings)
+    try:
+        assert (store.kind_db, store.kind_hot) == ("embedded", "in-process")
+        assert isinstance(store.repo, SqlConversationRepository)
+        assert isinstance(store.hot, InProcessHotState)
+        assert store.embedded is not None and store.embedded.data_dir == (home / "pg").resolve()
+        assert store.database_url.startswith("postgresql+asyncpg://")
+        assert current_revision(store.database_url) == head_revision()
+        assert await store.repo.ping()
+
+        # Starting again on the same directory joins the running server.
+        from proxy.store.sql.embedded import start_embedded_postgres
+
+        again = start_embedded_postgres(home / "pg")
+        assert again.server_uri == store.embedded.server_uri
+        with psycopg.connect(again.libpq_url) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("memci",)
+    finally:
+        await store.close()
+
+
+async def test_open_store_with_urls_uses_them(migrated_db_url: str, redis_url: str, home: Path) -> None:
+    settings = load_settings(
+        env={}, overrides={"home": str(home), "database_url": migrated_db_url, "redis_url": redis_url}
+    )
+    store = await open_store(settings)
+    try:
+        assert (store.kind_db, store.kind_hot) == ("external", "redis")
+        assert store.embedded is None
+        assert isinstance(store.hot, RedisHotState)
+        assert await store.repo.ping() and await store.hot.ping()
+        assert not (home / "pg").exists()
+    finally:
+        await store.close()
+
+
+@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="embedded server only")
+def test_postgres_fixture_has_pgvector(migrated_db_url: str) -> None:
+    from proxy.store.sql.urls import to_libpq_url
+
+    with psycopg.connect(to_libpq_url(migrated_db_url)) as conn:
+        assert conn.execute("SELECT '[1,2,3]'::vector <-> '[1,2,4]'::vector").fetchone() == (1.0,)
