@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from proxy.settings import Settings
 from proxy.store.hot.memory import InProcessHotState
 from proxy.store.hot.redis import RedisHotState
+from proxy.store.hot.resilient import ResilientHotState
 from proxy.store.ports import ConversationRepository, HotState
 from proxy.store.sql.embedded import EmbeddedPostgres, start_embedded_postgres
 from proxy.store.sql.migrate import run_migrations
@@ -42,7 +43,8 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
     """Start what is missing and connect.
 
     No DATABASE_URL: an embedded PostgreSQL under ``settings.home_path / "pg"``. No REDIS_URL:
-    in-process hot state (one replica only). ``migrate``: bring the schema to the newest revision
+    in-process hot state (one replica only). Redis is used through ResilientHotState, which falls
+    back to in-process state while Redis is unreachable. ``migrate``: bring the schema to the newest revision
     first (safe with several replicas starting at once: migrations take an advisory lock).
     """
     embedded: EmbeddedPostgres | None = None
@@ -63,8 +65,14 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
 
     hot: HotState
     if settings.redis_url:
-        hot, kind_hot = RedisHotState(settings.redis_url), "redis"
-        logger.info("hot state and session locks: Redis %s", settings.redis_url.split("@")[-1])
+        hot, kind_hot = ResilientHotState(RedisHotState(settings.redis_url)), "redis"
+        reachable = await hot.ping()
+        logger.log(
+            logging.INFO if reachable else logging.WARNING,
+            "hot state and session locks: Redis %s%s",
+            settings.redis_url.split("@")[-1],
+            "" if reachable else " (unreachable now: in-process until it answers)",
+        )
     else:
         hot, kind_hot = InProcessHotState(), "in-process"
         logger.warning("hot state and session locks: in-process (no REDIS_URL) - run one replica only")

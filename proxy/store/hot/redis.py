@@ -13,6 +13,8 @@ import asyncio
 from contextlib import AbstractAsyncContextManager
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from proxy.store.hot.locking import hold_lease
@@ -66,9 +68,22 @@ class RedisHotState:
 
     kind = "redis"
 
-    def __init__(self, url: str, client: aioredis.Redis | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        client: aioredis.Redis | None = None,
+        connect_timeout_s: float = 1.0,
+        timeout_s: float = 2.0,
+    ) -> None:
         self.url = url
-        self.client: aioredis.Redis = client or aioredis.Redis.from_url(url, socket_connect_timeout=5.0)
+        # Short timeouts and one quick retry: the hot path must not hang on a sick Redis
+        # (ResilientHotState then falls back to in-process state).
+        self.client: aioredis.Redis = client or aioredis.Redis.from_url(
+            url,
+            socket_connect_timeout=connect_timeout_s,
+            socket_timeout=timeout_s,
+            retry=Retry(ExponentialBackoff(cap=0.05, base=0.005), 1),
+        )
         self._put_snapshot = self.client.register_script(_PUT_SNAPSHOT)
         self._release = self.client.register_script(_RELEASE)
         self._renew = self.client.register_script(_RENEW)

@@ -11,7 +11,7 @@ import pytest
 from proxy.settings import load_settings
 from proxy.store.factory import open_store
 from proxy.store.hot.memory import InProcessHotState
-from proxy.store.hot.redis import RedisHotState
+from proxy.store.hot.resilient import ResilientHotState
 from proxy.store.sql.migrate import current_revision, head_revision
 from proxy.store.sql.repository import SqlConversationRepository
 
@@ -52,7 +52,7 @@ async def test_open_store_with_urls_uses_them(migrated_db_url: str, redis_url: s
     try:
         assert (store.kind_db, store.kind_hot) == ("external", "redis")
         assert store.embedded is None
-        assert isinstance(store.hot, RedisHotState)
+        assert isinstance(store.hot, ResilientHotState)
         assert await store.repo.ping() and await store.hot.ping()
         assert not (home / "pg").exists()
     finally:

@@ -1,0 +1,109 @@
+"""ResilientHotState: Redis when it answers, in-process state and locks while it does not."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from proxy.store.hot.redis import RedisHotState
+from proxy.store.hot.resilient import ResilientHotState
+from proxy.store.ports import HotState, LockTimeout
+
+CID = "conversation-1"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def test_redis_down_falls_back_to_in_process_state() -> None:
+    hot = ResilientHotState(RedisHotState(f"redis://127.0.0.1:{closed_port()}/0", connect_timeout_s=0.2))
+    try:
+        assert isinstance(hot, HotState)
+        assert not await hot.ping()
+        await hot.put_snapshot(CID, b"s", 1, ttl_s=60)
+        assert hot.degraded and hot.outages == 1
+        assert await hot.get_snapshot(CID) == (b"s", 1)
+        await hot.put_fingerprints("t", [("h", CID, 1)], ttl_s=60)
+        assert await hot.get_fingerprint("t", "h") == (CID, 1)
+        async with hot.lock(CID, timeout_s=1, lease_s=5):
+            with pytest.raises(LockTimeout):
+                async with hot.lock(CID, timeout_s=0.05):
+                    pass
+        await hot.delete_conversation(CID)
+        assert await hot.get_snapshot(CID) is None
+    finally:
+        await hot.close()
+
+
+async def test_two_replicas_exclude_each_other_through_redis(redis_url: str) -> None:
+    replica_a = ResilientHotState(RedisHotState(redis_url))
+    replica_b = ResilientHotState(RedisHotState(redis_url))
+    try:
+        async with replica_a.lock(CID, timeout_s=1, lease_s=5):
+            with pytest.raises(LockTimeout):
+                async with replica_b.lock(CID, timeout_s=0.1, lease_s=5):
+                    pass
+        async with replica_b.lock(CID, timeout_s=1, lease_s=5):
+            pass
+        await replica_a.put_snapshot(CID, b"shared", 2, ttl_s=60)
+        assert await replica_b.get_snapshot(CID) == (b"shared", 2)
+        assert not replica_a.degraded and not replica_b.degraded
+    finally:
+        await replica_a.close()
+        await replica_b.close()
+
+
+async def test_an_outage_is_retried_after_a_while_and_recovers(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    primary = RedisHotState(redis_url)
+    hot = ResilientHotState(primary, retry_after_s=5.0, clock=clock)
+    calls = 0
+
+    async def failing_get_snapshot(conversation_id: str) -> None:
+        nonlocal calls
+        calls += 1
+        raise RedisConnectionError("connection refused")
+
+    try:
+        await primary.put_snapshot(CID, b"in-redis", 1, ttl_s=60)
+        with monkeypatch.context() as patch:
+            patch.setattr(primary, "get_snapshot", failing_get_snapshot)
+            assert await hot.get_snapshot(CID) is None  # a miss: the caller rebuilds from PostgreSQL
+            assert await hot.get_snapshot(CID) is None
+            assert calls == 1  # Redis not asked again within retry_after_s
+            assert hot.degraded
+        clock.now += 5.0
+        assert await hot.get_snapshot(CID) == (b"in-redis", 1)
+        assert not hot.degraded
+    finally:
+        await hot.close()
+
+
+async def test_lock_stays_exclusive_within_a_replica_while_redis_goes_down(redis_url: str) -> None:
+    clock = FakeClock()
+    hot = ResilientHotState(RedisHotState(redis_url), clock=clock)
+    try:
+        async with hot.lock(CID, timeout_s=1, lease_s=5):  # held on Redis and in-process
+            hot._mark_down(RedisConnectionError("gone"))  # Redis disappears meanwhile
+            with pytest.raises(LockTimeout):
+                async with hot.lock(CID, timeout_s=0.05):
+                    pass
+        await asyncio.sleep(0)
+    finally:
+        await hot.close()
