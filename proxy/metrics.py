@@ -65,6 +65,18 @@ class Metrics:
             "memci_conversations", "Conversations seen, by how they were identified.", ["how"], registry=r
         )
         self.recall_calls = Counter("memci_recall_calls", "Recall tool calls answered by the proxy, by kind.", ["kind"], registry=r)
+        self.recall_rounds = Histogram(
+            "memci_recall_rounds", "Recall rounds resolved per managed request.", buckets=(0, 1, 2, 3, 4, 6, 8, 16),
+            registry=r,
+        )
+        self.recall_pages = Counter("memci_recall_pages", "Archived pages returned in full by recall.", registry=r)
+        self.recall_search_seconds = Histogram(
+            "memci_recall_search_seconds", "Time to search a conversation's archived pages.",
+            buckets=_OVERHEAD_BUCKETS, registry=r,
+        )
+        self.recall_fallbacks = Counter(
+            "memci_recall_fallbacks", "Recall searches that fell back to lexical only, by reason.", ["reason"], registry=r
+        )
 
     def observe_usage(self, usage: object) -> None:
         if not isinstance(usage, dict):

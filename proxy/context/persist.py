@@ -19,14 +19,15 @@ class TurnRows:
 
 
 def turn_rows(
-    tenant: str, conversation_id: str, plan: Plan, state: ConversationState, chains: list[str], known_prefix: int
+    tenant: str, conversation_id: str, plan: Plan, state: ConversationState, chains: list[str], known_prefix: int,
+    also_pages: list[str] | tuple[str, ...] = (),
 ) -> TurnRows:
     entries = [
         EntryRow(seq=index, hash=digest, role=str(message.get("role", "")), message=message, tokens=tokens)
         for index, message, digest, tokens in plan.new_entries
     ]
     first_new = min((e.seq for e in entries), default=len(state.hashes))
-    changed = {str(label) for label in plan.archived} | {str(label) for label, _ in plan.evicted}
+    changed = {str(label) for label in plan.archived} | {str(label) for label, _ in plan.evicted} | set(also_pages)
     pages = [
         PageRow(
             number=p.label, first_seq=p.start, last_seq=p.end - 1, state=STATUS_NAMES[p.status], tokens=p.tokens,

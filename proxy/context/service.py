@@ -31,17 +31,21 @@ from proxy.context.identity import (
 )
 from proxy.context.persist import turn_rows
 from proxy.context.window import ContextWindow
+from proxy.context.recall_path import RecallPath
 from proxy.engine import (
     ConversationState,
     EngineConfig,
     EstimateCounter,
     Plan,
     TurnInput,
+    add_hidden,
     chain_hashes,
     entry_hashes,
     observe_usage,
     plan,
+    record_recall,
 )
+from proxy.recall.rounds import LoopRecord
 from proxy.store.ports import LockTimeout
 from proxy.wire.errors import ProxyError
 
@@ -62,6 +66,9 @@ class Turn:
     chains: list[str]
     known_prefix: int
     parent_id: str | None = None
+    last_index: int = -1  # index of the request's last non-system message (hidden messages go after it)
+    messages: list[dict[str, Any]] = field(default_factory=list)  # the request's non-system messages
+    record: LoopRecord | None = None  # what the recall rounds did
     usage: dict[str, Any] | None = None
     durable_saved: bool = False
     version: int = 0
@@ -84,6 +91,7 @@ class ContextService:
         self.metrics = services.metrics
         self.counter = EstimateCounter()
         self.window = ContextWindow(services.settings, services.upstream)
+        self.recall = RecallPath(services, self.counter) if services.settings.recall_enabled else None
         self.last_prompts: OrderedDict[str, LastPrompt] = OrderedDict()
 
     async def close(self) -> None:
@@ -133,8 +141,25 @@ class ContextService:
             await release()
             return await self._unchanged(request, body, started, stream)
 
-        upstream_body = _encode({**data, "messages": turn.plan.messages})
         extra_headers = self._response_headers(turn)
+        if self.recall is not None:
+            turn.record = LoopRecord()
+            try:
+                response = await self.recall.run(request, data, turn, stream, started, extra_headers)
+            except BaseException:
+                await self._finish(turn)
+                await release()
+                raise
+            if isinstance(response, Stream):
+                response.iterator = self._finish_after(response.iterator, turn, release)
+                return response
+            try:
+                await self._finish(turn)
+            finally:
+                await release()
+            return response
+
+        upstream_body = _encode({**data, "messages": turn.plan.messages})
 
         def on_usage(usage: dict[str, Any]) -> None:
             turn.usage = usage
@@ -239,7 +264,7 @@ class ContextService:
         turn = Turn(
             tenant=tenant, conversation_id=conversation_id, how=how, state=result.state, plan=result,
             chains=chain_hashes(hashes) if how != "session_key" else [], known_prefix=max(known, 0),
-            parent_id=parent_id, version=version,
+            parent_id=parent_id, version=version, last_index=len(messages) - 1, messages=messages,
         )
         self._count_plan(result)
         if result.archived:
@@ -254,13 +279,16 @@ class ContextService:
         self._remember_prompt(conversation_id, result)
         return turn
 
-    async def _save(self, turn: Turn, state: ConversationState) -> None:
-        rows = turn_rows(turn.tenant, turn.conversation_id, turn.plan, state, turn.chains, turn.known_prefix)
+    async def _save(self, turn: Turn, state: ConversationState, hidden: list[dict[str, Any]] = (),
+                    recalled: list[str] = ()) -> None:
+        rows = turn_rows(turn.tenant, turn.conversation_id, turn.plan, state, turn.chains, turn.known_prefix,
+                         also_pages=recalled)
         turn.version += 1
         snapshot = state.to_bytes()
         await self.store.repo.save_turn(
             turn.tenant, turn.conversation_id, rows.entries, rows.pages, rows.fingerprints, snapshot, turn.version,
             rows.events, contents=rows.contents,
+            hidden=[(turn.last_index, i, m) for i, m in enumerate(hidden)],
         )
         await self.store.hot.put_snapshot(turn.conversation_id, snapshot, turn.version, _HOT_TTL)
         if rows.fingerprints:
@@ -272,6 +300,21 @@ class ContextService:
         """After the answer: feed usage back into the state and store the turn."""
         state = turn.state
         usage = turn.usage
+        record = turn.record
+        hidden: list[dict[str, Any]] = []
+        recalled: list[str] = []
+        if record is not None:
+            usage = record.first_usage
+            try:
+                if record.hidden and turn.last_index >= 0:
+                    hidden = record.hidden
+                    state = add_hidden(state, turn.last_index, hidden, self.counter)
+                if record.pages_recalled:
+                    recalled = list(dict.fromkeys(record.pages_recalled))
+                    state = record_recall(state, recalled)
+            except Exception:
+                log.exception("could not record the recall exchange")
+                self.metrics.engine_errors.labels("recall").inc()
         if usage is not None:
             prompt = usage.get("prompt_tokens")
             details = usage.get("prompt_tokens_details")
@@ -284,7 +327,7 @@ class ContextService:
                     log.exception("usage feedback failed")
                     self.metrics.engine_errors.labels("feedback").inc()
         try:
-            await self._save(turn, state)
+            await self._save(turn, state, hidden, recalled)
         except Exception:
             log.exception("could not store the turn of %s", turn.conversation_id)
             self.metrics.engine_errors.labels("store").inc()

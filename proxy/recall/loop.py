@@ -1,0 +1,343 @@
+"""The server-side recall loop: the upstream calls `recall`, the proxy answers and asks again; the client sees one
+ordinary completion (one id, one role delta, usage summed over the rounds) and never a recall call.
+
+Mixed answers (recall and client tools in one message): the client gets its own calls (renumbered); the recall
+exchange is kept as hidden messages that the engine splices in before that message on later turns.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from proxy.recall.rounds import LoopRecord, ToolCall, assistant_call_message, tool_result_message
+from proxy.wire.errors import error_body
+from proxy.wire.sse import DONE, SSESplitter, encode_data, event_data
+
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+
+Send = Callable[[dict[str, Any]], Awaitable[aiohttp.ClientResponse]]
+Resolve = Callable[[ToolCall], Awaitable[str]]
+ReadBody = Callable[[aiohttp.ClientResponse], Awaitable[bytes]]
+
+
+@dataclass
+class LoopConfig:
+    recall_name: str
+    max_rounds: int
+    client_wants_usage: bool
+
+
+def _call_name(call: dict[str, Any]) -> str | None:
+    fn = call.get("function") if isinstance(call, dict) else None
+    return fn.get("name") if isinstance(fn, dict) else None
+
+
+def _to_call(call: dict[str, Any]) -> ToolCall:
+    fn = call.get("function") or {}
+    return ToolCall(str(call.get("id") or f"call_{uuid.uuid4().hex[:24]}"), str(fn.get("name")), str(fn.get("arguments") or ""))
+
+
+def _round_body(body: dict[str, Any], messages: list[dict[str, Any]], round_no: int, cfg: LoopConfig) -> dict[str, Any]:
+    out = {**body, "messages": messages}
+    if round_no > 0 and round_no >= cfg.max_rounds:
+        out["tool_choice"] = "none"  # rounds used up: the model must answer with what it has
+    return out
+
+
+async def _answer_calls(calls: list[ToolCall], resolve: Resolve) -> list[dict[str, Any]]:
+    return [tool_result_message(call, await resolve(call)) for call in calls]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Non-streaming
+# ------------------------------------------------------------------------------------------------------------
+async def complete_json(
+    body: dict[str, Any], cfg: LoopConfig, send: Send, read: ReadBody, resolve: Resolve, record: LoopRecord,
+    first: tuple[aiohttp.ClientResponse, bytes] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    """Run the rounds; return (status, upstream headers, body) of the answer the client gets."""
+    messages = list(body["messages"])
+    contents: list[str] = []
+    first_data: dict[str, Any] | None = None
+    for round_no in range(cfg.max_rounds + 1):
+        if first is not None and round_no == 0:
+            response, raw = first
+        else:
+            response = await send(_round_body(body, messages, round_no, cfg))
+            raw = await read(response)
+        headers = dict(response.headers)
+        if response.status != 200:
+            return response.status, headers, raw
+        data = _decode(raw)
+        record.observe_usage(data.get("usage"))
+        if first_data is None:
+            first_data = data
+        choices = data.get("choices") or []
+        if len(choices) != 1:
+            return 200, headers, _encode(await _complete_choices(data, body, messages, cfg, send, read, resolve, record))
+        choice = choices[0]
+        message = choice.get("message") or {}
+        calls = message.get("tool_calls") or []
+        recall = [_to_call(c) for c in calls if _call_name(c) == cfg.recall_name]
+        if not recall:
+            return 200, headers, _encode(_final(first_data, data, contents, record))
+        client_calls = [c for c in calls if _call_name(c) != cfg.recall_name]
+        results = await _answer_calls(recall, resolve)
+        exchange = [assistant_call_message(None, recall), *results]
+        record.hidden.extend(exchange)
+        record.rounds += 1
+        if client_calls or round_no >= cfg.max_rounds:
+            message = {**message, "tool_calls": client_calls or None}
+            if not client_calls:
+                message.pop("tool_calls")
+                choice = {**choice, "finish_reason": "stop"}
+            data = {**data, "choices": [{**choice, "message": message}]}
+            return 200, headers, _encode(_final(first_data, data, contents, record))
+        if isinstance(message.get("content"), str) and message["content"]:
+            contents.append(message["content"])
+        messages.extend(exchange)
+    raise AssertionError("unreachable")  # the last round always returns
+
+
+def _final(first: dict[str, Any], data: dict[str, Any], contents: list[str], record: LoopRecord) -> dict[str, Any]:
+    out = {**data, "id": first.get("id", data.get("id")), "created": first.get("created", data.get("created"))}
+    if record.usage is not None:
+        out["usage"] = record.usage
+    if contents:
+        choice = out["choices"][0]
+        message = dict(choice.get("message") or {})
+        message["content"] = "".join(contents) + (message.get("content") or "")
+        out["choices"] = [{**choice, "message": message}]
+    return out
+
+
+async def _complete_choices(
+    data: dict[str, Any], body: dict[str, Any], messages: list[dict[str, Any]], cfg: LoopConfig, send: Send,
+    read: ReadBody, resolve: Resolve, record: LoopRecord,
+) -> dict[str, Any]:
+    """n > 1: every choice that called recall is completed by its own follow-up rounds (n=1); the hidden
+    exchange kept for later turns is the one of the first such choice."""
+    choices = []
+    kept_hidden = False
+    for choice in data.get("choices") or []:
+        message = choice.get("message") or {}
+        calls = message.get("tool_calls") or []
+        recall = [_to_call(c) for c in calls if _call_name(c) == cfg.recall_name]
+        client_calls = [c for c in calls if _call_name(c) != cfg.recall_name]
+        if not recall:
+            choices.append(choice)
+            continue
+        results = await _answer_calls(recall, resolve)
+        exchange = [assistant_call_message(None, recall), *results]
+        sub = LoopRecord()
+        if client_calls:
+            message = {**message, "tool_calls": client_calls}
+            choices.append({**choice, "message": message})
+        else:
+            follow = {**body, "n": 1}
+            status, _, raw = await complete_json(
+                {**follow, "messages": [*messages, *exchange]}, LoopConfig(cfg.recall_name, max(0, cfg.max_rounds - 1), True),
+                send, read, resolve, sub,
+            )
+            if status != 200:
+                choices.append({**choice, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"})
+            else:
+                answer = _decode(raw)["choices"][0]
+                choices.append({**answer, "index": choice.get("index", len(choices))})
+        record.usage = _merge_usage(record.usage, sub.usage)
+        if not kept_hidden:
+            record.hidden.extend([*exchange, *sub.hidden])
+            kept_hidden = True
+        record.rounds = max(record.rounds, 1 + sub.rounds)
+    out = {**data, "choices": choices}
+    if record.usage is not None:
+        out["usage"] = record.usage
+    return out
+
+
+def _merge_usage(total: dict[str, Any] | None, more: dict[str, Any] | None) -> dict[str, Any] | None:
+    from proxy.recall.rounds import add_usage
+
+    return add_usage(total, more) if more is not None else total
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Streaming (n = 1)
+# ------------------------------------------------------------------------------------------------------------
+class _StreamRound:
+    """Filters one upstream round's chunks: content and client tool calls go on, recall calls are collected."""
+
+    def __init__(self, cfg: LoopConfig, first_id: str | None, created: int | None, send_role: bool, next_client: int):
+        self.cfg = cfg
+        self.first_id = first_id
+        self.created = created
+        self.send_role = send_role
+        self.next_client = next_client
+        self.recall: dict[int, ToolCall] = {}
+        self.client: dict[int, int] = {}
+        self.finish: str | None = None
+        self.template: dict[str, Any] | None = None
+        self.error: bytes | None = None
+
+    def feed(self, chunk: dict[str, Any], record: LoopRecord) -> dict[str, Any] | None:
+        if "error" in chunk:
+            self.error = _encode(chunk)
+            return None
+        if self.first_id is None:
+            self.first_id, self.created = chunk.get("id"), chunk.get("created")
+        record.observe_usage(chunk.get("usage"))
+        choices = chunk.get("choices") or []
+        if not choices:
+            return None
+        self.template = {k: v for k, v in chunk.items() if k not in ("choices", "usage")}
+        choice = choices[0]
+        delta = choice.get("delta") or {}
+        out: dict[str, Any] = {}
+        for key, value in delta.items():
+            if key == "role":
+                if self.send_role:
+                    out["role"] = value
+                    self.send_role = False
+            elif key == "tool_calls":
+                forwarded = self._tool_calls(value or [])
+                if forwarded:
+                    out["tool_calls"] = forwarded
+            elif value is not None and value != "":
+                out[key] = value
+        if choice.get("finish_reason"):
+            self.finish = choice["finish_reason"]
+        if not out:
+            return None
+        return {**self.template, "id": self.first_id, "created": self.created,
+                "choices": [{"index": 0, "delta": out, "logprobs": choice.get("logprobs"), "finish_reason": None}]}
+
+    def _tool_calls(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        forwarded = []
+        for tc in deltas:
+            idx = tc.get("index", 0)
+            fn = tc.get("function") or {}
+            if idx not in self.recall and idx not in self.client:
+                if fn.get("name") == self.cfg.recall_name:
+                    self.recall[idx] = ToolCall(str(tc.get("id") or f"call_{uuid.uuid4().hex[:24]}"), self.cfg.recall_name)
+                else:
+                    self.client[idx] = self.next_client
+                    self.next_client += 1
+            if idx in self.recall:
+                self.recall[idx].arguments += fn.get("arguments") or ""
+            else:
+                forwarded.append({**tc, "index": self.client[idx]})
+        return forwarded
+
+    def closing(self, finish: str) -> dict[str, Any]:
+        base = self.template or {"object": "chat.completion.chunk"}
+        return {**base, "id": self.first_id, "created": self.created,
+                "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]}
+
+
+async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any] | bytes]:
+    """Decoded chunks of one upstream stream; undecodable events come through as raw bytes."""
+    splitter = SSESplitter()
+    try:
+        async for piece in response.content.iter_any():
+            for event in splitter.feed(piece):
+                data = event_data(event)
+                if data is None:
+                    continue
+                if data == b"[DONE]":
+                    return
+                try:
+                    yield _decode(data)
+                except msgspec.DecodeError:
+                    yield event
+    finally:
+        response.close()
+
+
+async def stream_rounds(
+    body: dict[str, Any], cfg: LoopConfig, send: Send, resolve: Resolve, record: LoopRecord,
+    first: aiohttp.ClientResponse, on_first_byte: Callable[[], None] | None = None,
+) -> AsyncIterator[bytes]:
+    messages = list(body["messages"])
+    response = first
+    send_role = True
+    next_client = 0
+    first_id: str | None = None
+    created: int | None = None
+    for round_no in range(cfg.max_rounds + 1):
+        if round_no > 0:
+            response = await send(_round_body(body, messages, round_no, cfg))
+            if response.status != 200:
+                detail = (await response.read())[:300].decode(errors="replace")
+                response.close()
+                yield encode_data(error_body(f"upstream failed during recall: {response.status} {detail}",
+                                             "upstream_error", "upstream_error"))
+                yield DONE
+                return
+        rnd = _StreamRound(cfg, first_id, created, send_role, next_client)
+        try:
+            async for chunk in _chunks(response):
+                if on_first_byte is not None:
+                    on_first_byte()
+                    on_first_byte = None
+                if isinstance(chunk, bytes):
+                    yield chunk  # not ours to judge: pass it on
+                    continue
+                out = rnd.feed(chunk, record)
+                if rnd.error is not None:
+                    yield encode_data(rnd.error)
+                    yield DONE
+                    return
+                if out is not None:
+                    yield encode_data(_encode(out))
+        except (aiohttp.ClientPayloadError, aiohttp.ClientOSError, TimeoutError) as exc:
+            yield encode_data(error_body(f"upstream stream ended early: {type(exc).__name__}", "upstream_error", "upstream_cut"))
+            yield DONE
+            return
+        first_id, created, send_role, next_client = rnd.first_id, rnd.created, rnd.send_role, rnd.next_client
+        if rnd.finish is None:
+            yield encode_data(error_body("upstream stream ended early: no finish_reason", "upstream_error", "upstream_cut"))
+            yield DONE
+            return
+        recall = list(rnd.recall.values())
+        if recall:
+            results = await _answer_calls(recall, resolve)
+            exchange = [assistant_call_message(None, recall), *results]
+            record.hidden.extend(exchange)
+            record.rounds += 1
+            if not rnd.client and round_no < cfg.max_rounds:
+                messages.extend(exchange)
+                continue
+        finish = "tool_calls" if rnd.client else ("stop" if rnd.finish == "tool_calls" else rnd.finish)
+        yield encode_data(_encode(rnd.closing(finish)))
+        if cfg.client_wants_usage and record.usage is not None:
+            closing = rnd.closing(finish)
+            closing["choices"] = []
+            closing["usage"] = record.usage
+            yield encode_data(_encode(closing))
+        yield DONE
+        return
+
+
+async def replay_as_stream(data: dict[str, Any], client_wants_usage: bool) -> AsyncIterator[bytes]:
+    """A finished completion as a stream (used for n > 1 with recall, where rounds are resolved per choice)."""
+    base = {"id": data.get("id"), "object": "chat.completion.chunk", "created": data.get("created", int(time.time())),
+            "model": data.get("model")}
+    for choice in data.get("choices") or []:
+        message = choice.get("message") or {}
+        index = choice.get("index", 0)
+        delta: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(message["tool_calls"])]
+        yield encode_data(_encode({**base, "choices": [{"index": index, "delta": delta, "finish_reason": None}]}))
+        yield encode_data(_encode({**base, "choices": [{"index": index, "delta": {}, "finish_reason": choice.get("finish_reason")}]}))
+    if client_wants_usage and data.get("usage") is not None:
+        yield encode_data(_encode({**base, "choices": [], "usage": data["usage"]}))
+    yield DONE

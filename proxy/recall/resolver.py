@@ -1,0 +1,167 @@
+"""Answering a recall call: archived pages by number, or a search over every archived page (evicted too)."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.engine import ACTIVE, ConversationState, TokenCounter, page_entry_range, page_hidden_messages
+from proxy.engine.state import STATUS_NAMES, find_page
+from proxy.recall.bm25 import BM25Index
+from proxy.recall.pagetext import excerpt, index_text, page_messages_with_hidden, render_page
+from proxy.recall.text import tokenize
+from proxy.recall.tool import RecallArgs
+from proxy.store.ports import ConversationRepository
+
+SEARCH_HITS = 5
+MIN_SCORE = 0.2
+
+
+@dataclass
+class RecallContext:
+    tenant: str
+    conversation_id: str
+    state: ConversationState
+    messages: list[dict[str, Any]] | None = None  # the request's non-system messages (bodies of known entries)
+
+
+@dataclass
+class RecallOutcome:
+    text: str
+    kind: str  # "pages" | "query" | "pages+query" | "invalid"
+    pages: list[str] = field(default_factory=list)  # pages returned in full (recall statistics)
+    hits: list[tuple[str, float]] = field(default_factory=list)
+    search_seconds: float = 0.0
+
+
+class PageSource:
+    """Message bodies of a page: from the request when it carries them, else from the store."""
+
+    def __init__(self, repo: ConversationRepository) -> None:
+        self.repo = repo
+
+    async def messages(self, ctx: RecallContext, start: int, end: int) -> list[dict[str, Any]]:
+        if ctx.messages is not None and end <= len(ctx.messages):
+            return ctx.messages[start:end]
+        rows = await self.repo.load_entries(ctx.tenant, ctx.conversation_id, start, end - 1)
+        return [r.message for r in rows]
+
+
+class SearchIndexes:
+    """One BM25 index per conversation (LRU), grown as pages are archived."""
+
+    def __init__(self, source: PageSource, capacity: int = 256) -> None:
+        self.source = source
+        self.capacity = capacity
+        self._indexes: OrderedDict[str, tuple[BM25Index, dict[str, int]]] = OrderedDict()
+
+    async def index_for(self, ctx: RecallContext) -> BM25Index:
+        entry = self._indexes.get(ctx.conversation_id)
+        if entry is None:
+            entry = (BM25Index(), {})
+            self._indexes[ctx.conversation_id] = entry
+        self._indexes.move_to_end(ctx.conversation_id)
+        while len(self._indexes) > self.capacity:
+            self._indexes.popitem(last=False)
+        index, indexed = entry
+        for record in ctx.state.pages:
+            if record.status == ACTIVE:
+                continue
+            if indexed.get(record.label) == record.start:
+                continue
+            messages = await self.source.messages(ctx, record.start, record.end)
+            hidden = page_hidden_messages(ctx.state, record.label)
+            text = index_text(page_messages_with_hidden(messages, record.start, hidden))
+            if record.label in indexed:
+                index.remove(record.label)
+            index.add(record.label, text)
+            indexed[record.label] = record.start
+        return index
+
+    def forget(self, conversation_id: str) -> None:
+        self._indexes.pop(conversation_id, None)
+
+
+class RecallResolver:
+    def __init__(self, repo: ConversationRepository, counter: TokenCounter, max_tokens: int) -> None:
+        self.source = PageSource(repo)
+        self.indexes = SearchIndexes(self.source)
+        self.counter = counter
+        self.max_tokens = max_tokens
+
+    async def resolve(self, ctx: RecallContext, args: RecallArgs) -> RecallOutcome:
+        parts: list[str] = []
+        returned: list[str] = []
+        hits: list[tuple[str, float]] = []
+        seconds = 0.0
+        if args.pages:
+            parts.extend(await self._pages(ctx, args.pages, returned))
+        if args.query:
+            started = time.perf_counter()
+            hits = await self.search(ctx, args.query, SEARCH_HITS)
+            seconds = time.perf_counter() - started
+            parts.append(await self._render_hits(ctx, args.query, hits))
+        if args.problems:
+            parts.append("Note: " + "; ".join(args.problems) + ".")
+        kind = "+".join(k for k, on in (("pages", bool(args.pages)), ("query", bool(args.query))) if on) or "invalid"
+        return RecallOutcome(self._cut("\n\n".join(parts)), kind, returned, hits, seconds)
+
+    async def search(self, ctx: RecallContext, query: str, k: int) -> list[tuple[str, float]]:
+        index = await self.indexes.index_for(ctx)
+        return [(str(label), score) for label, score in index.search(query, k=k, min_score=MIN_SCORE)]
+
+    async def _pages(self, ctx: RecallContext, labels: list[str], returned: list[str]) -> list[str]:
+        out: list[str] = []
+        state = ctx.state
+        for label in labels:
+            try:
+                position = find_page(state, label)
+            except ValueError:
+                position = None
+            if position is None:
+                out.append(f"[Page {label}] does not exist. {self._known_pages(state)}")
+                continue
+            record = state.pages[position]
+            if record.status == ACTIVE:
+                out.append(f"[Page {record.label}] is not archived: its messages are in the conversation above.")
+                continue
+            start, end = page_entry_range(state, record.label) or (record.start, record.end)
+            messages = await self.source.messages(ctx, start, end)
+            hidden = page_hidden_messages(state, record.label)
+            full = page_messages_with_hidden(messages, start, hidden)
+            out.append(render_page(record.label, record.first_seen, STATUS_NAMES[record.status], full))
+            returned.append(record.label)
+        return out
+
+    async def _render_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]]) -> str:
+        if not hits:
+            return f"No archived page matches {query!r}."
+        terms = [t for t in tokenize(query) if len(t) > 1]
+        lines = [f"Archived pages matching {query!r} (best first; recall a page by number to read it in full):"]
+        for label, score in hits:
+            position = find_page(ctx.state, label)
+            if position is None:
+                continue
+            record = ctx.state.pages[position]
+            messages = await self.source.messages(ctx, record.start, record.end)
+            lines.append(f"[Page {label}] score {score:.2f}: {excerpt(index_text(messages), terms)}")
+        return "\n".join(lines)
+
+    @staticmethod
+    def _known_pages(state: ConversationState) -> str:
+        labels = [p.label for p in state.pages if p.status != ACTIVE]
+        if not labels:
+            return "No page is archived yet."
+        shown = labels if len(labels) <= 12 else [*labels[:5], "…", *labels[-5:]]
+        return "Archived pages: " + ", ".join(shown) + "."
+
+    def _cut(self, text: str) -> str:
+        if self.counter.count_text(text) <= self.max_tokens:
+            return text
+        # Keep the head; cut by an estimate of characters per token, then trim until it fits.
+        limit = max(64, int(len(text) * self.max_tokens / max(1, self.counter.count_text(text))))
+        while limit > 64 and self.counter.count_text(text[:limit]) > self.max_tokens - 16:
+            limit = int(limit * 0.9)
+        return text[:limit] + f"\n…[cut to {self.max_tokens} tokens; recall fewer pages to read the rest]"
