@@ -1,0 +1,320 @@
+"""Quality of the intent rewrite on TREC CAsT, and its retrieval gain on MADial-Bench.
+
+Rewrite quality (TREC CAsT 2019 with its resolved rewrites, 2020 with its manual rewrites): for every turn,
+the history is the conversation's earlier raw user utterances (CAsT gives no system answers in these files);
+the prediction is compared with the human rewrite by token-F1 and exact match (SQuAD normalisation: lower
+case, punctuation and articles removed). Rows: the raw question (the floor), the rules level, and with
+``--model-url`` the model level. Figures are given over all turns and over the turns the humans changed.
+
+Retrieval gain: the CAsT files hold no passage texts (2020 only canonical passage ids), so the retrieval
+evaluation is built from MADial-Bench (``loadtests/evaldata.py``): the candidates are the memories of the
+dialogue's user, the query comes from the dialogue before the first test turn, recall@5 and hit@5 of the
+BM25 search (``proxy/recall/bm25.py``, min score 0.2) are compared for: the raw last user message, its
+rules rewrite, and seed 001's keyword query (top 6 keywords of the query and the last 5 messages) built on
+either.
+
+Usage::
+
+    python loadtests/eval_rewrite.py
+    python loadtests/eval_rewrite.py --model-url http://127.0.0.1:30000/v1 --model qwen2.5-1.5b-instruct
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import string
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadtests.evaldata import MadialBench, eval_dir, load_madial_bench
+from proxy.engine.intent import rewrite_rules
+from proxy.recall.bm25 import DEFAULT_MIN_SCORE, BM25Index
+from proxy.recall.memory import memory_keywords
+
+__all__ = [
+    "CastTurn",
+    "CastConversation",
+    "RewriteScores",
+    "load_cast",
+    "token_f1",
+    "exact_match",
+    "score_rewrites",
+    "evaluate_cast",
+    "evaluate_retrieval",
+    "main",
+]
+
+Rewriter = Callable[[list[dict], str], str]
+
+
+@dataclass(frozen=True, slots=True)
+class CastTurn:
+    raw: str
+    rewrite: str  # the human rewrite
+
+
+@dataclass(frozen=True, slots=True)
+class CastConversation:
+    topic: str
+    turns: tuple[CastTurn, ...]
+
+
+def load_cast(year: int) -> list[CastConversation] | None:
+    """CAsT 2019 (raw + resolved tsv) or 2020 (manual rewrites); None when the files are absent."""
+    root = eval_dir()
+    folder = root / "trec-cast" if root is not None else None
+    if folder is None:
+        return None
+    if year == 2019:
+        topics_file = folder / "2019_evaluation_topics_v1.0.json"
+        resolved_file = folder / "2019_evaluation_topics_annotated_resolved_v1.0.tsv"
+        if not (topics_file.is_file() and resolved_file.is_file()):
+            return None
+        resolved = dict(
+            line.rstrip("\n").split("\t", 1) for line in resolved_file.read_text(encoding="utf-8").splitlines() if "\t" in line
+        )
+        conversations = []
+        for topic in json.loads(topics_file.read_text(encoding="utf-8")):
+            turns = []
+            for turn in topic["turn"]:
+                key = f"{topic['number']}_{turn['number']}"
+                if key in resolved:
+                    turns.append(CastTurn(turn["raw_utterance"].strip(), resolved[key].strip()))
+            conversations.append(CastConversation(str(topic["number"]), tuple(turns)))
+        return conversations
+    if year == 2020:
+        topics_file = folder / "2020_manual_evaluation_topics_v1.0.json"
+        if not topics_file.is_file():
+            return None
+        return [
+            CastConversation(
+                str(topic["number"]),
+                tuple(CastTurn(t["raw_utterance"].strip(), t["manual_rewritten_utterance"].strip()) for t in topic["turn"]),
+            )
+            for topic in json.loads(topics_file.read_text(encoding="utf-8"))
+        ]
+    raise ValueError(f"no CAsT loader for {year}")
+
+
+# -- metrics -------------------------------------------------------------------------------------
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans({c: " " for c in string.punctuation + "\u2019\u2018"})
+
+
+def _normalise(text: str) -> list[str]:
+    return _ARTICLES.sub(" ", text.lower().replace("'s", " ").translate(_PUNCTUATION)).split()
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    predicted, wanted = _normalise(prediction), _normalise(gold)
+    if not predicted or not wanted:
+        return float(predicted == wanted)
+    common = sum((Counter(predicted) & Counter(wanted)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(wanted)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    return float(_normalise(prediction) == _normalise(gold))
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteScores:
+    turns: int
+    f1: float  # percent
+    em: float  # percent
+    changed_turns: int  # turns whose human rewrite differs from the raw question
+    changed_f1: float
+    changed_em: float
+
+
+def score_rewrites(pairs: Sequence[tuple[str, CastTurn]]) -> RewriteScores:
+    """Mean token-F1 and exact match (percent) of (prediction, turn) pairs, overall and on changed turns."""
+
+    def mean(values: list[float]) -> float:
+        return 100.0 * sum(values) / len(values) if values else 0.0
+
+    changed = [(p, t) for p, t in pairs if _normalise(t.raw) != _normalise(t.rewrite)]
+    return RewriteScores(
+        len(pairs),
+        mean([token_f1(p, t.rewrite) for p, t in pairs]),
+        mean([exact_match(p, t.rewrite) for p, t in pairs]),
+        len(changed),
+        mean([token_f1(p, t.rewrite) for p, t in changed]),
+        mean([exact_match(p, t.rewrite) for p, t in changed]),
+    )
+
+
+def _history(turns: Sequence[CastTurn], upto: int) -> list[dict]:
+    return [{"role": "user", "content": t.raw} for t in turns[:upto]]
+
+
+def rules_rewriter(history: list[dict], last_user: str) -> str:
+    return rewrite_rules(history, last_user).query
+
+
+def raw_rewriter(history: list[dict], last_user: str) -> str:
+    return last_user
+
+
+def evaluate_cast(
+    conversations: Sequence[CastConversation], rewriter: Rewriter, limit: int | None = None
+) -> RewriteScores:
+    """Scores of ``rewriter`` over the turns of the first ``limit`` conversations (all when None)."""
+    pairs = []
+    for conversation in conversations[:limit] if limit is not None else conversations:
+        for i, turn in enumerate(conversation.turns):
+            pairs.append((rewriter(_history(conversation.turns, i), turn.raw), turn))
+    return score_rewrites(pairs)
+
+
+async def _model_predictions(
+    conversations: Sequence[CastConversation], url: str, model: str, timeout_s: float, api_key: str
+) -> list[tuple[str, CastTurn]]:
+    from proxy.rewrite.model import ModelRewriter
+
+    async with ModelRewriter(url, model, timeout_s=timeout_s, api_key=api_key) as client:
+        pairs = []
+        for conversation in conversations:
+            for i, turn in enumerate(conversation.turns):
+                answer = await client.rewrite(_history(conversation.turns, i), turn.raw)
+                pairs.append((answer if answer is not None else turn.raw, turn))
+        return pairs
+
+
+# -- retrieval gain (MADial-Bench) ---------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RetrievalScores:
+    queries: int
+    recall_at_5: float
+    hit_at_5: float
+
+
+def evaluate_retrieval(bench: MadialBench, limit: int | None = None) -> dict[str, RetrievalScores]:
+    """recall@5 / hit@5 of BM25 over the user's memories for raw vs rewritten queries (see module doc)."""
+    dialogues = bench.dialogues[:limit] if limit is not None else bench.dialogues
+    indexes: dict[int, BM25Index] = {}
+    rows: dict[str, list[tuple[float, float]]] = {
+        "raw last user": [],
+        "rules rewrite": [],
+        "keywords(raw + last 5)": [],
+        "keywords(rewrite + last 5)": [],
+    }
+    rewritten_count = 0
+    for dialogue in dialogues:
+        if dialogue.user_id not in indexes:
+            index = BM25Index()
+            for memory in bench.memories_of(dialogue.user_id):
+                index.add(memory.id, memory.event)
+            indexes[dialogue.user_id] = index
+        index = indexes[dialogue.user_id]
+        turns = [t for t in dialogue.turns_before(dialogue.test_turns[0]) if t.text]
+        messages = [{"role": "assistant" if t.speaker == "Assistant" else "user", "content": t.text} for t in turns]
+        last = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+        if last is None:
+            continue
+        raw = messages[last]["content"]
+        result = rewrite_rules(messages[:last], raw)
+        rewritten_count += result.changed
+        recent = [m["content"] for m in messages[:last][-5:]]
+        queries = {
+            "raw last user": raw,
+            "rules rewrite": result.query,
+            "keywords(raw + last 5)": " ".join(memory_keywords(raw, recent)),
+            "keywords(rewrite + last 5)": " ".join(memory_keywords(result.query, recent)),
+        }
+        wanted = set(dialogue.relevant_ids)
+        for name, query in queries.items():
+            top = [doc_id for doc_id, _ in index.search(query, k=5, min_score=DEFAULT_MIN_SCORE)]
+            found = len(wanted.intersection(top))
+            rows[name].append((found / len(wanted), float(found > 0)))
+    out = {}
+    for name, values in rows.items():
+        n = len(values)
+        out[name] = RetrievalScores(
+            n, sum(v[0] for v in values) / n if n else 0.0, sum(v[1] for v in values) / n if n else 0.0
+        )
+    out["_rewritten"] = RetrievalScores(rewritten_count, 0.0, 0.0)
+    return out
+
+
+# -- command -------------------------------------------------------------------------------------
+def _row(label: str, scores: RewriteScores) -> str:
+    return (
+        f"| {label:<24} | {scores.turns:>5} | {scores.f1:6.2f} | {scores.em:6.2f} | "
+        f"{scores.changed_turns:>5} | {scores.changed_f1:6.2f} | {scores.changed_em:6.2f} |"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-url", default=None, help="OpenAI-compatible base URL of the rewrite model")
+    parser.add_argument("--model", default="rewrite", help="model name sent to --model-url")
+    parser.add_argument("--model-timeout", type=float, default=10.0, help="seconds per model call in the evaluation")
+    parser.add_argument("--api-key", default="")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N conversations of each set")
+    parser.add_argument("--no-retrieval", action="store_true", help="skip the MADial-Bench retrieval evaluation")
+    args = parser.parse_args(argv)
+
+    found_any = False
+    print("| set / level              | turns |     F1 |     EM | chg.n | chg.F1 | chg.EM |")
+    print("| ------------------------ | ----- | ------ | ------ | ----- | ------ | ------ |")
+    gains = []
+    for year in (2019, 2020):
+        conversations = load_cast(year)
+        if conversations is None:
+            print(f"| CAsT {year}: data not found |")
+            continue
+        found_any = True
+        conversations = conversations[: args.limit] if args.limit is not None else conversations
+        floor = evaluate_cast(conversations, raw_rewriter)
+        started = time.perf_counter()
+        rules = evaluate_cast(conversations, rules_rewriter)
+        per_turn_ms = 1000 * (time.perf_counter() - started) / max(rules.turns, 1)
+        print(_row(f"CAsT {year} raw (floor)", floor))
+        print(_row(f"CAsT {year} rules", rules))
+        gains.append((year, rules.f1 - floor.f1, per_turn_ms))
+        if args.model_url:
+            pairs = asyncio.run(
+                _model_predictions(conversations, args.model_url, args.model, args.model_timeout, args.api_key)
+            )
+            print(_row(f"CAsT {year} model", score_rewrites(pairs)))
+    for year, gain, per_turn_ms in gains:
+        verdict = "met" if gain >= 10.0 else "NOT met"
+        print(f"CAsT {year}: rules - floor = {gain:+.2f} F1 points (target >= +10: {verdict}); "
+              f"rules rewrite {per_turn_ms:.3f} ms per turn in this run")
+
+    if not args.no_retrieval:
+        bench = load_madial_bench()
+        if bench is None:
+            print("MADial-Bench data not found: retrieval gain skipped")
+        else:
+            found_any = True
+            results = evaluate_retrieval(bench)
+            rewritten = results.pop("_rewritten").queries
+            print(f"\nRetrieval on MADial-Bench en (BM25 over the user's memories, min score {DEFAULT_MIN_SCORE}; "
+                  f"the rules changed {rewritten} of {len(bench.dialogues)} last user messages)")
+            print("| query                      |   n | recall@5 | hit@5 |")
+            print("| -------------------------- | --- | -------- | ----- |")
+            for name, scores in results.items():
+                print(f"| {name:<26} | {scores.queries:>3} | {scores.recall_at_5:8.3f} | {scores.hit_at_5:5.3f} |")
+    if not found_any:
+        print("no evaluation data found (../shared/eval or MEMCI_EVAL_DIR)", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

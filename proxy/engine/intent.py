@@ -1,0 +1,461 @@
+"""Intent rewrite, rules level (DESIGN 7; seed 004's regex fallback). Pure: no I/O, no clock, deterministic.
+
+``rewrite_rules(history, last_user)`` turns the latest user message into a standalone query by resolving
+pronouns and ellipsis against the salient entities of the recent messages:
+
+* Entities: English noun phrases (maximal runs of content words; capitalised spans may include "of"/"the"
+  inside, "the" before a phrase is kept), and CJK noun runs (CJK text split at function words). Each
+  mention scores ``weight x decay^age`` (user turns 1, assistant turns 0.3; longer and capitalised
+  phrases a little more); earlier user turns are resolved first, so a pronoun that referred to an entity
+  counts as a mention of it (salience carries over turns).
+* Pronouns: it / its / this / that / they / them / their / these / those (English; "this"/"that" only when
+  they stand alone) and 它 / 它们 / 他们 / 她们 / 这个 / 那个 / 这 / 那 (Chinese; only before a verb or at
+  the end) -> the most salient entity not already named in the message (plural pronouns prefer a
+  plural entity); "its" -> "X's".
+* Ellipsis: "what about X" / "how about X" / "and X?" / "那X呢" / "X呢" -> the previous user question with
+  its matching entity replaced by X (same head word; else a capitalised one for a capitalised X; for
+  Chinese its first noun run); unchanged when nothing matches. "what else" / "其他的呢" / "还有呢" ->
+  the message followed by the previous question in parentheses.
+
+The client's words are never replaced in the prompt: the result goes into the B2b block through
+``intent_block``, whose form is fixed: ``"Standalone intent: <query on one line>"``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "LEVEL_MODEL",
+    "LEVEL_RULES",
+    "LEVEL_PASSTHROUGH",
+    "INTENT_PREFIX",
+    "RewriteResult",
+    "intent_block",
+    "message_text",
+    "rewrite_rules",
+    "salient_entities",
+]
+
+LEVEL_MODEL = "model"
+LEVEL_RULES = "rules"
+LEVEL_PASSTHROUGH = "passthrough"
+INTENT_PREFIX = "Standalone intent: "
+
+HISTORY_MESSAGES = 8  # recent messages looked at
+MAX_MESSAGE_CHARS = 2000  # longer user messages are taken as self-contained (not rewritten)
+ASSISTANT_CHARS = 1500  # only the head of an assistant message is mined for entities
+DECAY = 0.75  # salience kept per message of age
+FOCUS_BONUS = 2.0  # the entity a "tell me about X" / "what is X" message is about
+FIRST_TURN_WEIGHT = 1.5  # the first user message usually sets the topic
+USER_WEIGHT, ASSISTANT_WEIGHT = 1.0, 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteResult:
+    query: str
+    level: str  # LEVEL_MODEL | LEVEL_RULES | LEVEL_PASSTHROUGH
+    changed: bool  # query differs from the client's message
+    reason: str = ""  # why a higher level did not serve: "timeout", "error", "empty", "disabled"; "" otherwise
+
+
+def intent_block(query: str) -> str:
+    """The B2b text: ``"Standalone intent: <query>"`` with whitespace collapsed; "" for an empty query."""
+    text = " ".join(query.split())
+    return INTENT_PREFIX + text if text else ""
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """The text of a chat message (string content, or the text parts of a content list)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+# -- lexicon -------------------------------------------------------------------------------------
+_FUNCTION_WORDS = frozenset(
+    """
+    a an the and or but nor so if then than as at by for from in into of on onto to with without about
+    above after against along among around before behind below beneath beside besides between beyond
+    during except inside near off out outside over past since through throughout till toward towards under
+    until up upon via within across per vs versus like unlike
+    i me my mine myself you your yours yourself we us our ours he him his she her hers they them their theirs
+    it its itself this that these those there here who whom whose which what when where why how whether
+    is am are was were be been being do does did done doing have has had having will would shall should can
+    could may might must ought not no yes don't doesn't didn't isn't aren't wasn't weren't can't cannot
+    won't wouldn't couldn't shouldn't haven't hasn't hadn't what's it's that's there's here's who's how's
+    where's when's why's let's i'm you're we're they're i've you've we've they've i'd you'd i'll you'll
+    very really just also too only even still again ever never always often sometimes usually generally
+    much many more most less least few some any all each every both either neither such own other another
+    same so please thanks thank ok okay yes yeah hi hello hey well now today anything something everything
+    nothing else one ones
+    """.split()
+)
+_VERBS = frozenset(
+    """
+    tell told explain describe show give gave know knew think thought want need needs find found get gets got
+    make makes made go goes went come comes came take takes took see saw look looks use used uses using help
+    helps work works worked mean means meant happen happens happened cause causes caused affect affects
+    affected compare compares compared differ differs change changes changed start started begin began
+    become became call called lead led live lives eat eats win won die died spread spreads survive survived
+    enable enabled reduce reduces relate relates related learn learned say said keep kept let put run runs
+    invented invent created create built build play plays played buy bought cost costs pay paid try tried
+    like likes recommend list name consider considered continue continued replace replaced attract catch
+    govern influence influenced reverse received receive published publish ended end increase decrease treat
+    treated prevent prevents avoid get choose chose cure cured kill kills vote voted abolished integrated
+    """.split()
+)
+_GENERIC_NOUNS = frozenset(
+    """
+    thing things way ways kind kinds type types sort sorts lot lots part parts example examples case cases
+    history symptom symptoms cause causes effect effects difference differences similarity similarities
+    evidence role roles pros cons advantage advantages disadvantage disadvantages benefit benefits risk
+    risks sign signs feature features characteristic characteristics detail details info information fact
+    facts question questions answer answers problem problems reason reasons idea ideas topic more most
+    main other different first last best worst good bad big small large largest biggest new old same similar
+    possible key important major common certain specific general overall particular interesting time times
+    people person someone anyone everyone term terms version versions origin origins impact role
+    """.split()
+)
+_TRAILING_DROP = frozenset(
+    "of the and bad good better worse best worst big small new old true false able possible important famous".split()
+)
+_FOCUS = re.compile(
+    r"^\s*(?:(?:can you |could you |please )?tell me (?:more |something )?about|what (?:is|are|was|were)|"
+    r"who (?:is|are|was|were)|describe|explain|(?:i want to|i'd like to) (?:know|learn) about)\s+",
+    re.IGNORECASE,
+)
+_ZH_SPLIT = re.compile(
+    "为什么|怎么样|推荐|几家|几个|几种|怎么办|怎么|什么|如何|哪些|哪里|哪个|多少|是不是|有没有|可以|能不能|介绍一下|介绍|一下|告诉|请问|"
+    "知道|了解|我们|你们|他们|她们|它们|这个|那个|这些|那些|这样|那样|这里|那里|其他|其它|还有|一些|一个|关于|"
+    "因为|所以|但是|如果|然后|还是|或者|就是|已经|现在|时候|特别|非常|比较|"
+    "[的了吗呢吧啊呀哦嗯是在和与及或也都很有我你他她它这那个么要会能可把被给对从就还又想请说讲问些]"
+)
+
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*(?:['\u2019][A-Za-z]+)?|[\u4e00-\u9fff]+|[.!?;:,\u3002\uff01\uff1f\uff1b\uff0c()\[\]\"'\u2019]")
+_SENTENCE_END = frozenset(".!?;:\u3002\uff01\uff1f\uff1b")
+_CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
+
+
+@dataclass(frozen=True, slots=True)
+class _Entity:
+    key: str  # lower-case words (head singularised) or the CJK run
+    surface: str  # as written, "the " kept
+    head: str
+    plural: bool
+    proper: bool
+    words: int
+
+
+def _singular(word: str) -> str:
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-3] + "y" if word.endswith("ies") else word[:-1]
+    return word
+
+
+def _is_content(word: str) -> bool:
+    low = word.lower()
+    return low not in _FUNCTION_WORDS and low not in _VERBS and (len(low) > 1 or low.isdigit())
+
+
+def _is_proper(word: str, sentence_initial: bool) -> bool:
+    if any(c.isupper() for c in word[1:]):
+        return True
+    return word[0].isupper() and not sentence_initial
+
+
+def _make_entity(words: list[str], definite: bool, proper: bool) -> _Entity | None:
+    if not proper:  # leading generic adjectives ("main", "biggest", "other") are not part of the name
+        while words and words[0].lower() in _GENERIC_NOUNS:
+            words = words[1:]
+            definite = False
+    lows = [w.lower() for w in words]
+    content = [w for w in lows if w not in ("of", "the", "and")]
+    if not content or all(w in _GENERIC_NOUNS for w in content):
+        return None
+    head = _singular(content[-1])
+    key = " ".join([*lows[:-1], head])
+    surface = ("the " if definite else "") + " ".join(words)
+    plural = head != content[-1]
+    return _Entity(key, surface, head, plural, proper, len(content))
+
+
+def english_entities(text: str) -> list[_Entity]:
+    """Noun-phrase candidates of ``text``, in order."""
+    tokens = [m.group() for m in _TOKEN.finditer(text)]
+    entities: list[_Entity] = []
+    run: list[str] = []
+    run_proper = definite = False
+    sentence_initial = True
+
+    def flush() -> None:
+        nonlocal run, run_proper, definite
+        while run and (run[-1].lower() in _TRAILING_DROP or len(run) > 1 and run[-1].lower().endswith("ed")):
+            run.pop()
+        if run:
+            entity = _make_entity(run, definite, run_proper)
+            if entity is not None:
+                entities.append(entity)
+        run, run_proper, definite = [], False, False
+
+    for i, token in enumerate(tokens):
+        if not (token[0].isalnum()) or _CJK_RUN.fullmatch(token):
+            flush()
+            sentence_initial = token in _SENTENCE_END or sentence_initial and not token[0].isalnum()
+            continue
+        possessive = token.lower().endswith(("'s", "\u2019s")) and token.lower()[:-2] not in _FUNCTION_WORDS
+        word = token[:-2] if possessive else token
+        proper = _is_proper(word, sentence_initial)
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
+        if _is_content(word) and not (proper is False and word.lower() in _GENERIC_NOUNS and not run and
+                                      nxt.lower() in ("of",)):
+            run.append(word)
+            run_proper = run_proper or proper
+        elif run and run_proper and word.lower() in ("of", "the") and nxt[:1].isupper():
+            run.append(word)  # "Museum of Art", "Bank of the West"
+        else:
+            flush()
+            definite = word.lower() == "the"
+        if possessive:
+            flush()
+        sentence_initial = False
+    flush()
+    return entities
+
+
+def chinese_entities(text: str) -> list[_Entity]:
+    entities = []
+    for run in _CJK_RUN.findall(text):
+        for piece in _ZH_SPLIT.split(run):
+            if 2 <= len(piece) <= 10:
+                entities.append(_Entity(piece, piece, piece, False, False, 1))
+    return entities
+
+
+def _entities(text: str) -> list[_Entity]:
+    return english_entities(text) + chinese_entities(text)
+
+
+# -- salience ------------------------------------------------------------------------------------
+class _Salience:
+    def __init__(self) -> None:
+        self.score: dict[str, float] = {}
+        self.entity: dict[str, _Entity] = {}
+        self.last: dict[str, int] = {}
+        self.clock = 0
+
+    def decay(self) -> None:
+        self.clock += 1
+        for key in self.score:
+            self.score[key] *= DECAY
+
+    def observe(self, text: str, weight: float) -> None:
+        known = list(self.entity)
+        lowered = " " + " ".join(_singular(w) for w in re.findall(r"[a-z0-9\-]+", text.lower())) + " "
+        focus = _FOCUS.match(text)
+        focus_key = None
+        if focus is not None:
+            after = english_entities(text[focus.end() :])
+            focus_key = after[0].key if after else None
+        for entity in _entities(text):
+            bonus = 1.0 + 0.25 * (entity.words - 1) + (0.5 if entity.proper else 0.0)
+            if entity.key == focus_key:
+                bonus += FOCUS_BONUS
+            self._add(entity, weight * bonus)
+        for key in known:  # known entities named inside a longer phrase count too
+            if self.last.get(key) != self.clock and f" {key} " in lowered:
+                self._add(self.entity[key], weight)
+
+    def _add(self, entity: _Entity, amount: float) -> None:
+        self.score[entity.key] = self.score.get(entity.key, 0.0) + amount
+        previous = self.entity.get(entity.key)
+        if previous is None or entity.surface.startswith("the ") or len(entity.surface) > len(previous.surface):
+            self.entity[entity.key] = entity
+        self.last[entity.key] = self.clock
+
+    def ranked(self) -> list[tuple[_Entity, float]]:
+        order = sorted(self.score, key=lambda k: (-self.score[k], -self.last[k], k))
+        return [(self.entity[k], self.score[k]) for k in order]
+
+
+def _present(entity: _Entity, text: str) -> bool:
+    if entity.head and _CJK_RUN.fullmatch(entity.head):
+        return entity.key in text
+    words = {_singular(w) for w in re.findall(r"[a-z0-9\-]+", text.lower())}
+    return all(_singular(w) in words for w in entity.key.split() if w not in ("of", "the", "and"))
+
+
+def _pick(salience: _Salience, text: str, plural: bool | None = None, cjk: bool | None = None) -> _Entity | None:
+    ranked = [(e, s) for e, s in salience.ranked() if not _present(e, text)]
+    if cjk is not None:
+        preferred = [(e, s) for e, s in ranked if bool(_CJK_RUN.fullmatch(e.key)) == cjk]
+        ranked = preferred or ranked
+    if not ranked:
+        return None
+    if plural:
+        top = ranked[0][1]
+        for entity, score in ranked:
+            if entity.plural and score >= 0.5 * top:
+                return entity
+    return ranked[0][0]
+
+
+# -- pronouns ------------------------------------------------------------------------------------
+_EXPLETIVE_IT = re.compile(
+    r"\bit\s+(?:(?:is|was|'s|would\s+be|will\s+be)\s+\w+\s+(?:to|that|if|when|for)\b|means?\s+to\b|takes?\b|seems?\b)",
+    re.IGNORECASE,
+)
+_STANDALONE = r"(?=\s*(?:[.!?,;:]|$|is\b|was\b|'s\b|does\b|did\b|has\b|have\b|can\b|will\b|would\b|mean|work|happen))"
+_EN_PRONOUN = re.compile(
+    r"\b(?:(?P<its>its)|(?P<their>their)|(?P<it>it)|(?P<they>they|them)|"
+    rf"(?P<demo>this|that|these|those){_STANDALONE})\b",
+    re.IGNORECASE,
+)
+_ZH_PRONOUN = re.compile(r"它们|他们|她们|它(?!们)|(?:这个|那个)(?=$|[\s，。？！?!,.是有会能可怎为在的呢吗多还要该])|(?<!其)[这那](?=[是有会能可怎为在])")
+
+
+def _possessive(surface: str) -> str:
+    return surface + ("'" if surface.endswith("s") else "'s")
+
+
+def _resolve_pronouns(text: str, salience: _Salience) -> str:
+    if _EXPLETIVE_IT.search(text):
+        text_scan = _EXPLETIVE_IT.sub(lambda m: "\x00" * len(m.group()), text)
+    else:
+        text_scan = text
+    pieces: list[str] = []
+    position = 0
+    for match in _EN_PRONOUN.finditer(text_scan):
+        kind = match.lastgroup
+        plural = match.group().lower() in ("they", "them", "their", "these", "those")
+        entity = _pick(salience, text, plural=plural, cjk=False)
+        if entity is None:
+            continue
+        replacement = _possessive(entity.surface) if kind in ("its", "their") else entity.surface
+        pieces.append(text[position : match.start()])
+        pieces.append(replacement)
+        position = match.end()
+    for match in _ZH_PRONOUN.finditer(text):
+        if match.start() < position:
+            continue
+        entity = _pick(salience, text, cjk=True)
+        if entity is None:
+            continue
+        pieces.append(text[position : match.start()])
+        pieces.append(entity.surface)
+        position = match.end()
+    pieces.append(text[position:])
+    return "".join(pieces)
+
+
+# -- ellipsis ------------------------------------------------------------------------------------
+_WHAT_ABOUT = re.compile(
+    r"^\s*(?:\w+[.!,]\s+)?(?:(?:so|and|but|ok|okay|then|now)[,\s]+)?(?:what|how)\s+about\s+(?P<x>.+?)\s*[?.!]*\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+_AND_X = re.compile(r"^\s*(?:and|or)\s+(?P<x>[^?.!]{1,60}?)\s*\?\s*$", re.IGNORECASE)
+_ZH_X_NE = re.compile(r"^\s*(?:那么|那)?(?P<x>[^，。？！?!,\s]{1,16}?)(?:呢|怎么样|如何)\s*[？?。!！]*\s*$")
+_ELSE = re.compile(
+    r"^\s*(?:(?:what|anything|who|where)\s+else|any\s+others?|others?|more)\s*[?.!]*\s*$|^\s*(?:其他的?|其它的?|还有|别的)(?:呢|吗|还有吗)?\s*[？?。!！]*\s*$",
+    re.IGNORECASE,
+)
+_FILLER = re.compile(r"^(?:for|in|on|with|the|a|an)\s+", re.IGNORECASE)
+
+
+def _strip_end(text: str) -> tuple[str, str]:
+    stripped = text.rstrip()
+    body = stripped.rstrip(".?!。？！ ")
+    return body, stripped[len(body) :].strip() or "?"
+
+
+def _substitute(previous: str, x: str) -> str | None:
+    """``previous`` with the entity that ``x`` stands in for replaced by ``x``; None when none fits."""
+    x_core = _FILLER.sub("", x.strip())
+    cjk = bool(_CJK_RUN.fullmatch(x_core))
+    candidates = chinese_entities(previous) if cjk else english_entities(previous)
+    if not candidates:
+        return None
+    x_entities = chinese_entities(x_core) if cjk else english_entities(x_core)
+    chosen = None
+    x_proper = False
+    if x_entities and not cjk:
+        head = x_entities[-1].head
+        chosen = next((c for c in candidates if c.head == head), None)
+        x_proper = any(word[:1].isupper() for word in x_core.split())
+        if chosen is None and x_proper:
+            chosen = next((c for c in candidates if c.proper), None)
+    if chosen is None and (cjk or len(candidates) == 1 and x_entities and x_proper):
+        chosen = candidates[0]
+    if chosen is None:
+        return None
+    bare = chosen.surface[4:] if chosen.surface.startswith("the ") else chosen.surface
+    index = previous.find(bare)
+    if index < 0:
+        return None
+    return previous[:index] + x_core + previous[index + len(bare) :]
+
+
+def _rewrite_ellipsis(text: str, previous: str, salience: _Salience) -> str | None:
+    """"what about X", "and X?", "那X呢", "what else": None when the message is none of these."""
+    if _ELSE.match(text) and previous:
+        return f"{text.strip()} ({previous.strip()})"
+    match = _WHAT_ABOUT.match(text) or _AND_X.match(text) or _ZH_X_NE.match(text)
+    if match is not None and previous:
+        x = match.group("x")
+        if not _EN_PRONOUN.fullmatch(x.strip()) and not _ZH_PRONOUN.fullmatch(x.strip()):
+            substituted = _substitute(previous, x)
+            if substituted is not None:
+                return substituted
+    return None
+
+
+# -- entry points --------------------------------------------------------------------------------
+def _build_salience(history: Sequence[Mapping[str, Any]]) -> tuple[_Salience, str]:
+    """Salience over the recent messages (earlier user turns resolved first) and the last user question."""
+    salience = _Salience()
+    previous = ""
+    first = True
+    for message in list(history)[-HISTORY_MESSAGES:]:
+        role = message.get("role")
+        text = message_text(message)
+        if not text or role not in ("user", "assistant"):
+            continue
+        salience.decay()
+        if role == "user":
+            resolved = _resolve_pronouns(text, salience) if len(text) <= MAX_MESSAGE_CHARS else text
+            salience.observe(resolved[:MAX_MESSAGE_CHARS], USER_WEIGHT * (FIRST_TURN_WEIGHT if first else 1.0))
+            first = False
+            previous = resolved if len(resolved) <= MAX_MESSAGE_CHARS else ""
+        else:
+            salience.observe(text[:ASSISTANT_CHARS], ASSISTANT_WEIGHT)
+    return salience, previous
+
+
+def salient_entities(history: Sequence[Mapping[str, Any]], top: int = 5) -> list[tuple[str, float]]:
+    """The ``top`` salient entities of the recent messages (surface form, score), best first."""
+    salience, _ = _build_salience(history)
+    return [(e.surface, round(s, 4)) for e, s in salience.ranked()[:top]]
+
+
+def rewrite_rules(history: Sequence[Mapping[str, Any]], last_user: str) -> RewriteResult:
+    """Standalone form of ``last_user`` given the conversation before it (chat messages, oldest first).
+
+    Deterministic; ``level`` is always ``"rules"``; ``changed`` tells whether anything was resolved.
+    """
+    if not last_user.strip() or len(last_user) > MAX_MESSAGE_CHARS:
+        return RewriteResult(last_user, LEVEL_RULES, False)
+    salience, previous = _build_salience(history)
+    if not salience.score:
+        return RewriteResult(last_user, LEVEL_RULES, False)
+    rewritten = _rewrite_ellipsis(last_user, previous, salience)
+    if rewritten is None:
+        rewritten = _resolve_pronouns(last_user, salience)
+    rewritten = " ".join(rewritten.split())
+    changed = rewritten != " ".join(last_user.split())
+    return RewriteResult(rewritten if changed else last_user, LEVEL_RULES, changed)
