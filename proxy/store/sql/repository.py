@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from sqlalchemy import ARRAY, Text, any_, bindparam, delete, exists, func, literal, select, text, update
+from sqlalchemy import ARRAY, Text, and_, any_, bindparam, delete, exists, func, literal, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -48,6 +48,8 @@ entries_t = Entry.__table__
 pages_t = Page.__table__
 fingerprints_t = Fingerprint.__table__
 events_t = Event.__table__
+
+TAIL_WINDOW = 32  # hashes looked up first by find_longest_prefix
 
 _HASHES = bindparam("hashes", type_=ARRAY(Text))
 _LONGEST_PREFIX = (
@@ -126,10 +128,20 @@ class SqlConversationRepository:
             return (await connection.execute(stmt)).scalar_one_or_none()
 
     async def find_longest_prefix(self, tenant: str, chain_hashes: list[str]) -> tuple[str, int] | None:
+        """A continuing conversation matches near the end: the last TAIL_WINDOW hashes are tried
+        first (a hit there is the longest match); only a miss asks about the whole list."""
         if not chain_hashes:
             return None
         async with self.engine.connect() as connection:
-            row = (await connection.execute(_LONGEST_PREFIX, {"tenant": tenant, "hashes": list(chain_hashes)})).first()
+            row = None
+            if len(chain_hashes) > TAIL_WINDOW:
+                tail = {"tenant": tenant, "hashes": chain_hashes[-TAIL_WINDOW:]}
+                row = (await connection.execute(_LONGEST_PREFIX, tail)).first()
+                rest = chain_hashes[:-TAIL_WINDOW]
+            else:
+                rest = chain_hashes
+            if row is None:
+                row = (await connection.execute(_LONGEST_PREFIX, {"tenant": tenant, "hashes": rest})).first()
         if row is None:
             return None
         position = len(chain_hashes) - 1 - chain_hashes[::-1].index(row.chain_hash)
@@ -188,11 +200,28 @@ class SqlConversationRepository:
     async def _store_snapshot(
         self, connection: AsyncConnection, tenant: str, conversation_id: str, snapshot: bytes, version: int
     ) -> bool:
-        """Lock the conversation row for the rest of the transaction and store the snapshot.
+        """Store the snapshot, locking the conversation row for the rest of the transaction.
         Returns True when this exact snapshot was stored already (a replayed turn)."""
+        stored = (
+            await connection.execute(
+                update(conv)
+                .where(
+                    conv.c.id == conversation_id,
+                    conv.c.tenant == tenant,
+                    or_(
+                        conv.c.state_version < version,
+                        and_(conv.c.state_version == version, conv.c.state.is_distinct_from(snapshot)),
+                    ),
+                )
+                .values(state=snapshot, state_version=version, updated_at=func.now(), last_active_at=func.now())
+                .returning(conv.c.id)
+            )
+        ).first()
+        if stored is not None:
+            return False
         current = (
             await connection.execute(
-                select(conv.c.state_version, (conv.c.state == snapshot).label("same"))
+                select(conv.c.state_version)
                 .where(conv.c.id == conversation_id, conv.c.tenant == tenant)
                 .with_for_update()
             )
@@ -200,15 +229,10 @@ class SqlConversationRepository:
         if current is None:
             raise ConversationNotFound(conversation_id)
         if current.state_version > version:
-            raise StaleState(f"conversation {conversation_id}: stored version {current.state_version} is newer than {version}")
-        if current.state_version == version and current.same:
-            return True
-        await connection.execute(
-            update(conv)
-            .where(conv.c.id == conversation_id)
-            .values(state=snapshot, state_version=version, updated_at=func.now(), last_active_at=func.now())
-        )
-        return False
+            raise StaleState(
+                f"conversation {conversation_id}: stored version {current.state_version} is newer than {version}"
+            )
+        return True  # same version, same snapshot
 
     # --- reads --------------------------------------------------------------------------------
     async def load_snapshot(self, tenant: str, conversation_id: str) -> tuple[bytes, int] | None:
