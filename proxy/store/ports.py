@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 PAGE_STATES = ("active", "archived", "evicted")
@@ -48,6 +49,30 @@ class EventRow:
     conversation_id: str | None
     kind: str
     payload: dict[str, Any]
+
+
+@dataclass
+class ConversationInfo:
+    """What the admin API shows of a conversation (no message content)."""
+
+    id: str
+    tenant: str
+    session_key: str | None
+    parent_id: str | None
+    forked_at: int | None
+    label: str | None
+    state_version: int
+    created_at: datetime
+    updated_at: datetime
+    last_active_at: datetime
+    entries: int = 0
+    pages: int = 0
+
+
+@dataclass
+class StoredEvent(EventRow):
+    id: int = 0
+    created_at: datetime | None = None
 
 
 class StoreError(Exception):
@@ -153,3 +178,22 @@ class HotState(Protocol):
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ConversationAdmin(Protocol):
+    """Reads and small edits for the admin API (all scoped by tenant)."""
+
+    async def list_conversations(
+        self, tenant: str, limit: int = 50, before: datetime | None = None
+    ) -> list[ConversationInfo]:
+        """Most recently active first; ``before``: only those last active before it (paging)."""
+
+    async def get_conversation(self, tenant: str, conversation_id: str) -> ConversationInfo | None: ...
+
+    async def set_label(self, tenant: str, conversation_id: str, label: str | None) -> bool: ...
+
+    async def load_events(
+        self, tenant: str, conversation_id: str | None = None, kinds: tuple[str, ...] = (), limit: int = 100
+    ) -> list[StoredEvent]:
+        """Newest first."""

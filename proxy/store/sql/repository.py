@@ -19,6 +19,7 @@ from proxy.store.ports import (
     StaleState,
 )
 from proxy.store.sql import turn_statements as turn
+from proxy.store.sql.admin_queries import ConversationAdminQueries
 from proxy.store.sql.models import Conversation, Entry, Event, Fingerprint, Page
 from proxy.store.sql.urls import to_async_url
 
@@ -87,8 +88,8 @@ def _page_row(row: Any) -> PageRow:
     )
 
 
-class SqlConversationRepository:
-    """Implements proxy.store.ports.ConversationRepository."""
+class SqlConversationRepository(ConversationAdminQueries):
+    """Implements proxy.store.ports.ConversationRepository and ConversationAdmin."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine

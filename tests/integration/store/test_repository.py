@@ -6,6 +6,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 from proxy.store.ports import (
+    ConversationAdmin,
     ConversationConflict,
     ConversationNotFound,
     ConversationRepository,
@@ -280,3 +281,28 @@ async def test_delete_removes_every_row_of_the_conversation(repo: SqlConversatio
     assert not await repo.delete_conversation(TENANT, "gone")
     assert await repo.find_by_session_key(TENANT, "gone") is None
     assert await repo.find_longest_prefix(TENANT, ["gone-0", "gone-1"]) is None
+
+
+async def test_admin_queries(repo: SqlConversationRepository) -> None:
+    assert isinstance(repo, ConversationAdmin)
+    for cid in ("old", "new"):
+        await repo.create_conversation(TENANT, cid, session_key=f"s-{cid}")
+        await save(repo, cid)
+    await repo.create_conversation(OTHER_TENANT, "theirs")
+
+    listed = await repo.list_conversations(TENANT)
+    assert [c.id for c in listed] == ["new", "old"]
+    assert (listed[0].entries, listed[0].pages, listed[0].state_version) == (4, 2, 1)
+    assert [c.id for c in await repo.list_conversations(TENANT, before=listed[0].last_active_at)] == ["old"]
+    assert await repo.get_conversation(OTHER_TENANT, "old") is None
+
+    assert await repo.set_label(TENANT, "old", "travel plans")
+    assert not await repo.set_label(OTHER_TENANT, "old", "stolen")
+    info = await repo.get_conversation(TENANT, "old")
+    assert info is not None and (info.label, info.session_key) == ("travel plans", "s-old")
+
+    await repo.append_events([EventRow(TENANT, "old", "archive_backlog", {"pages": 2})])
+    events = await repo.load_events(TENANT, "old")
+    assert [(e.kind, e.payload) for e in events] == [("archive_backlog", {"pages": 2}), ("turn", {"n": 1})]
+    assert [e.kind for e in await repo.load_events(TENANT, kinds=("archive_backlog",))] == ["archive_backlog"]
+    assert await repo.load_events(OTHER_TENANT) == []
