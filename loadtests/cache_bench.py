@@ -1,0 +1,312 @@
+"""Prefix-cache benchmark: one workload through four context strategies, side by side, in one run.
+
+Strategies: pass-through (the whole history; the unbounded reference), a sliding window (seed 002), three-tier
+trimming (seed 003), both trimmed every turn on the client, and this proxy (a real ``memci-proxy serve``
+process). Each strategy talks to its own fresh emulator process; the emulator's own radix-cache accounting
+(``usage.prompt_tokens_details.cached_tokens`` and its request log) is the measurement. Pass-through gets an
+emulator without a context limit (it is the ceiling for the hit rate); the others the window under test.
+
+    python loadtests/cache_bench.py                       # chat, chat-zh, agent, replay; 8k window
+    python loadtests/cache_bench.py --quick               # 60 turns, 4k window
+    python loadtests/cache_bench.py --workloads chat --turns 300 --proxy-env MEMCI_ACTIVE_LOW_WATERMARK=0.5
+
+With ``--upstream URL`` (a real SGLang server) every strategy uses that server and its cache is flushed
+between strategies (``POST /flush_cache``); figures then come from the responses' usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+
+from loadtests.baselines import PassThrough, SlidingWindow, Strategy, ThreeTier, estimate_tokens
+from loadtests.bench_servers import Upstream, emulator_upstream, external_upstream, proxy_server
+from loadtests.workloads import KINDS, Workload, make_workload
+from proxy.emulator.template import content_text, render_chat
+from proxy.emulator.tokenizer import Tokenizer
+
+STRATEGY_KEYS = ("pass-through", "sliding", "three-tier", "proxy")
+UNBOUNDED_WINDOW = 10_000_000
+_TOKENIZER = Tokenizer()
+
+
+def budget_of(window: int, max_tokens: int, margin: float = 0.10) -> int:
+    return window - max_tokens - int(margin * window)
+
+
+@dataclass
+class RequestRecord:
+    turn: int
+    prompt: int = 0
+    cached: int = 0
+    prompt_largest: int = 0  # the largest single upstream prompt of this request (a recall loop makes several)
+    upstream_requests: int = 0
+    adds: int = 0
+    history_tokens: int = 0
+    verbatim: int | None = None
+    epoch: bool = False
+    error: str | None = None
+    probe_seen: bool | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class Row:
+    strategy: str
+    requests: int = 0
+    hit_rate: float = 0.0
+    uncached_mean: float = 0.0
+    adds_mean: float = 0.0
+    prompt_max: int = 0
+    prompt_mean: float = 0.0
+    over_budget: int = 0
+    errors: int = 0
+    epochs: int | None = None
+    recall: str = "n/a"
+    verbatim_min: float | None = None
+    verbatim_mean: float | None = None
+    seconds: float = 0.0
+    records: list[RequestRecord] = field(default_factory=list, repr=False)
+
+
+def _key(message: dict) -> str:
+    calls = [(c.get("function", {}).get("name"), c.get("function", {}).get("arguments"))
+             for c in message.get("tool_calls") or ()]
+    return json.dumps([message.get("role"), content_text(message.get("content")), calls], ensure_ascii=False)
+
+
+def _tokens(message: dict) -> int:
+    n = _TOKENIZER.count(content_text(message.get("content")))
+    for call in message.get("tool_calls") or ():
+        n += _TOKENIZER.count(json.dumps(call.get("function", {}), ensure_ascii=False))
+    return n + 3
+
+
+def verbatim_tokens(sent: list[dict], history_keys: set[str]) -> int:
+    """Tokens of the non-system messages sent upstream that are the client's own messages, unchanged."""
+    return sum(_tokens(m) for m in sent if m.get("role") != "system" and _key(m) in history_keys)
+
+
+class Run:
+    """One workload through one strategy: the client side of the conversation."""
+
+    def __init__(self, workload: Workload, strategy: Strategy | None, upstream: Upstream, url: str, budget: int,
+                 calibrate: bool = True):
+        self.workload, self.strategy, self.upstream, self.url, self.budget = workload, strategy, upstream, url, budget
+        self.calibrate = calibrate
+        self.ratio = 1.0  # largest (reported prompt tokens / chars-4 estimate) seen so far
+        self.history: list[dict] = [{"role": "system", "content": workload.system}]
+        self.keys: set[str] = {_key(self.history[0])}
+        self.records: list[RequestRecord] = []
+        self.client = httpx.Client(timeout=300)
+        self.rendered_before = 0  # tokens of the history as of the last answer (no generation prompt)
+
+    def _append(self, message: dict) -> None:
+        self.history.append(message)
+        self.keys.add(_key(message))
+
+    def _history_tokens(self, generation_prompt: bool) -> int:
+        return _TOKENIZER.count(render_chat(self.history, list(self.workload.tools) or None, generation_prompt))
+
+    def play(self) -> list[RequestRecord]:
+        for index, turn in enumerate(self.workload.turns):
+            self._append({"role": "user", "content": turn.user})
+            results = list(turn.tool_results)
+            while True:
+                record = self._request(index, turn.probe)
+                self.records.append(record)
+                message = record_message = self._last_message
+                if record.error:
+                    record_message = {"role": "assistant", "content": f"(no answer: {record.error})"}
+                self._append({k: v for k, v in record_message.items() if k in ("role", "content", "tool_calls")})
+                self.rendered_before = self._history_tokens(False)
+                calls = (message or {}).get("tool_calls") or [] if not record.error else []
+                if not calls:
+                    break
+                for call in calls:
+                    mine = call["function"]["name"] in {t["function"]["name"] for t in self.workload.tools}
+                    text = (results.pop(0) if results else "done") if mine else "unknown tool"
+                    self._append({"role": "tool", "tool_call_id": call["id"], "content": text})
+        self.client.close()
+        return self.records
+
+    def _request(self, turn_index: int, probe: str | None) -> RequestRecord:
+        record = RequestRecord(turn_index)
+        full = self._history_tokens(True)
+        record.history_tokens = full
+        record.adds = full - self.rendered_before if self.rendered_before else full
+        trim_budget = int(self.budget / self.ratio) if self.calibrate else self.budget
+        messages = self.strategy.prepare(self.history, trim_budget) if self.strategy else list(self.history)
+        body: dict[str, Any] = {"model": "bench", "messages": messages, "max_tokens": self.workload.max_tokens}
+        if self.workload.tools:
+            body["tools"] = list(self.workload.tools)
+        mark = self.upstream.mark()
+        started = time.perf_counter()
+        response = self.client.post(self.url + "/chat/completions", json=body)
+        record.seconds = time.perf_counter() - started
+        self._last_message = None
+        if response.status_code != 200:
+            record.error = f"{response.status_code} {response.json().get('error', {}).get('code', '')}".strip()
+        else:
+            data = response.json()
+            self._last_message = data["choices"][0]["message"]
+            record.epoch = response.headers.get("x-memci-epoch") == "true"
+        sent = self.upstream.since(mark)
+        if sent is None:  # a real server: usage from the response, the sent prompt from our own trimming
+            usage = response.json().get("usage") or {} if response.status_code == 200 else {}
+            record.prompt = record.prompt_largest = int(usage.get("prompt_tokens") or 0)
+            record.cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+            record.upstream_requests = 1
+            bodies = [body] if self.strategy else []
+        else:
+            record.prompt = sum(e["prompt_tokens"] or 0 for e in sent if e.get("cached_tokens") is not None)
+            record.cached = sum(e["cached_tokens"] or 0 for e in sent if e.get("cached_tokens") is not None)
+            record.upstream_requests = len(sent)
+            record.prompt_largest = max((e["prompt_tokens"] or 0 for e in sent), default=0)
+            bodies = [e["body"] for e in sent]
+        if bodies:
+            record.verbatim = verbatim_tokens(bodies[0]["messages"], self.keys)
+        if self.strategy and record.prompt_largest:
+            estimate = sum(estimate_tokens(m) for m in messages)
+            self.ratio = max(self.ratio, record.prompt_largest / max(1, estimate))
+        if probe is not None:
+            record.probe_seen = any(probe in json.dumps(b, ensure_ascii=False) for b in bodies) if bodies else None
+        return record
+
+
+def summarise(name: str, records: list[RequestRecord], budget: int, seconds: float, is_proxy: bool) -> Row:
+    ok = [r for r in records if not r.error]
+    prompts = [r.prompt_largest for r in ok]
+    row = Row(name, requests=len(records), seconds=round(seconds, 1), records=records)
+    total_prompt = sum(prompts)
+    row.hit_rate = sum(r.cached for r in ok) / total_prompt if total_prompt else 0.0
+    row.uncached_mean = sum(r.prompt - r.cached for r in ok) / max(1, len(ok))
+    row.adds_mean = statistics.fmean(r.adds for r in records) if records else 0.0
+    row.prompt_max = max(prompts, default=0)
+    row.prompt_mean = statistics.fmean(prompts) if prompts else 0.0
+    row.over_budget = sum(r.prompt_largest > budget for r in ok) + sum(1 for r in records if r.error)
+    row.errors = sum(1 for r in records if r.error)
+    row.epochs = sum(r.epoch for r in records) if is_proxy else None
+    probes = [r.probe_seen for r in records if r.probe_seen is not None]
+    if probes:
+        row.recall = f"{sum(probes)}/{len(probes)}"
+    full = [r.verbatim / budget for r in records if r.verbatim is not None and r.history_tokens > budget]
+    if full:
+        row.verbatim_min, row.verbatim_mean = min(full), statistics.fmean(full)
+    return row
+
+
+def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir: Path) -> Row:
+    budget = budget_of(args.window, workload.max_tokens)
+    window = UNBOUNDED_WINDOW if key == "pass-through" and not args.upstream else args.window
+    strategy: Strategy | None = {"pass-through": PassThrough(), "sliding": SlidingWindow(),
+                                 "three-tier": ThreeTier(), "proxy": None}[key]
+    with (external_upstream(args.upstream) if args.upstream else emulator_upstream(window, workdir)) as upstream:
+        started = time.perf_counter()
+        if key == "proxy":
+            env = dict(kv.split("=", 1) for kv in args.proxy_env)
+            with proxy_server(upstream.base_url, workdir / f"home-{workload.name}", env) as proxy_url:
+                records = Run(workload, None, upstream, proxy_url, budget).play()
+        else:
+            records = Run(workload, strategy, upstream, upstream.base_url, budget).play()
+        elapsed = time.perf_counter() - started
+        totals = upstream.totals()
+    row = summarise({"proxy": "this proxy"}.get(key, strategy.name if strategy else key), records, budget,
+                    elapsed, key == "proxy")
+    if totals and totals.get("prompt_tokens"):
+        row.hit_rate = totals["cached_tokens"] / totals["prompt_tokens"]
+    return row
+
+
+def _f(value: float | None, digits: int = 0) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def markdown(workload: Workload, rows: list[Row], window: int) -> str:
+    budget = budget_of(window, workload.max_tokens)
+    head = (f"### {workload.name}: {len(workload.turns)} user turns, {rows[0].requests if rows else 0} requests, "
+            f"window {window:,}, budget {budget:,} ({workload.notes})\n\n"
+            "| strategy | hit rate | uncached/turn | adds/turn | uncached ÷ adds | max prompt | mean prompt | "
+            "over budget | errors | epochs | recall | verbatim min | verbatim mean | s |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+    lines = []
+    for r in rows:
+        ratio = r.uncached_mean / r.adds_mean if r.adds_mean else None
+        lines.append(f"| {r.strategy} | {r.hit_rate:.4f} | {_f(r.uncached_mean)} | {_f(r.adds_mean)} | {_f(ratio, 2)} | "
+                     f"{r.prompt_max:,} | {_f(r.prompt_mean)} | {r.over_budget} | {r.errors} | "
+                     f"{'n/a' if r.epochs is None else r.epochs} | {r.recall} | "
+                     f"{_f(None if r.verbatim_min is None else 100 * r.verbatim_min, 0)}% | "
+                     f"{_f(None if r.verbatim_mean is None else 100 * r.verbatim_mean, 0)}% | {r.seconds:.0f} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def target_checks(workload: Workload, rows: list[Row]) -> list[str]:
+    proxy = next((r for r in rows if r.strategy == "this proxy"), None)
+    if proxy is None:
+        return []
+    checks = [(f"hit rate >= {0.90 if workload.name == 'agent' else 0.97}",
+               proxy.hit_rate >= (0.90 if workload.name == "agent" else 0.97)),
+              ("never over budget", proxy.over_budget == 0)]
+    if workload.name != "agent":
+        checks.append(("uncached/turn <= 3 x adds/turn", proxy.uncached_mean <= 3 * proxy.adds_mean))
+        checks.append(("verbatim >= 40% of budget (min)", (proxy.verbatim_min or 0) >= 0.40))
+    return [f"- {'met' if ok else 'MISSED'}: {text}" for text, ok in checks]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default="chat,chat-zh,agent,replay")
+    parser.add_argument("--strategies", default=",".join(STRATEGY_KEYS))
+    parser.add_argument("--turns", type=int, default=None, help="user turns (agent: requests); default per workload")
+    parser.add_argument("--window", type=int, default=8192)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="60 turns, 4k window")
+    parser.add_argument("--json", dest="json_out", default=None, help="write rows (and per-request records) here")
+    parser.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment of the proxy process (e.g. MEMCI_ACTIVE_LOW_WATERMARK=0.5)")
+    parser.add_argument("--raw-estimate", action="store_true",
+                        help="baselines trim by chars/4 alone (seed 002), not corrected by the upstream's counts")
+    parser.add_argument("--upstream", default=None, help="a real server's /v1 URL (SGLang); flushed between strategies")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.turns = args.turns or 60
+        args.window = 4096 if args.window == 8192 else args.window
+    results: dict[str, Any] = {"window": args.window, "seed": args.seed, "proxy_env": args.proxy_env, "workloads": {}}
+    with tempfile.TemporaryDirectory(prefix="cache-bench-") as tmp:
+        for kind in [k.strip() for k in args.workloads.split(",") if k.strip()]:
+            if kind not in KINDS:
+                parser.error(f"unknown workload {kind}")
+            workload = make_workload(kind, args.turns, args.seed)
+            if workload is None:
+                print(f"### {kind}: skipped (evaluation data not found)\n", flush=True)
+                continue
+            rows = []
+            for key in [s.strip() for s in args.strategies.split(",") if s.strip()]:
+                print(f"# {kind}: {key} ...", file=sys.stderr, flush=True)
+                rows.append(run_strategy(key, workload, args, Path(tmp)))
+            print(markdown(workload, rows, args.window), flush=True)
+            for line in target_checks(workload, rows):
+                print(line, flush=True)
+            print(flush=True)
+            results["workloads"][kind] = [
+                {**{k: v for k, v in asdict(r).items() if k != "records"},
+                 "per_request": [asdict(x) for x in r.records]} for r in rows]
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
