@@ -99,6 +99,9 @@ class InProcessHotState:
             return
         self._snapshots.put(conversation_id, (snapshot, version), ttl_s)
 
+    def forget_snapshot(self, conversation_id: str) -> None:
+        self._snapshots.pop(conversation_id)
+
     # --- fingerprints ------------------------------------------------------------------------
     async def get_fingerprint(self, tenant: str, chain_hash: str) -> tuple[str, int] | None:
         return self._fingerprints.get((tenant, chain_hash))

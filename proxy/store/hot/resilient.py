@@ -81,15 +81,20 @@ class ResilientHotState:
 
     # --- snapshots and fingerprints ------------------------------------------------------------
     async def get_snapshot(self, conversation_id: str) -> tuple[bytes, int] | None:
-        return await self._call(
-            lambda: self.primary.get_snapshot(conversation_id), lambda: self.fallback.get_snapshot(conversation_id)
-        )
+        """The newer of Redis's and the fallback's: a snapshot written here during an outage is
+        newer than the one Redis kept (PostgreSQL's StaleState check guards the other replicas)."""
+        local = await self.fallback.get_snapshot(conversation_id)
+        shared = await self._call(lambda: self.primary.get_snapshot(conversation_id), _nothing)
+        if local is None or (shared is not None and shared[1] >= local[1]):
+            return shared
+        return local
 
     async def put_snapshot(self, conversation_id: str, snapshot: bytes, version: int, ttl_s: float) -> None:
-        await self._call(
-            lambda: self.primary.put_snapshot(conversation_id, snapshot, version, ttl_s),
-            lambda: self.fallback.put_snapshot(conversation_id, snapshot, version, ttl_s),
-        )
+        async def on_redis() -> None:
+            await self.primary.put_snapshot(conversation_id, snapshot, version, ttl_s)
+            self.fallback.forget_snapshot(conversation_id)  # Redis has the newest now
+
+        await self._call(on_redis, lambda: self.fallback.put_snapshot(conversation_id, snapshot, version, ttl_s))
 
     async def get_fingerprint(self, tenant: str, chain_hash: str) -> tuple[str, int] | None:
         return await self._call(

@@ -107,3 +107,28 @@ async def test_lock_stays_exclusive_within_a_replica_while_redis_goes_down(redis
         await asyncio.sleep(0)
     finally:
         await hot.close()
+
+
+async def test_a_snapshot_written_during_an_outage_wins_over_the_older_redis_copy(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    primary = RedisHotState(redis_url)
+    hot = ResilientHotState(primary, retry_after_s=5.0, clock=clock)
+
+    async def refused(*args: object, **kwargs: object) -> None:
+        raise RedisConnectionError("connection refused")
+
+    try:
+        await hot.put_snapshot(CID, b"v1", 1, ttl_s=60)
+        with monkeypatch.context() as patch:
+            patch.setattr(primary, "put_snapshot", refused)
+            await hot.put_snapshot(CID, b"v2", 2, ttl_s=60)  # lands in-process only
+        clock.now += 5.0
+        assert await hot.get_snapshot(CID) == (b"v2", 2)
+        assert await primary.get_snapshot(CID) == (b"v1", 1)
+        await hot.put_snapshot(CID, b"v3", 3, ttl_s=60)  # Redis back: the local copy is dropped
+        await primary.client.flushdb()
+        assert await hot.get_snapshot(CID) is None  # a miss (rebuilt from PostgreSQL), never the old v2
+    finally:
+        await hot.close()
