@@ -49,8 +49,8 @@ HISTORY_MESSAGES = 8  # recent messages looked at
 MAX_MESSAGE_CHARS = 2000  # longer user messages are taken as self-contained (not rewritten)
 ASSISTANT_CHARS = 1500  # only the head of an assistant message is mined for entities
 DECAY = 0.75  # salience kept per message of age
-FOCUS_BONUS = 2.0  # the entity a "tell me about X" / "what is X" message is about
-FIRST_TURN_WEIGHT = 1.5  # the first user message usually sets the topic
+FOCUS_BONUS = 3.0  # the entity a "tell me about X" / "what is X" message is about
+FIRST_TURN_WEIGHT = 1.2  # the first user message usually sets the topic
 USER_WEIGHT, ASSISTANT_WEIGHT = 1.0, 0.3
 
 
@@ -161,6 +161,8 @@ def _singular(word: str) -> str:
 
 def _is_content(word: str) -> bool:
     low = word.lower()
+    if len(word) > 1 and word.isupper():  # acronyms: US, AI, IT
+        return True
     return low not in _FUNCTION_WORDS and low not in _VERBS and (len(low) > 1 or low.isdigit())
 
 
