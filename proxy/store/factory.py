@@ -76,6 +76,13 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
     else:
         hot, kind_hot = InProcessHotState(), "in-process"
         logger.warning("hot state and session locks: in-process (no REDIS_URL) - run one replica only")
+        if settings.workers > 1:
+            logger.warning(
+                "%d server workers without REDIS_URL: each worker has its own session locks; "
+                "concurrent requests of one conversation on two workers are caught only by the "
+                "database's version check (StaleState)",
+                settings.workers,
+            )
     return Store(
         repo=SqlConversationRepository(engine),
         hot=hot,
