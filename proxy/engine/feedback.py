@@ -56,7 +56,7 @@ def add_hidden(
     counter = counter or EstimateCounter()
     tokens = sum(counter.count_message(m) for m in messages)
     s = state.copy()
-    group = HiddenGroup(after_entry_index, [dict(m) for m in messages], tokens)
+    group = HiddenGroup(after_entry_index, [dict(m) for m in messages], tokens, added_turn=s.turn)
     position = bisect.bisect_right([g.after for g in s.hidden], after_entry_index)
     s.hidden.insert(position, group)
     for pi in range(len(s.pages) - 1, -1, -1):
@@ -66,8 +66,6 @@ def add_hidden(
             if record.status == ACTIVE and pi >= s.first_active_page:
                 s.active_tokens += tokens
             break
-    if s.hidden_changed_after < 0 or after_entry_index < s.hidden_changed_after:
-        s.hidden_changed_after = after_entry_index
     return s
 
 

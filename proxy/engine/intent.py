@@ -50,7 +50,10 @@ MAX_MESSAGE_CHARS = 2000  # longer user messages are taken as self-contained (no
 ASSISTANT_CHARS = 1500  # only the head of an assistant message is mined for entities
 DECAY = 0.75  # salience kept per message of age
 FOCUS_BONUS = 3.0  # the entity a "tell me about X" / "what is X" message is about
-FIRST_TURN_WEIGHT = 1.2  # the first user message usually sets the topic
+FIRST_TURN_WEIGHT = 1.2
+TOPIC_DECAY = 0.9  # the topic score forgets slowly
+TOPIC_FIRST_TURN_WEIGHT = 2.0
+TOPIC_MAX_CONTENT_WORDS = 2  # a question with more specific words of its own is not completed with the topic  # the first user message usually sets the topic
 USER_WEIGHT, ASSISTANT_WEIGHT = 1.0, 0.3
 
 
@@ -250,14 +253,16 @@ class _Salience:
         self.score: dict[str, float] = {}
         self.entity: dict[str, _Entity] = {}
         self.last: dict[str, int] = {}
+        self.topic_score: dict[str, float] = {}  # slower decay: what the conversation is about
         self.clock = 0
 
     def decay(self) -> None:
         self.clock += 1
         for key in self.score:
             self.score[key] *= DECAY
+            self.topic_score[key] *= TOPIC_DECAY
 
-    def observe(self, text: str, weight: float) -> None:
+    def observe(self, text: str, weight: float, topic_weight: float) -> None:
         known = list(self.entity)
         lowered = " " + " ".join(_singular(w) for w in re.findall(r"[a-z0-9\-]+", text.lower())) + " "
         focus = _FOCUS.match(text)
@@ -269,13 +274,14 @@ class _Salience:
             bonus = 1.0 + 0.25 * (entity.words - 1) + (0.5 if entity.proper else 0.0)
             if entity.key == focus_key:
                 bonus += FOCUS_BONUS
-            self._add(entity, weight * bonus)
+            self._add(entity, weight * bonus, topic_weight * bonus)
         for key in known:  # known entities named inside a longer phrase count too
             if self.last.get(key) != self.clock and f" {key} " in lowered:
-                self._add(self.entity[key], weight)
+                self._add(self.entity[key], weight, topic_weight)
 
-    def _add(self, entity: _Entity, amount: float) -> None:
+    def _add(self, entity: _Entity, amount: float, topic_amount: float) -> None:
         self.score[entity.key] = self.score.get(entity.key, 0.0) + amount
+        self.topic_score[entity.key] = self.topic_score.get(entity.key, 0.0) + topic_amount
         previous = self.entity.get(entity.key)
         if previous is None or entity.surface.startswith("the ") or len(entity.surface) > len(previous.surface):
             self.entity[entity.key] = entity
@@ -284,6 +290,14 @@ class _Salience:
     def ranked(self) -> list[tuple[_Entity, float]]:
         order = sorted(self.score, key=lambda k: (-self.score[k], -self.last[k], k))
         return [(self.entity[k], self.score[k]) for k in order]
+
+    def topic(self) -> _Entity | None:
+        """The entity with the highest slow-decaying score, English only (the topic of the conversation)."""
+        best = None
+        for key, value in self.topic_score.items():
+            if _CJK_RUN.search(key) is None and (best is None or value > self.topic_score[best]):
+                best = key
+        return self.entity[best] if best is not None else None
 
 
 def _present(entity: _Entity, text: str) -> bool:
@@ -417,6 +431,30 @@ def _rewrite_ellipsis(text: str, previous: str, salience: _Salience) -> str | No
     return None
 
 
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*")
+
+
+def _complete_with_topic(text: str, salience: _Salience) -> str | None:
+    """An English question that names neither the topic nor any known entity nor a name of its own, with
+    few specific words: the topic appended ("... of <topic>", "... in <Place>"); None otherwise."""
+    if _CJK_RUN.search(text) or len(text) > 300:
+        return None
+    topic = salience.topic()
+    if topic is None or _present(topic, text):
+        return None
+    words = _WORD.findall(text)
+    if any(_is_proper(w, i == 0) for i, w in enumerate(words)):
+        return None
+    if any(_present(e, text) for e, _ in salience.ranked()[:10]):
+        return None
+    specific = [w for w in words if _is_content(w) and w.lower() not in _GENERIC_NOUNS]
+    if len(specific) > TOPIC_MAX_CONTENT_WORDS:
+        return None
+    body, end = _strip_end(text)
+    preposition = "in" if topic.proper else "of"
+    return f"{body} {preposition} {topic.surface}{end}"
+
+
 # -- entry points --------------------------------------------------------------------------------
 def _build_salience(history: Sequence[Mapping[str, Any]]) -> tuple[_Salience, str]:
     """Salience over the recent messages (earlier user turns resolved first) and the last user question."""
@@ -431,11 +469,15 @@ def _build_salience(history: Sequence[Mapping[str, Any]]) -> tuple[_Salience, st
         salience.decay()
         if role == "user":
             resolved = _resolve_pronouns(text, salience) if len(text) <= MAX_MESSAGE_CHARS else text
-            salience.observe(resolved[:MAX_MESSAGE_CHARS], USER_WEIGHT * (FIRST_TURN_WEIGHT if first else 1.0))
+            salience.observe(
+                resolved[:MAX_MESSAGE_CHARS],
+                USER_WEIGHT * (FIRST_TURN_WEIGHT if first else 1.0),
+                USER_WEIGHT * (TOPIC_FIRST_TURN_WEIGHT if first else 1.0),
+            )
             first = False
             previous = resolved if len(resolved) <= MAX_MESSAGE_CHARS else ""
         else:
-            salience.observe(text[:ASSISTANT_CHARS], ASSISTANT_WEIGHT)
+            salience.observe(text[:ASSISTANT_CHARS], ASSISTANT_WEIGHT, ASSISTANT_WEIGHT)
     return salience, previous
 
 
@@ -458,6 +500,8 @@ def rewrite_rules(history: Sequence[Mapping[str, Any]], last_user: str) -> Rewri
     rewritten = _rewrite_ellipsis(last_user, previous, salience)
     if rewritten is None:
         rewritten = _resolve_pronouns(last_user, salience)
+        if rewritten == last_user:
+            rewritten = _complete_with_topic(last_user, salience) or last_user
     rewritten = " ".join(rewritten.split())
     changed = rewritten != " ".join(last_user.split())
     return RewriteResult(rewritten if changed else last_user, LEVEL_RULES, changed)

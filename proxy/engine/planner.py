@@ -148,7 +148,12 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         s.system_tokens = _system_tokens(s.system_text, counter)
 
     # -- 4. estimate and decide on an epoch
+    # Volatile blocks go into the latest user message. While an agent loop continues after that message
+    # (the request ends with later messages), the blocks it got when it arrived are kept byte for byte.
+    last_user = _last_user_entry(s, msgs)
     volatile = volatile_block(turn.task_state, turn.intent, turn.memory)
+    if state is not None and 0 <= last_user == state.last_volatile_entry and last_user < min(keep, len(msgs) - 1):
+        volatile = state.last_volatile_text
     fixed = (counter.count_text(volatile) if volatile else 0) + max(0, turn.tools_tokens)
     ratio = s.correction_ratio
 
@@ -183,7 +188,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
 
     # -- 5. render: [system] + B6 with hidden messages, volatile blocks in the last user message
     start = s.active_start_entry()
-    volatile_entry = _last_user_entry(s, msgs) if volatile else -1
+    volatile_entry = last_user if last_user >= start else -1
     if volatile and volatile_entry < 0:
         events.append({"type": "context.volatile_dropped", "reason": "latest user message is archived"})
     system_count = 0 if s.system_text is None else 1
@@ -205,11 +210,14 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
             blocks.append(("tail", tail, tail + 1))
 
     # -- 6. what stayed byte-identical since the previous request (drives the cold-cache check)
-    volatile_digest = _digest(volatile) if volatile and volatile_entry >= 0 else ""
-    if state is not None and state.last_volatile_entry >= 0 and (
-        state.last_volatile_entry != volatile_entry or state.last_volatile_digest != volatile_digest
+    volatile_text = volatile if volatile_entry >= 0 else ""
+    if state is not None and (
+        state.last_volatile_entry != volatile_entry or state.last_volatile_text != volatile_text
     ):
-        changed_at.append(state.last_volatile_entry)
+        if state.last_volatile_entry >= 0 and state.last_volatile_text:
+            changed_at.append(state.last_volatile_entry)
+        if volatile_entry >= 0 and volatile_text:
+            changed_at.append(volatile_entry)
     if state is None or over_budget or state.last_upstream_count == 0 or s.system_text != previous_system:
         stable = 0
     elif s.first_active_page != first_active_before or state.active_start_entry() != start:
@@ -219,8 +227,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         for entry in changed_at:
             if entry >= start:
                 stable = min(stable, entry_position(entry, start, s.hidden, system_count))
-        if s.hidden_changed_after >= start:
-            stable = min(stable, entry_position(s.hidden_changed_after, start, s.hidden, system_count) + 1)
+        stable = min(stable, _first_new_hidden_position(s, state.turn, start, system_count))
         stable = min(stable, len(upstream))
     stable_entries_end = start + max(0, stable - system_count)  # approximate: ignores hidden messages
     s.expected_cached_tokens = (
@@ -234,9 +241,8 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     else:
         s.messages_length, s.messages_digest = 0, ""
     s.last_upstream_count = 0 if over_budget else len(upstream)
-    s.last_volatile_entry = volatile_entry if volatile else -1
-    s.last_volatile_digest = volatile_digest
-    s.hidden_changed_after = -1
+    s.last_volatile_entry = volatile_entry
+    s.last_volatile_text = volatile_text
     s.last_turn_time = turn.now
     s.last_cached_tokens = None
 
@@ -273,6 +279,21 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         stable_prefix_messages=stable,
         dropped_pages=dropped,
     )
+
+
+def _first_new_hidden_position(s: ConversationState, since_turn: int, start: int, system_count: int) -> int:
+    """Upstream position of the first hidden message added since the last plan (a large number if none)."""
+    best = 1 << 62
+    same_after = 0
+    previous_after = -1
+    for g in s.hidden:
+        same_after = same_after if g.after == previous_after else 0
+        previous_after = g.after
+        if g.added_turn >= since_turn and g.after >= start:
+            position = entry_position(g.after, start, s.hidden, system_count) + 1 + same_after
+            best = min(best, position)
+        same_after += len(g.messages)
+    return best
 
 
 def _common_prefix(known: list[str], hashes: list[str]) -> int:

@@ -41,6 +41,7 @@ class HiddenGroup(msgspec.Struct, array_like=True, frozen=True):
     messages: list[dict[str, Any]]
     tokens: int
     condensed: bool = False
+    added_turn: int = 0  # the state's turn when it was added (new since the last plan when == that turn)
 
 
 class ConversationState(msgspec.Struct, kw_only=True):
@@ -51,7 +52,6 @@ class ConversationState(msgspec.Struct, kw_only=True):
     first_active_page: int = 0  # index into `pages`; pages from here on are active
     condensed: list[int] = msgspec.field(default_factory=list)  # sorted entry indices rendered condensed
     hidden: list[HiddenGroup] = msgspec.field(default_factory=list)  # sorted by `after`
-    hidden_changed_after: int = -1  # smallest `after` of hidden groups added since the last plan
     next_page: int = 1
     # System message of the current epoch: B1 digest, B2a profile, B4 summary and contents page.
     b1_digest: str = ""
@@ -68,8 +68,8 @@ class ConversationState(msgspec.Struct, kw_only=True):
     messages_length: int = 0
     messages_digest: str = ""
     last_upstream_count: int = 0
-    last_volatile_entry: int = -1
-    last_volatile_digest: str = ""
+    last_volatile_entry: int = -1  # latest user message of the last request, if it was active
+    last_volatile_text: str = ""  # volatile blocks placed in that entry ("" when none)
     last_turn_time: float | None = None
     expected_cached_tokens: int = 0  # estimated stable prefix of the last request (raw estimate)
     last_cached_tokens: int | None = None

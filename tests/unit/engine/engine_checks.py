@@ -1,0 +1,106 @@
+"""Shared checks of the engine's invariants, used by the property and unit tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.engine import ACTIVE, ConversationState, EngineConfig, Plan, condense_message, page_entry_range
+
+
+def check_pages(state: ConversationState, messages: list[dict[str, Any]]) -> None:
+    """Pages tile the entry list, never start with a tool result, continuation parts number up."""
+    pages = state.pages
+    assert len(state.hashes) == len(messages) == len(state.tokens)
+    if not messages:
+        assert not pages
+        return
+    assert pages[0].start == 0 and pages[-1].end == len(messages)
+    numbers_seen: list[int] = []
+    for i, p in enumerate(pages):
+        assert p.start < p.end
+        if i:
+            assert pages[i - 1].end == p.start
+        assert messages[p.start].get("role") != "tool", f"page {p.label} starts with a tool result"
+        if p.part > 1:
+            prev = pages[i - 1]
+            assert prev.number == p.number and prev.part == p.part - 1, (prev.label, p.label)
+            assert messages[p.start].get("role") != "user"
+        else:
+            assert not numbers_seen or p.number > numbers_seen[-1]
+            numbers_seen.append(p.number)
+        for j in range(p.start + 1, p.end):
+            if messages[j].get("role") == "user":
+                # only page 1 may hold messages before its user message
+                assert p.number == pages[0].number and p.part == 1
+                assert all(messages[k].get("role") != "user" for k in range(p.start, j))
+    for i, p in enumerate(pages):
+        assert (p.status == ACTIVE) == (i >= state.first_active_page), (i, p.label, p.status)
+
+
+def check_tool_pairing(upstream: list[dict[str, Any]]) -> None:
+    """Every assistant tool call has its result right after it, and no tool result is an orphan."""
+    pending: set[str] = set()
+    for m in upstream:
+        role = m.get("role")
+        if role == "tool":
+            call_id = m.get("tool_call_id")
+            assert call_id in pending, f"orphan tool result {call_id}"
+            pending.discard(call_id)
+            continue
+        assert not pending, f"tool calls without results: {pending}"
+        if role == "assistant":
+            for call in m.get("tool_calls") or []:
+                pending.add(call["id"])
+    assert not pending or upstream[-1].get("role") == "assistant", f"unanswered tool calls {pending}"
+
+
+def check_no_loss(plan: Plan, messages: list[dict[str, Any]], config: EngineConfig) -> None:
+    """Each client message is in the upstream prompt (verbatim, or condensed) or in a known archived page."""
+    state = plan.state
+    if plan.over_budget:
+        assert plan.messages[-len(messages) :] == messages if messages else True
+        return
+    start = state.active_start_entry()
+    for i in range(start):
+        record = next(p for p in state.pages if p.start <= i < p.end)
+        assert record.status != ACTIVE
+        assert page_entry_range(state, record.label) == (record.start, record.end)
+    b6 = plan.messages[1:] if state.system_text is not None else plan.messages
+    client_part = [m for m in b6 if not m.get("_hidden")]  # hidden messages carry a marker in the tests
+    assert len(client_part) == len(messages) - start, (len(client_part), len(messages), start)
+    tail = next((b for b in plan.blocks if b[0] == "tail"), None)
+    for offset, sent in enumerate(client_part):
+        original = messages[start + offset]
+        if sent == original:
+            continue
+        condensed = condense_message(original, config.condense_tool_chars) or original
+        if sent == condensed:
+            continue
+        # the message carrying the volatile blocks: the client's text first, unchanged
+        assert tail is not None and original.get("role") == "user", (sent, original)
+        content = original.get("content")
+        if isinstance(content, list):
+            assert sent["content"][: len(content)] == content
+        else:
+            assert sent["content"].startswith(content or "")
+
+
+def check_budget(plan: Plan, config: EngineConfig) -> None:
+    if plan.over_budget:
+        state = plan.state
+        # only the open page is left in the active chapter
+        assert state.first_active_page >= len(state.pages) - 1
+        assert plan.estimated_tokens > plan.budget
+    else:
+        assert plan.estimated_tokens <= plan.budget
+
+
+def tail_start(plan: Plan) -> int:
+    """Start of the volatile tail: the message carrying volatile blocks, else a final user message (its
+    volatile blocks may still come at a retry)."""
+    for name, start, _end in plan.blocks:
+        if name == "tail":
+            return start
+    if plan.messages and plan.messages[-1].get("role") == "user":
+        return len(plan.messages) - 1
+    return len(plan.messages)
