@@ -11,6 +11,7 @@ from litestar.exceptions import HTTPException
 
 from proxy.api.admin import ADMIN_ROUTES
 from proxy.api.routes import ROUTES
+from proxy.api.search import SEARCH_ROUTES
 from proxy.api.services import Services
 from proxy.metrics import Metrics
 from proxy.settings import Settings, load_settings
@@ -54,7 +55,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await services.upstream.close()
 
     app = Litestar(
-        route_handlers=[*ROUTES, *ADMIN_ROUTES],
+        route_handlers=[*ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES],
         lifespan=[lifespan],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         request_max_body_size=settings.max_body_bytes,

@@ -160,3 +160,21 @@ def test_n_2_with_recall(long_conversation):
     for choice in r.choices:
         assert choice.message.tool_calls is None
         assert "7349" in choice.message.content
+
+
+def test_search_api_is_scoped_by_tenant(long_conversation, proxy):
+    import httpx
+
+    client, history = long_conversation
+    raw = client.chat.completions.with_raw_response.create(
+        model="m", messages=[*history, {"role": "user", "content": "ok [[len:3]]"}], max_tokens=20)
+    conversation = raw.headers["x-memci-conversation-id"]
+    body = {"conversation_id": conversation, "query": "locker code", "k": 3}
+    mine = httpx.post(proxy.url + "/memci/search", json=body, headers={"Authorization": "Bearer sk-recall"}, timeout=10)
+    assert mine.status_code == 200
+    hits = mine.json()["hits"]
+    assert hits and hits[0]["page"] == "3" and "7349" in hits[0]["excerpt"]
+    theirs = httpx.post(proxy.url + "/memci/search", json=body, headers={"Authorization": "Bearer sk-other"}, timeout=10)
+    assert theirs.status_code == 404
+    bad = httpx.post(proxy.url + "/memci/search", json={"query": "x"}, headers={"Authorization": "Bearer sk-recall"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "conversation_id"

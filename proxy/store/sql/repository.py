@@ -20,7 +20,7 @@ from proxy.store.ports import (
 )
 from proxy.store.sql import turn_statements as turn
 from proxy.store.sql.admin_queries import ConversationAdminQueries
-from proxy.store.sql.models import Conversation, Entry, Event, Fingerprint, Page
+from proxy.store.sql.models import Conversation, Entry, Event, Fingerprint, HiddenMessage, Page
 from proxy.store.sql.urls import to_async_url
 
 _json_encoder = msgspec.json.Encoder()
@@ -113,6 +113,8 @@ class SqlConversationRepository(ConversationAdminQueries):
         )
         async with self.engine.begin() as connection:
             if (await connection.execute(stmt)).first() is not None:
+                if parent_id is not None and forked_at:
+                    await self._inherit_prefix(connection, tenant, parent_id, conversation_id, forked_at)
                 return
             row = (
                 await connection.execute(select(conv.c.tenant, conv.c.session_key).where(conv.c.id == conversation_id))
@@ -122,6 +124,31 @@ class SqlConversationRepository(ConversationAdminQueries):
         if row is not None:
             raise ConversationConflict(f"conversation id {conversation_id!r} is already in use")
         raise ConversationConflict(f"session key {session_key!r} belongs to another conversation")
+
+    @staticmethod
+    async def _inherit_prefix(
+        connection: AsyncConnection, tenant: str, parent_id: str, child_id: str, forked_at: int
+    ) -> None:
+        """A fork shares its parent's first `forked_at` entries (and their hidden messages): copy them, so that
+        every page of the fork reads from the fork alone."""
+        hidden_t = HiddenMessage.__table__
+        owned = exists().where(conv.c.id == parent_id, conv.c.tenant == tenant)
+        await connection.execute(
+            insert(entries_t).from_select(
+                ["conversation_id", "seq", "hash", "role", "message", "tokens", "created_at"],
+                select(literal(child_id), entries_t.c.seq, entries_t.c.hash, entries_t.c.role, entries_t.c.message,
+                       entries_t.c.tokens, entries_t.c.created_at)
+                .where(entries_t.c.conversation_id == parent_id, entries_t.c.seq < forked_at, owned),
+            ).on_conflict_do_nothing()
+        )
+        await connection.execute(
+            insert(hidden_t).from_select(
+                ["conversation_id", "after_seq", "ordinal", "message", "created_at"],
+                select(literal(child_id), hidden_t.c.after_seq, hidden_t.c.ordinal, hidden_t.c.message,
+                       hidden_t.c.created_at)
+                .where(hidden_t.c.conversation_id == parent_id, hidden_t.c.after_seq < forked_at, owned),
+            ).on_conflict_do_nothing()
+        )
 
     async def find_by_session_key(self, tenant: str, session_key: str) -> str | None:
         stmt = select(conv.c.id).where(conv.c.tenant == tenant, conv.c.session_key == session_key)

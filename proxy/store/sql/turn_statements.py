@@ -1,7 +1,7 @@
 """The statements of one persisted turn (see SqlConversationRepository.save_turn).
 
 Every write is an upsert, so replaying a turn (a retry after a lost reply) changes nothing:
-entries are immutable (first write wins), pages take their newest range/state/summary while
+entries are immutable per (seq, hash) (an edited history under a session key replaces them), pages take their newest range/state/summary while
 recall counters only grow, fingerprints keep their first owner (the conversation a shared prefix
 was first seen in), hidden messages and contents snapshots take the latest text.
 """
@@ -24,7 +24,15 @@ hidden_t = HiddenMessage.__table__
 contents_t = ContentsSnapshot.__table__
 events_t = Event.__table__
 
-INSERT_ENTRIES = insert(entries_t).on_conflict_do_nothing(index_elements=["conversation_id", "seq"])
+_entry_insert = insert(entries_t)
+# Same seq, same hash: the same message, nothing to do. Same seq, another hash: the client edited its history
+# under an explicit session key (the conversation continues from the edit), so the newer message wins.
+INSERT_ENTRIES = _entry_insert.on_conflict_do_update(
+    index_elements=["conversation_id", "seq"],
+    set_={"hash": _entry_insert.excluded.hash, "role": _entry_insert.excluded.role,
+          "message": _entry_insert.excluded.message, "tokens": _entry_insert.excluded.tokens},
+    where=entries_t.c.hash != _entry_insert.excluded.hash,
+)
 
 _page_insert = insert(pages_t)
 _new = _page_insert.excluded

@@ -124,17 +124,20 @@ async def test_save_turn_is_idempotent(repo: SqlConversationRepository) -> None:
     assert await repo.load_snapshot(TENANT, "c1") == (b"state", 1)
 
 
-async def test_entries_are_immutable_pages_take_their_latest_form(repo: SqlConversationRepository) -> None:
+async def test_entries_change_only_by_an_edit_pages_take_their_latest_form(repo: SqlConversationRepository) -> None:
     await repo.create_conversation(TENANT, "c1")
     await save(repo, "c1", version=1)
     changed_entry = EntryRow(0, "other", "user", {"role": "user", "content": "rewritten"}, 1)
     archived = [PageRow("1", 0, 1, "archived", 14, "new summary"), PageRow("2", 2, 4, "active", 20, "grown")]
     await save(repo, "c1", entries=[changed_entry, *make_entries(4, 4)], pages=archived, version=2, snapshot=b"v2")
 
-    assert (await repo.load_entries(TENANT, "c1", 0, 0)) == make_entries(0, 0)
+    assert (await repo.load_entries(TENANT, "c1", 0, 0)) == [changed_entry]  # another hash: an edited history
+    same_hash = EntryRow(0, "other", "user", {"role": "user", "content": "ignored"}, 9)
+    await save(repo, "c1", entries=[same_hash], pages=archived, version=3, snapshot=b"v2")
+    assert (await repo.load_entries(TENANT, "c1", 0, 0)) == [changed_entry]  # same hash: first write wins
     assert await repo.load_pages(TENANT, "c1", ("archived",)) == [archived[0]]
     assert await repo.load_pages(TENANT, "c1", ("active",)) == [archived[1]]
-    assert await repo.load_snapshot(TENANT, "c1") == (b"v2", 2)
+    assert await repo.load_snapshot(TENANT, "c1") == (b"v2", 3)
     async with repo.engine.connect() as connection:
         archived_at = (
             await connection.execute(text("SELECT number, archived_at IS NOT NULL FROM pages ORDER BY number"))

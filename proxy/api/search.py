@@ -1,0 +1,67 @@
+"""POST /memci/search: the ranked archived pages the recall tool would use, scoped by the caller's tenant."""
+
+from __future__ import annotations
+
+import time
+
+from litestar import Request, Response, post
+
+from proxy.api.forwarding import error_response, services_of
+from proxy.context.identity import conversation_id_for_session, tenant_of
+from proxy.engine import ConversationState
+from proxy.engine.state import STATUS_NAMES, find_page
+from proxy.recall.pagetext import excerpt, index_text
+from proxy.recall.resolver import RecallContext
+from proxy.recall.text import tokenize
+from proxy.wire.errors import ProxyError, bad_request
+from proxy.wire.validate import parse_json_object
+
+
+@post("/memci/search", status_code=200)
+async def search(request: Request) -> Response:
+    services = services_of(request)
+    try:
+        context = services.context
+        if context is None or context.recall is None:
+            raise ProxyError(404, "search needs context management and recall on", "invalid_request_error", "search_off")
+        data = parse_json_object(await request.body())
+        query = data.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise bad_request("'query' is required (text)", param="query")
+        k = data.get("k", 5)
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 100:
+            raise bad_request("'k' must be an integer from 1 to 100", param="k")
+        tenant = tenant_of(request.headers)
+        conversation_id = data.get("conversation_id")
+        session_key = data.get("session_key")
+        if isinstance(session_key, str) and session_key:
+            conversation_id = conversation_id_for_session(tenant, session_key)
+        if not isinstance(conversation_id, str) or not conversation_id:
+            raise bad_request("give 'conversation_id' or 'session_key'", param="conversation_id")
+        stored = await services.store.repo.load_snapshot(tenant, conversation_id)
+        if stored is None or stored[0] is None:
+            raise ProxyError(404, f"no conversation {conversation_id!r} for this key", "invalid_request_error", "not_found")
+        state = ConversationState.from_bytes(stored[0])
+        ctx = RecallContext(tenant, conversation_id, state, None)
+        resolver = context.recall.resolver
+        started = time.perf_counter()
+        hits = await resolver.search(ctx, query, k)
+        elapsed = time.perf_counter() - started
+        services.metrics.recall_search_seconds.observe(elapsed)
+        terms = [t for t in tokenize(query) if len(t) > 1]
+        out = []
+        for label, score in hits:
+            position = find_page(state, label)
+            if position is None:
+                continue
+            record = state.pages[position]
+            messages = await resolver.source.messages(ctx, record.start, record.end)
+            out.append({"page": label, "score": round(score, 4), "state": STATUS_NAMES[record.status],
+                        "excerpt": excerpt(index_text(messages), terms)})
+        return Response(content={"conversation_id": conversation_id, "query": query, "hits": out,
+                                 "took_ms": round(elapsed * 1000, 3)})
+    except ProxyError as exc:
+        return error_response(exc)
+
+
+SEARCH_ROUTES = [search]
