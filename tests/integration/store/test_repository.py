@@ -145,6 +145,23 @@ async def test_entries_change_only_by_an_edit_pages_take_their_latest_form(repo:
     assert archived_at == [("1", True), ("2", False)]
 
 
+async def test_a_fork_starts_with_a_copy_of_its_parents_prefix(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "parent")
+    hidden = [(1, 0, {"content": "h1"}), (4, 0, {"content": "h4"})]
+    await save(repo, "parent", entries=make_entries(0, 5), hidden=hidden)
+    await repo.create_conversation(TENANT, "fork", parent_id="parent", forked_at=3)
+    assert await repo.load_entries(TENANT, "fork", 0, 10) == make_entries(0, 2)
+    query = text("SELECT after_seq FROM hidden_messages WHERE conversation_id = 'fork'")
+    async with repo.engine.connect() as connection:
+        assert (await connection.execute(query)).scalars().all() == [1]
+    # Another tenant cannot fork someone else's conversation into its own.
+    await repo.create_conversation(OTHER_TENANT, "theft", parent_id="parent", forked_at=3)
+    assert await repo.load_entries(OTHER_TENANT, "theft", 0, 10) == []
+    # The fork stands alone: deleting the parent keeps the fork's messages.
+    assert await repo.delete_conversation(TENANT, "parent")
+    assert await repo.load_entries(TENANT, "fork", 0, 10) == make_entries(0, 2)
+
+
 async def test_an_older_snapshot_is_refused(repo: SqlConversationRepository) -> None:
     await repo.create_conversation(TENANT, "c1")
     await save(repo, "c1", version=5, snapshot=b"v5")
