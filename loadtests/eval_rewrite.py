@@ -3,8 +3,11 @@
 Rewrite quality (TREC CAsT 2019 with its resolved rewrites, 2020 with its manual rewrites): for every turn,
 the history is the conversation's earlier raw user utterances (CAsT gives no system answers in these files);
 the prediction is compared with the human rewrite by token-F1 and exact match (SQuAD normalisation: lower
-case, punctuation and articles removed). Rows: the raw question (the floor), the rules level, and with
-``--model-url`` the model level. Figures are given over all turns and over the turns the humans changed.
+case, punctuation, articles and possessive 's removed). Rows: the raw question (the floor), the rules
+level, and with ``--model-url`` the model level. Columns: F1 and EM over all turns; the same over the turns
+the humans changed (chg.); and, as a diagnostic of the resolution itself, micro precision / recall / F1 of
+the tokens added to the raw question (add.: what the prediction added against what the human added; the
+raw question adds nothing, so its row is 0).
 
 Retrieval gain: the CAsT files hold no passage texts (2020 only canonical passage ids), so the retrieval
 evaluation is built from MADial-Bench (``loadtests/evaldata.py``): the candidates are the memories of the
@@ -138,6 +141,9 @@ class RewriteScores:
     changed_turns: int  # turns whose human rewrite differs from the raw question
     changed_f1: float
     changed_em: float
+    added_precision: float  # tokens the prediction added to the raw question that the human added too
+    added_recall: float  # tokens the human added that the prediction added
+    added_f1: float
 
 
 def score_rewrites(pairs: Sequence[tuple[str, CastTurn]]) -> RewriteScores:
@@ -147,6 +153,16 @@ def score_rewrites(pairs: Sequence[tuple[str, CastTurn]]) -> RewriteScores:
         return 100.0 * sum(values) / len(values) if values else 0.0
 
     changed = [(p, t) for p, t in pairs if _normalise(t.raw) != _normalise(t.rewrite)]
+    common = predicted_added = gold_added = 0
+    for prediction, turn in pairs:
+        raw = Counter(_normalise(turn.raw))
+        mine, theirs = Counter(_normalise(prediction)) - raw, Counter(_normalise(turn.rewrite)) - raw
+        common += sum((mine & theirs).values())
+        predicted_added += sum(mine.values())
+        gold_added += sum(theirs.values())
+    precision = 100.0 * common / predicted_added if predicted_added else 0.0
+    recall = 100.0 * common / gold_added if gold_added else 0.0
+    added_f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return RewriteScores(
         len(pairs),
         mean([token_f1(p, t.rewrite) for p, t in pairs]),
@@ -154,6 +170,9 @@ def score_rewrites(pairs: Sequence[tuple[str, CastTurn]]) -> RewriteScores:
         len(changed),
         mean([token_f1(p, t.rewrite) for p, t in changed]),
         mean([exact_match(p, t.rewrite) for p, t in changed]),
+        precision,
+        recall,
+        added_f1,
     )
 
 
@@ -254,7 +273,8 @@ def evaluate_retrieval(bench: MadialBench, limit: int | None = None) -> dict[str
 def _row(label: str, scores: RewriteScores) -> str:
     return (
         f"| {label:<24} | {scores.turns:>5} | {scores.f1:6.2f} | {scores.em:6.2f} | "
-        f"{scores.changed_turns:>5} | {scores.changed_f1:6.2f} | {scores.changed_em:6.2f} |"
+        f"{scores.changed_turns:>5} | {scores.changed_f1:6.2f} | {scores.changed_em:6.2f} | "
+        f"{scores.added_precision:6.2f} | {scores.added_recall:6.2f} | {scores.added_f1:6.2f} |"
     )
 
 
@@ -269,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     found_any = False
-    print("| set / level              | turns |     F1 |     EM | chg.n | chg.F1 | chg.EM |")
-    print("| ------------------------ | ----- | ------ | ------ | ----- | ------ | ------ |")
+    print("| set / level              | turns |     F1 |     EM | chg.n | chg.F1 | chg.EM | add.P  | add.R  | add.F1 |")
+    print("| ------------------------ | ----- | ------ | ------ | ----- | ------ | ------ | ------ | ------ | ------ |")
     gains = []
     for year in (2019, 2020):
         conversations = load_cast(year)

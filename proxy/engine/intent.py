@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 __all__ = [
@@ -45,15 +46,14 @@ LEVEL_RULES = "rules"
 LEVEL_PASSTHROUGH = "passthrough"
 INTENT_PREFIX = "Standalone intent: "
 
-HISTORY_MESSAGES = 8  # recent messages looked at
+HISTORY_MESSAGES = 12  # recent messages looked at
 MAX_MESSAGE_CHARS = 2000  # longer user messages are taken as self-contained (not rewritten)
 ASSISTANT_CHARS = 1500  # only the head of an assistant message is mined for entities
 DECAY = 0.75  # salience kept per message of age
-FOCUS_BONUS = 3.0  # the entity a "tell me about X" / "what is X" message is about
-FIRST_TURN_WEIGHT = 1.2
-TOPIC_DECAY = 0.9  # the topic score forgets slowly
-TOPIC_FIRST_TURN_WEIGHT = 2.0
-TOPIC_MAX_CONTENT_WORDS = 2  # a question with more specific words of its own is not completed with the topic  # the first user message usually sets the topic
+FOCUS_BONUS = 1.0  # the entity a "tell me about X" / "what is X" message is about
+TOPIC_DECAY = 0.9  # the topic score (what the conversation is about) forgets slowly
+TOPIC_FIRST_TURN_WEIGHT = 2.0  # the earliest user message looked at usually sets the topic
+TOPIC_MAX_CONTENT_WORDS = 0  # only a question with no specific word of its own gets the topic appended
 USER_WEIGHT, ASSISTANT_WEIGHT = 1.0, 0.3
 
 
@@ -112,6 +112,8 @@ _VERBS = frozenset(
     like likes recommend list name consider considered continue continued replace replaced attract catch
     govern influence influenced reverse received receive published publish ended end increase decrease treat
     treated prevent prevents avoid get choose chose cure cured kill kills vote voted abolished integrated
+    cook cooks smoke celebrate encounter encountered discover discovered require requires build building
+    listen visit spend spent damage
     """.split()
 )
 _GENERIC_NOUNS = frozenset(
@@ -124,6 +126,7 @@ _GENERIC_NOUNS = frozenset(
     main other different first last best worst good bad big small large largest biggest new old same similar
     possible key important major common certain specific general overall particular interesting time times
     people person someone anyone everyone term terms version versions origin origins impact role
+    relationship relationships side system systems class classes step steps option options use uses
     """.split()
 )
 _TRAILING_DROP = frozenset(
@@ -184,15 +187,18 @@ def _make_entity(words: list[str], definite: bool, proper: bool) -> _Entity | No
     content = [w for w in lows if w not in ("of", "the", "and")]
     if not content or all(w in _GENERIC_NOUNS for w in content):
         return None
+    if not proper and content[-1] in _GENERIC_NOUNS:  # "the side effects", "safety features": attributes
+        return None
     head = _singular(content[-1])
     key = " ".join([*lows[:-1], head])
     surface = ("the " if definite else "") + " ".join(words)
-    plural = head != content[-1]
+    plural = head != content[-1] or "and" in lows
     return _Entity(key, surface, head, plural, proper, len(content))
 
 
-def english_entities(text: str) -> list[_Entity]:
-    """Noun-phrase candidates of ``text``, in order."""
+@lru_cache(maxsize=4096)
+def english_entities(text: str) -> tuple[_Entity, ...]:
+    """Noun-phrase candidates of ``text``, in order (memoised: history messages recur turn after turn)."""
     tokens = [m.group() for m in _TOKEN.finditer(text)]
     entities: list[_Entity] = []
     run: list[str] = []
@@ -222,8 +228,8 @@ def english_entities(text: str) -> list[_Entity]:
                                       nxt.lower() in ("of",)):
             run.append(word)
             run_proper = run_proper or proper
-        elif run and run_proper and word.lower() in ("of", "the") and nxt[:1].isupper():
-            run.append(word)  # "Museum of Art", "Bank of the West"
+        elif run and run_proper and word.lower() in ("of", "the", "and") and nxt[:1].isupper():
+            run.append(word)  # "Museum of Art", "Bank of the West", "Lewis and Clark"
         else:
             flush()
             definite = word.lower() == "the"
@@ -231,19 +237,20 @@ def english_entities(text: str) -> list[_Entity]:
             flush()
         sentence_initial = False
     flush()
-    return entities
+    return tuple(entities)
 
 
-def chinese_entities(text: str) -> list[_Entity]:
+@lru_cache(maxsize=4096)
+def chinese_entities(text: str) -> tuple[_Entity, ...]:
     entities = []
     for run in _CJK_RUN.findall(text):
         for piece in _ZH_SPLIT.split(run):
             if 2 <= len(piece) <= 10:
                 entities.append(_Entity(piece, piece, piece, False, False, 1))
-    return entities
+    return tuple(entities)
 
 
-def _entities(text: str) -> list[_Entity]:
+def _entities(text: str) -> tuple[_Entity, ...]:
     return english_entities(text) + chinese_entities(text)
 
 
@@ -350,6 +357,8 @@ def _resolve_pronouns(text: str, salience: _Salience) -> str:
     for match in _EN_PRONOUN.finditer(text_scan):
         kind = match.lastgroup
         plural = match.group().lower() in ("they", "them", "their", "these", "those")
+        if any(e.plural == plural for e in english_entities(text[position : match.start()])):
+            continue  # "What is X and why is it important?": the antecedent is in the message itself
         entity = _pick(salience, text, plural=plural, cjk=False)
         if entity is None:
             continue
@@ -471,7 +480,7 @@ def _build_salience(history: Sequence[Mapping[str, Any]]) -> tuple[_Salience, st
             resolved = _resolve_pronouns(text, salience) if len(text) <= MAX_MESSAGE_CHARS else text
             salience.observe(
                 resolved[:MAX_MESSAGE_CHARS],
-                USER_WEIGHT * (FIRST_TURN_WEIGHT if first else 1.0),
+                USER_WEIGHT,
                 USER_WEIGHT * (TOPIC_FIRST_TURN_WEIGHT if first else 1.0),
             )
             first = False
