@@ -45,6 +45,9 @@ class _Budgeter:
     def refresh_contents(self) -> None:
         self.contents = self._contents_tokens()
 
+    def add_entry(self, tokens: int) -> None:
+        self.contents += tokens + (self.intro_tokens if self.contents == 0 else 0)
+
     def raw(self) -> int:
         return self.base + self.contents + self.state.active_tokens
 
@@ -133,7 +136,7 @@ def run_epoch(
         s.pages[pi] = archived
         s.active_tokens -= record.tokens
         s.first_active_page += 1
-        budgeter.refresh_contents()
+        budgeter.add_entry(archived.contents_tokens)
         result.archived.append(record.label)
 
     # 3. pending evictions: the round rules, then LRU while the contents page is too large

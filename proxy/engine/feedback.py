@@ -49,8 +49,8 @@ def add_hidden(
 
     They belong to the page of that entry, are archived with it and count toward the budget.
     """
-    if not 0 <= after_entry_index < len(state.hashes):
-        raise IndexError(f"no entry {after_entry_index} (the conversation has {len(state.hashes)})")
+    if not 0 <= after_entry_index < state.entry_count:
+        raise IndexError(f"no entry {after_entry_index} (the conversation has {state.entry_count})")
     if not messages:
         return state
     counter = counter or EstimateCounter()

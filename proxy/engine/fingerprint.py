@@ -11,12 +11,18 @@ import xxhash
 _encode_canonical = msgspec.json.Encoder(order="deterministic").encode
 _encode_raw = msgspec.json.Encoder().encode
 _h128 = xxhash.xxh3_128_hexdigest
+_d128 = xxhash.xxh3_128_digest
 
 
 def entry_hash(message: dict[str, Any]) -> str:
     """xxh3_128 hex of the canonical identity of one message (key order independent, unknown fields ignored)."""
+    return entry_digest(message).hex()
+
+
+def entry_digest(message: dict[str, Any]) -> bytes:
+    """The 16-byte xxh3_128 digest behind `entry_hash`."""
     get = message.get
-    return _h128(
+    return _d128(
         _encode_canonical(
             (
                 get("role"),
@@ -45,27 +51,46 @@ def chain_hashes(hashes: Sequence[str]) -> list[str]:
 
 
 def encode_messages(messages: Sequence[dict[str, Any]]) -> bytes | None:
-    """Raw JSON of the request's messages as sent (None when they cannot be encoded)."""
+    """Compact JSON array of the request's messages as sent (None when they cannot be encoded)."""
     try:
         return _encode_raw(messages)
     except (TypeError, ValueError, msgspec.EncodeError):
         return None
 
 
-def digest_prefix(encoded: bytes, length: int) -> str:
-    """Digest of the first `length` encoded bytes without the closing bracket of the list."""
-    return _h128(memoryview(encoded)[: max(0, length - 1)])
+_WHITESPACE = b" \t\r\n"
+_AFTER_ELEMENT = frozenset(b",] \t\r\n")
 
 
-def known_prefix_intact(encoded: bytes | None, known_length: int, known_digest: str) -> bool:
-    """True when the request's leading messages are byte-identical to the ones a state was built from.
+def elements_end(array: bytes | memoryview) -> int:
+    """Index just past the last element of a JSON array's bytes (before trailing whitespace and `]`)."""
+    end = len(array)
+    while end and array[end - 1] in _WHITESPACE:
+        end -= 1
+    if end and array[end - 1] == 0x5D:  # ']'
+        end -= 1
+    while end and array[end - 1] in _WHITESPACE:
+        end -= 1
+    return end
 
-    `known_length`/`known_digest` describe the raw encoding of the previous request's messages. JSON values
-    are self-delimiting, so equal bytes up to the previous closing bracket (followed here by ',' or ']')
-    mean the same leading messages.
+
+def advance_prefix(array: bytes | None, known_end: int, known_digest: str) -> tuple[bool, int, str]:
+    """Is the JSON array's start byte-identical to the one a state was built from? And the new marks.
+
+    `known_end`/`known_digest` mark the end of the last element of the previous request's array and the
+    digest of the bytes before it. JSON objects are self-delimiting, so equal bytes up to there, followed by
+    a separator, mean the same leading messages. One pass of xxh3 over the array, no re-encoding.
+    Returns (intact, new_end, new_digest); (False, 0, "") when `array` is None.
     """
-    if encoded is None or known_length <= 0 or len(encoded) < known_length:
-        return False
-    if encoded[known_length - 1] not in (0x2C, 0x5D):  # ',' or ']'
-        return False
-    return digest_prefix(encoded, known_length) == known_digest
+    if array is None:
+        return False, 0, ""
+    view = memoryview(array)
+    end = elements_end(view)
+    intact = 0 < known_end <= end and (known_end == len(view) or view[known_end] in _AFTER_ELEMENT)
+    if intact:
+        hasher = xxhash.xxh3_128(view[:known_end])
+        intact = hasher.hexdigest() == known_digest
+        if intact:
+            hasher.update(view[known_end:end])
+            return True, end, hasher.hexdigest()
+    return False, end, _h128(view[:end])

@@ -51,6 +51,7 @@ MAX_MESSAGE_CHARS = 2000  # longer user messages are taken as self-contained (no
 ASSISTANT_CHARS = 1500  # only the head of an assistant message is mined for entities
 DECAY = 0.75  # salience kept per message of age
 FOCUS_BONUS = 1.0  # the entity a "tell me about X" / "what is X" message is about
+PLURAL_MIN_SHARE = 0.3  # a plural antecedent of "they" needs this share of the top entity's salience
 TOPIC_DECAY = 0.9  # the topic score (what the conversation is about) forgets slowly
 TOPIC_FIRST_TURN_WEIGHT = 2.0  # the earliest user message looked at usually sets the topic
 TOPIC_MAX_CONTENT_WORDS = 0  # only a question with no specific word of its own gets the topic appended
@@ -97,7 +98,7 @@ _FUNCTION_WORDS = frozenset(
     very really just also too only even still again ever never always often sometimes usually generally
     much many more most less least few some any all each every both either neither such own other another
     same so please thanks thank ok okay yes yeah hi hello hey well now today anything something everything
-    nothing else one ones
+    nothing else one ones together maybe sure little bit forever anyway actually though
     """.split()
 )
 _VERBS = frozenset(
@@ -319,13 +320,13 @@ def _pick(salience: _Salience, text: str, plural: bool | None = None, cjk: bool 
     if cjk is not None:
         preferred = [(e, s) for e, s in ranked if bool(_CJK_RUN.fullmatch(e.key)) == cjk]
         ranked = preferred or ranked
+    if plural is False:  # "it" is not a person
+        ranked = [(e, s) for e, s in ranked if e.head not in _PERSON_NOUNS]
     if not ranked:
         return None
-    if plural:
+    if plural:  # "they" needs a plural antecedent of some salience
         top = ranked[0][1]
-        for entity, score in ranked:
-            if entity.plural and score >= 0.5 * top:
-                return entity
+        return next((e for e, s in ranked if e.plural and s >= PLURAL_MIN_SHARE * top), None)
     return ranked[0][0]
 
 
@@ -334,11 +335,27 @@ _EXPLETIVE_IT = re.compile(
     r"\bit\s+(?:(?:is|was|'s|would\s+be|will\s+be)\s+\w+\s+(?:to|that|if|when|for)\b|means?\s+to\b|takes?\b|seems?\b)",
     re.IGNORECASE,
 )
-_STANDALONE = r"(?=\s*(?:[.!?,;:]|$|is\b|was\b|'s\b|does\b|did\b|has\b|have\b|can\b|will\b|would\b|mean|work|happen))"
+_IDIOM_IT = re.compile(
+    r"\b(?:give\s+it\s+a\s+(?:try|shot|go)|make\s+it\b|get\s+it\b|got\s+it\b|take\s+it\s+easy|"
+    r"it\s+(?:looks\s+like|turns\s+out|depends))",
+    re.IGNORECASE,
+)
+# "this"/"that" stand for an entity only as the subject of a verb ("How does that work?"): not as a
+# determiner, a conjunction or a reference to a whole event ("why would he say that?").
+_STANDALONE = (
+    r"(?=\s+(?:is|was|does|did|has|have|can|could|will|would|should|mean|means|work|works|happen|happens|cost|costs)\b)"
+)
 _EN_PRONOUN = re.compile(
-    r"\b(?:(?P<its>its)|(?P<their>their)|(?P<it>it)|(?P<they>they|them)|"
+    r"\b(?:(?P<its>its)|(?P<their>their)|(?P<it>it)(?!['\u2019])|(?P<they>they|them)(?!['\u2019])|"
     rf"(?P<demo>this|that|these|those){_STANDALONE})\b",
     re.IGNORECASE,
+)
+_PERSON_NOUNS = frozenset(
+    """
+    person people teacher mom mum mother dad father parent friend brother sister son daughter kid child
+    children boy girl man woman men women guy doctor boss classmate wife husband baby family grandma grandpa
+    grandmother grandfather uncle aunt cousin neighbor neighbour colleague coach
+    """.split()
 )
 _ZH_PRONOUN = re.compile(r"它们|他们|她们|它(?!们)|(?:这个|那个)(?=$|[\s，。？！?!,.是有会能可怎为在的呢吗多还要该])|(?<!其)[这那](?=[是有会能可怎为在])")
 
@@ -348,10 +365,10 @@ def _possessive(surface: str) -> str:
 
 
 def _resolve_pronouns(text: str, salience: _Salience) -> str:
-    if _EXPLETIVE_IT.search(text):
-        text_scan = _EXPLETIVE_IT.sub(lambda m: "\x00" * len(m.group()), text)
-    else:
-        text_scan = text
+    text_scan = text
+    for pattern in (_EXPLETIVE_IT, _IDIOM_IT):
+        if pattern.search(text_scan):
+            text_scan = pattern.sub(lambda m: "\x00" * len(m.group()), text_scan)
     pieces: list[str] = []
     position = 0
     for match in _EN_PRONOUN.finditer(text_scan):

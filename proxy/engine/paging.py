@@ -6,19 +6,20 @@ import bisect
 
 import msgspec
 
-from .state import ACTIVE, ARCHIVED, EVICTED, ConversationState, PageRecord
+from .state import ACTIVE, ARCHIVED, EVICTED, HASH_SIZE, ConversationState, PageRecord
 
 replace = msgspec.structs.replace
 
 
-def append_entry(state: ConversationState, role: object, tokens: int, page_max_tokens: int, now: float) -> None:
-    """Add one entry (already appended to hashes/tokens) to the page structure of `state` (in place).
+def append_entry(
+    state: ConversationState, index: int, role: object, tokens: int, page_max_tokens: int, now: float
+) -> None:
+    """Add entry `index` (its token count already appended) to the page structure of `state` (in place).
 
     A user message opens a new page, except that messages before the first user message belong to page 1.
     An assistant message opens a continuation page when the open page would pass `page_max_tokens`, so a
     page is never split between an assistant tool call and its tool results.
     """
-    index = len(state.hashes) - 1
     pages = state.pages
     last = pages[-1] if pages else None
     if last is None:
@@ -54,7 +55,7 @@ def truncate(state: ConversationState, keep: int, next_role: object = None) -> t
     """
     dropped: list[str] = []
     contents_changed = False
-    del state.hashes[keep:]
+    state.hashes = state.hashes[: keep * HASH_SIZE]
     del state.tokens[keep:]
     del state.condensed[bisect.bisect_left(state.condensed, keep) :]
     state.hidden = [g for g in state.hidden if g.after < keep]

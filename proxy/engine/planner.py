@@ -12,10 +12,10 @@ import xxhash
 from .compaction import EpochResult, run_epoch
 from .config import EngineConfig
 from .contents import render_contents
-from .fingerprint import digest_prefix, encode_messages, entry_hash, entry_hashes, known_prefix_intact
+from .fingerprint import advance_prefix, encode_messages, entry_digest
 from .layout import entry_position, render_active, render_system_text, system_message_text, volatile_block
 from .paging import append_entry, truncate
-from .state import ACTIVE, ConversationState
+from .state import ConversationState, common_prefix_of_blobs
 from .tokens import TokenCounter
 
 EPOCH_HIGH_WATERMARK = "high_watermark"
@@ -34,6 +34,10 @@ class TurnInput:
     task_state: str = ""
     intent: str = ""
     memory: str = ""
+    # Optional: the raw JSON bytes of the request body's `messages` array as received (leading system
+    # messages included), e.g. a `msgspec.Raw` of that field. With it the engine checks the known prefix by
+    # hashing those bytes instead of re-encoding every message (several times faster on long histories).
+    raw_messages: bytes | None = None
 
 
 @dataclass
@@ -104,14 +108,19 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     events: list[dict[str, Any]] = []
 
     # -- 1. which entries are known: byte-identical prefix (cheap) or entry hashes (edits, new clients)
-    encoded = encode_messages(msgs)
-    known = len(s.hashes)
-    hashes: list[str] | None = None
-    if state is not None and known_prefix_intact(encoded, s.messages_length, s.messages_digest):
+    raw_kind = "raw" if turn.raw_messages is not None else "encoded"
+    array = turn.raw_messages if turn.raw_messages is not None else encode_messages(msgs)
+    same_kind = state is not None and state.messages_kind == raw_kind
+    intact, array_end, array_digest = advance_prefix(
+        array, s.messages_length if same_kind else 0, s.messages_digest if same_kind else ""
+    )
+    known = s.entry_count
+    digests: list[bytes] | None = None
+    if state is not None and intact:
         keep = known
     else:
-        hashes = entry_hashes(msgs)
-        keep = 0 if state is None else _common_prefix(s.hashes, hashes)
+        digests = [entry_digest(m) for m in msgs]
+        keep = 0 if state is None else common_prefix_of_blobs(s.hashes, b"".join(digests))
     forked_at: int | None = None
     dropped: list[str] = []
     contents_dirty = False
@@ -124,14 +133,17 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
 
     # -- 2. new entries -> pages
     new_entries: list[tuple[int, dict[str, Any], str, int]] = []
+    new_digests: list[bytes] = []
     for i in range(keep, len(msgs)):
         m = msgs[i]
-        h = hashes[i] if hashes is not None else entry_hash(m)
+        d = digests[i] if digests is not None else entry_digest(m)
         t = counter.count_message(m)
-        s.hashes.append(h)
+        new_digests.append(d)
         s.tokens.append(t)
-        append_entry(s, m.get("role"), t, cfg.page_max_tokens, turn.now)
-        new_entries.append((i, m, h, t))
+        append_entry(s, i, m.get("role"), t, cfg.page_max_tokens, turn.now)
+        new_entries.append((i, m, d.hex(), t))
+    if new_digests:
+        s.hashes += b"".join(new_digests)
 
     # -- 3. the system message: B1 follows the client at once; profile, summary, contents wait for epochs
     b1 = system_message_text(turn.system)
@@ -235,11 +247,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     )
 
     # -- 7. bookkeeping for the next request
-    if encoded is not None:
-        s.messages_length = len(encoded)
-        s.messages_digest = digest_prefix(encoded, len(encoded))
-    else:
-        s.messages_length, s.messages_digest = 0, ""
+    s.messages_kind, s.messages_length, s.messages_digest = raw_kind, array_end, array_digest
     s.last_upstream_count = 0 if over_budget else len(upstream)
     s.last_volatile_entry = volatile_entry
     s.last_volatile_text = volatile_text
@@ -294,13 +302,3 @@ def _first_new_hidden_position(s: ConversationState, since_turn: int, start: int
             best = min(best, position)
         same_after += len(g.messages)
     return best
-
-
-def _common_prefix(known: list[str], hashes: list[str]) -> int:
-    limit = min(len(known), len(hashes))
-    if known[:limit] == hashes[:limit]:
-        return limit
-    for i in range(limit):
-        if known[i] != hashes[i]:
-            return i
-    return limit

@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+HASH_SIZE = 16
 ACTIVE = 0
 ARCHIVED = 1
 EVICTED = 2
@@ -46,7 +47,7 @@ class HiddenGroup(msgspec.Struct, array_like=True, frozen=True):
 
 class ConversationState(msgspec.Struct, kw_only=True):
     version: int = 1
-    hashes: list[str] = msgspec.field(default_factory=list)
+    hashes: bytes = b""  # entry hashes: HASH_SIZE bytes (xxh3_128 digest) per entry, in order
     tokens: list[int] = msgspec.field(default_factory=list)  # per entry, as currently rendered
     pages: list[PageRecord] = msgspec.field(default_factory=list)
     first_active_page: int = 0  # index into `pages`; pages from here on are active
@@ -65,7 +66,8 @@ class ConversationState(msgspec.Struct, kw_only=True):
     turn: int = 0
     correction_ratio: float = 1.0
     # The previous request, to skip re-hashing and to measure the stable prefix.
-    messages_length: int = 0
+    messages_kind: str = ""  # "raw" (the client's bytes) or "encoded" (re-encoded by the engine)
+    messages_length: int = 0  # end of the last message in that array
     messages_digest: str = ""
     last_upstream_count: int = 0
     last_volatile_entry: int = -1  # latest user message of the last request, if it was active
@@ -85,7 +87,6 @@ class ConversationState(msgspec.Struct, kw_only=True):
         """A copy whose lists may be changed without touching this state (records are immutable)."""
         return msgspec.structs.replace(
             self,
-            hashes=list(self.hashes),
             tokens=list(self.tokens),
             pages=list(self.pages),
             condensed=list(self.condensed),
@@ -95,12 +96,17 @@ class ConversationState(msgspec.Struct, kw_only=True):
     # --- read helpers used by the proxy ---------------------------------------------------------
     @property
     def entry_count(self) -> int:
-        return len(self.hashes)
+        return len(self.hashes) // HASH_SIZE
+
+    def entry_hash_list(self) -> list[str]:
+        """The entry hashes as hex strings (as `entry_hash` returns them)."""
+        blob = self.hashes
+        return [blob[i : i + HASH_SIZE].hex() for i in range(0, len(blob), HASH_SIZE)]
 
     def active_start_entry(self) -> int:
         if self.first_active_page < len(self.pages):
             return self.pages[self.first_active_page].start
-        return len(self.hashes)
+        return len(self.hashes) // HASH_SIZE
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -187,18 +193,22 @@ def page_table(state: ConversationState) -> list[dict[str, Any]]:
 
 
 def common_prefix_len(state: ConversationState | None, hashes: list[str]) -> int:
-    """How many leading entry hashes of a request the state already holds."""
+    """How many leading entry hashes (hex, as `entry_hashes` returns them) of a request the state holds."""
     if state is None:
         return 0
-    known = state.hashes
-    limit = min(len(known), len(hashes))
-    if known[:limit] == hashes[:limit]:
-        return limit
-    low, high = 0, limit  # the first difference lies in [low, high)
+    return common_prefix_of_blobs(state.hashes, b"".join(bytes.fromhex(h) for h in hashes))
+
+
+def common_prefix_of_blobs(known: bytes, request: bytes) -> int:
+    """Leading entries two hash blobs share."""
+    limit = min(len(known), len(request))
+    if known[:limit] == request[:limit]:
+        return limit // HASH_SIZE
+    low, high = 0, limit // HASH_SIZE  # the first differing entry lies in [low, high)
     while high - low > 1:
         middle = (low + high) // 2
-        if known[low:middle] == hashes[low:middle]:
+        if known[low * HASH_SIZE : middle * HASH_SIZE] == request[low * HASH_SIZE : middle * HASH_SIZE]:
             low = middle
         else:
             high = middle
-    return low if known[low] != hashes[low] else low + 1
+    return low

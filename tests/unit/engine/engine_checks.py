@@ -10,7 +10,7 @@ from proxy.engine import ACTIVE, ConversationState, EngineConfig, Plan, condense
 def check_pages(state: ConversationState, messages: list[dict[str, Any]]) -> None:
     """Pages tile the entry list, never start with a tool result, continuation parts number up."""
     pages = state.pages
-    assert len(state.hashes) == len(messages) == len(state.tokens)
+    assert state.entry_count == len(messages) == len(state.tokens)
     if not messages:
         assert not pages
         return
