@@ -21,6 +21,7 @@ from proxy.store.ports import (
 from proxy.store.sql import turn_statements as turn
 from proxy.store.sql.admin_queries import ConversationAdminQueries
 from proxy.store.sql.models import Conversation, Entry, Event, Fingerprint, HiddenMessage, Page
+from proxy.store.sql.search_queries import PageSearchQueries
 from proxy.store.sql.urls import to_async_url
 
 _json_encoder = msgspec.json.Encoder()
@@ -88,8 +89,8 @@ def _page_row(row: Any) -> PageRow:
     )
 
 
-class SqlConversationRepository(ConversationAdminQueries):
-    """Implements proxy.store.ports.ConversationRepository and ConversationAdmin."""
+class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries):
+    """Implements proxy.store.ports.ConversationRepository and ConversationAdmin; full-text page search."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine

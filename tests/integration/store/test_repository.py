@@ -326,3 +326,36 @@ async def test_admin_queries(repo: SqlConversationRepository) -> None:
     assert [(e.kind, e.payload) for e in events] == [("archive_backlog", {"pages": 2}), ("turn", {"n": 1})]
     assert [e.kind for e in await repo.load_events(TENANT, kinds=("archive_backlog",))] == ["archive_backlog"]
     assert await repo.load_events(OTHER_TENANT) == []
+
+
+async def test_search_pages(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1")
+    entries = [
+        EntryRow(0, "a", "user", {"role": "user", "content": "Plan a trip to Kyoto in April"}, 8),
+        EntryRow(1, "b", "assistant", {"role": "assistant", "content": "Cherry blossoms peak early April."}, 8),
+        EntryRow(2, "c", "user", {"role": "user", "content": "Now fix the parser bug"}, 6),
+        EntryRow(3, "d", "assistant", {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "t", "type": "function", "function": {"name": "edit", "arguments": "{\"file\": \"parser.py\"}"}}
+        ]}, 6),
+        EntryRow(4, "e", "user", {"role": "user", "content": "我们去京都"}, 4),
+    ]
+    pages = [
+        PageRow("1", 0, 1, "archived", 16, "trip planning"),
+        PageRow("2", 2, 3, "evicted", 12, "parser fix"),
+        PageRow("3", 4, 4, "active", 4, ""),
+    ]
+    await save(repo, "c1", entries=entries, pages=pages)
+
+    found = await repo.search_pages(TENANT, "c1", "kyoto blossoms")
+    assert [p.number for p, _ in found] == ["1"]
+    assert [p.number for p, _ in await repo.search_pages(TENANT, "c1", "parser.py")] == ["2"]  # tool arguments
+    assert {p.number for p, _ in await repo.search_pages(TENANT, "c1", "april OR parser")} == {"1", "2"}
+    assert await repo.search_pages(TENANT, "c1", "京都") == []  # active pages are not searched by default
+    assert await repo.search_pages(OTHER_TENANT, "c1", "kyoto") == []
+    assert await repo.search_pages(TENANT, "c1", "") == []
+
+    # An entry edited in place is searchable by its new text.
+    edited = EntryRow(1, "b2", "assistant", {"role": "assistant", "content": "Maple leaves in November."}, 8)
+    await save(repo, "c1", entries=[edited], pages=[], version=2, snapshot=b"v2")
+    assert [p.number for p, _ in await repo.search_pages(TENANT, "c1", "maple")] == ["1"]
+    assert await repo.search_pages(TENANT, "c1", "blossoms") == []

@@ -1,0 +1,61 @@
+"""Full-text search over a conversation's pages (pages.tsv: summary weight A, message text weight B)."""
+
+from __future__ import annotations
+
+from sqlalchemy import Text, cast, func, literal, literal_column, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from proxy.store.ports import PageRow
+from proxy.store.sql.models import TSV_CONFIG, Conversation, Page
+
+conv = Conversation.__table__
+pages_t = Page.__table__
+
+
+class PageSearchQueries:
+    """Mixed into SqlConversationRepository."""
+
+    engine: AsyncEngine
+
+    async def search_pages(
+        self,
+        tenant: str,
+        conversation_id: str,
+        query: str,
+        limit: int = 5,
+        states: tuple[str, ...] = ("archived", "evicted"),
+    ) -> list[tuple[PageRow, float]]:
+        """Pages matching ``query`` (web-search syntax: words, "phrases", -exclusions, OR), best
+        first, with their rank (ts_rank_cd, normalised by length). Lexical: no stemming
+        (configuration "simple"), so it works the same for every language."""
+        tsquery = func.websearch_to_tsquery(literal_column(f"'{TSV_CONFIG}'::regconfig"), cast(literal(query), Text))
+        rank = func.ts_rank_cd(pages_t.c.tsv, tsquery, 1).label("rank")
+        stmt = (
+            select(pages_t, rank)
+            .where(
+                pages_t.c.conversation_id == conversation_id,
+                pages_t.c.state.in_(list(states)),
+                pages_t.c.tsv.op("@@")(tsquery),
+                select(conv.c.id).where(conv.c.id == conversation_id, conv.c.tenant == tenant).exists(),
+            )
+            .order_by(rank.desc(), pages_t.c.first_seq)
+            .limit(limit)
+        )
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(stmt)).all()
+        return [
+            (
+                PageRow(
+                    number=r.number,
+                    first_seq=r.first_seq,
+                    last_seq=r.last_seq,
+                    state=r.state,
+                    tokens=r.tokens,
+                    summary=r.summary,
+                    recall_count=r.recall_count,
+                    last_recalled_turn=r.last_recalled_turn,
+                ),
+                float(r.rank),
+            )
+            for r in rows
+        ]
