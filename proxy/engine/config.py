@@ -63,6 +63,8 @@ class EngineConfig:
 
     def budget(self, max_tokens: int | None) -> int:
         """Prompt budget (seed 003): window - answer reserve - safety margin; never below 1."""
-        reserve = self.output_reserve if max_tokens is None else max(0, int(max_tokens))
+        # Without max_tokens, reserve the configured output reserve, but never more than a quarter of the window
+        # (a 4k-window model with the default 4,096-token reserve would otherwise have no room at all).
+        reserve = min(self.output_reserve, self.context_window // 4) if max_tokens is None else max(0, int(max_tokens))
         margin = int(self.safety_margin * self.context_window)
         return max(1, self.context_window - reserve - margin)
