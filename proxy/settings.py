@@ -73,7 +73,7 @@ class Settings:
         metadata=_doc("Context window in tokens. 0: learn max_model_len from the upstream's /v1/models, else 32768.", min=0),
     )
     output_reserve: int = field(
-        default=4096, metadata=_doc("Tokens reserved for the answer when the request has no max_tokens.", min=0)
+        default=4096, metadata=_doc("Tokens reserved for the answer when the request has no max_tokens (at most a quarter of the window).", min=0)
     )
     safety_margin: float = field(default=0.10, metadata=_doc("Fraction of the window kept free.", min=0.0, max=0.9))
     active_high_watermark: float = field(
