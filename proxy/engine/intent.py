@@ -63,7 +63,7 @@ class RewriteResult:
     query: str
     level: str  # LEVEL_MODEL | LEVEL_RULES | LEVEL_PASSTHROUGH
     changed: bool  # query differs from the client's message
-    reason: str = ""  # why a higher level did not serve: "timeout", "error", "empty", "disabled"; "" otherwise
+    reason: str = ""  # why the model level did not serve (proxy.rewrite.levels); "" when it did or for rules alone
 
 
 def intent_block(query: str) -> str:
@@ -98,23 +98,46 @@ _FUNCTION_WORDS = frozenset(
     very really just also too only even still again ever never always often sometimes usually generally
     much many more most less least few some any all each every both either neither such own other another
     same so please thanks thank ok okay yes yeah hi hello hey well now today anything something everything
-    nothing else one ones together maybe sure little bit forever anyway actually though
+    nothing else one ones themselves ourselves yourselves himself herself together maybe sure little bit
+    forever anyway actually though
     """.split()
 )
-_VERBS = frozenset(
+_VERB_BASES = """
+    tell explain describe show give know think want need find get make go come take see look use help work mean
+    happen cause affect compare differ change start begin become call lead live eat win die spread survive
+    enable reduce relate learn say keep let put run invent create build play buy cost pay try like recommend
+    list name consider continue replace attract catch govern influence reverse receive publish end increase
+    decrease treat prevent avoid choose cure kill vote abolish integrate cook smoke celebrate encounter discover
+    require listen visit spend damage feel seem sound smell taste stem bark obey care believe wear hope wish
+    love hate enjoy worry
+    miss lose hide seek ask answer talk speak read write draw paint sing dance walk move stay leave meet join
+    open close stop allow exchange return send bring hold turn follow grow fall happen plan decide remember
+    forget understand agree disagree prefer improve fix break install configure deploy check add remove update
+    """.split()
+_IRREGULAR = """
+    told gave given knew known thought found got gotten made went gone came taken took saw seen began begun
+    became led won spread said kept put ran built bought paid chose chosen felt hid hidden sought spoke spoken
+    wrote written drew drawn sang walked wore worn lost meant left met brought held fell fallen understood
+    broke broken sent grew grown does did done has had is are was were am be been being
+    """.split()
+
+
+def _inflections(base: str) -> set[str]:
+    stem = base[:-1] if base.endswith("e") else base
+    double = base + base[-1] if len(base) <= 4 and base[-1] in "bdgmnprt" and base[-2] in "aeiou" else base
+    forms = {base, base + "s", base + "es", stem + "ed", stem + "ing", double + "ed", double + "ing"}
+    if base.endswith("y"):
+        forms |= {base[:-1] + "ies", base[:-1] + "ied"}
+    return forms
+
+
+_VERBS = frozenset(word for base in _VERB_BASES for word in _inflections(base)) | frozenset(_IRREGULAR)
+_LY_NOUNS = frozenset("family supply assembly reply ally belly jelly rally anomaly monopoly italy july bully".split())
+# common adjectives of feeling and judgement, not parts of a name
+_ADJECTIVES = frozenset(
     """
-    tell told explain describe show give gave know knew think thought want need needs find found get gets got
-    make makes made go goes went come comes came take takes took see saw look looks use used uses using help
-    helps work works worked mean means meant happen happens happened cause causes caused affect affects
-    affected compare compares compared differ differs change changes changed start started begin began
-    become became call called lead led live lives eat eats win won die died spread spreads survive survived
-    enable enabled reduce reduces relate relates related learn learned say said keep kept let put run runs
-    invented invent created create built build play plays played buy bought cost costs pay paid try tried
-    like likes recommend list name consider considered continue continued replace replaced attract catch
-    govern influence influenced reverse received receive published publish ended end increase decrease treat
-    treated prevent prevents avoid get choose chose cure cured kill kills vote voted abolished integrated
-    cook cooks smoke celebrate encounter encountered discover discovered require requires build building
-    listen visit spend spent damage
+    afraid scared sad happy glad angry upset worried nervous excited tired bored lonely proud sorry sure
+    fine nice great cool awesome terrible awful beautiful pretty ugly easy hard difficult funny lucky ill sick
     """.split()
 )
 _GENERIC_NOUNS = frozenset(
@@ -139,13 +162,16 @@ _FOCUS = re.compile(
     re.IGNORECASE,
 )
 _ZH_SPLIT = re.compile(
-    "为什么|怎么样|推荐|几家|几个|几种|怎么办|怎么|什么|如何|哪些|哪里|哪个|多少|是不是|有没有|可以|能不能|介绍一下|介绍|一下|告诉|请问|"
-    "知道|了解|我们|你们|他们|她们|它们|这个|那个|这些|那些|这样|那样|这里|那里|其他|其它|还有|一些|一个|关于|"
+    "为什么|怎么样|推荐|几家|几个|几种|怎么办|怎么|什么|如何|哪些|哪里|哪个|多少|是不是|有没有|可以|能不能|"
+    "介绍一下|介绍|一下|告诉|请问|知道|了解|我们|你们|他们|她们|它们|这个|那个|这些|那些|这样|那样|这里|那里|其他|其它|还有|一些|一个|关于|"
     "因为|所以|但是|如果|然后|还是|或者|就是|已经|现在|时候|特别|非常|比较|"
     "[的了吗呢吧啊呀哦嗯是在和与及或也都很有我你他她它这那个么要会能可把被给对从就还又想请说讲问些]"
 )
 
-_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*(?:['\u2019][A-Za-z]+)?|[\u4e00-\u9fff]+|[.!?;:,\u3002\uff01\uff1f\uff1b\uff0c()\[\]\"'\u2019]")
+_TOKEN = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9\-]*(?:['\u2019][A-Za-z]+)?|[\u4e00-\u9fff]+"
+    r"|[.!?;:,\u3002\uff01\uff1f\uff1b\uff0c()\[\]\"'\u2019]"
+)
 _SENTENCE_END = frozenset(".!?;:\u3002\uff01\uff1f\uff1b")
 _CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
 
@@ -170,7 +196,11 @@ def _is_content(word: str) -> bool:
     low = word.lower()
     if len(word) > 1 and word.isupper():  # acronyms: US, AI, IT
         return True
-    return low not in _FUNCTION_WORDS and low not in _VERBS and (len(low) > 1 or low.isdigit())
+    if low.endswith("ly") and len(low) > 4 and low not in _LY_NOUNS:  # adverbs: exactly, really
+        return False
+    if low in _FUNCTION_WORDS or low in _VERBS or low in _ADJECTIVES:
+        return False
+    return len(low) > 1 or low.isdigit()
 
 
 def _is_proper(word: str, sentence_initial: bool) -> bool:
@@ -225,8 +255,7 @@ def english_entities(text: str) -> tuple[_Entity, ...]:
         word = token[:-2] if possessive else token
         proper = _is_proper(word, sentence_initial)
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
-        if _is_content(word) and not (proper is False and word.lower() in _GENERIC_NOUNS and not run and
-                                      nxt.lower() in ("of",)):
+        if _is_content(word):
             run.append(word)
             run_proper = run_proper or proper
         elif run and run_proper and word.lower() in ("of", "the", "and") and nxt[:1].isupper():
@@ -360,6 +389,22 @@ _PERSON_NOUNS = frozenset(
 _ZH_PRONOUN = re.compile(r"它们|他们|她们|它(?!们)|(?:这个|那个)(?=$|[\s，。？！?!,.是有会能可怎为在的呢吗多还要该])|(?<!其)[这那](?=[是有会能可怎为在])")
 
 
+_SENTENCE = re.compile(r"[^.!?\u3002\uff01\uff1f\n]+[.!?\u3002\uff01\uff1f\n]*")
+_REQUEST = re.compile(
+    r"^\s*(?:(?:and|so|but|ok|okay|then|also|now)[,\s]+)?(?:please\s+)?(?:tell|explain|describe|show|list|give|"
+    r"compare|summari[sz]e|define|find|recommend|help|teach|how|what|why|when|where|who|which|whose|whom)\b",
+    re.IGNORECASE,
+)
+_PERSONAL = re.compile(r"\b(?:he|she|him|her|his|hers)\b", re.IGNORECASE)
+_ZH_QUESTION = re.compile("[吗呢么啥哪谁几多]|什么|怎么|如何|为什么|介绍|解释|说说|讲讲|告诉|推荐|比较")
+
+
+def _is_query(sentence: str) -> bool:
+    """A question or a request: the sentences whose pronouns are resolved (not narration or feelings)."""
+    stripped = sentence.rstrip()
+    return stripped.endswith(("?", "\uff1f")) or bool(_REQUEST.match(sentence)) or bool(_ZH_QUESTION.search(sentence))
+
+
 def _possessive(surface: str) -> str:
     return surface + ("'" if surface.endswith("s") else "'s")
 
@@ -369,12 +414,15 @@ def _resolve_pronouns(text: str, salience: _Salience) -> str:
     for pattern in (_EXPLETIVE_IT, _IDIOM_IT):
         if pattern.search(text_scan):
             text_scan = pattern.sub(lambda m: "\x00" * len(m.group()), text_scan)
+    queries = [m.span() for m in _SENTENCE.finditer(text) if _is_query(m.group())]
     pieces: list[str] = []
     position = 0
     for match in _EN_PRONOUN.finditer(text_scan):
+        if not any(start <= match.start() < end for start, end in queries):
+            continue
         kind = match.lastgroup
         plural = match.group().lower() in ("they", "them", "their", "these", "those")
-        if any(e.plural == plural for e in english_entities(text[position : match.start()])):
+        if any(e.plural == plural for e in english_entities(text[: match.start()])):
             continue  # "What is X and why is it important?": the antecedent is in the message itself
         entity = _pick(salience, text, plural=plural, cjk=False)
         if entity is None:
@@ -384,7 +432,7 @@ def _resolve_pronouns(text: str, salience: _Salience) -> str:
         pieces.append(replacement)
         position = match.end()
     for match in _ZH_PRONOUN.finditer(text):
-        if match.start() < position:
+        if match.start() < position or not any(start <= match.start() < end for start, end in queries):
             continue
         entity = _pick(salience, text, cjk=True)
         if entity is None:
@@ -404,7 +452,8 @@ _WHAT_ABOUT = re.compile(
 _AND_X = re.compile(r"^\s*(?:and|or)\s+(?P<x>[^?.!]{1,60}?)\s*\?\s*$", re.IGNORECASE)
 _ZH_X_NE = re.compile(r"^\s*(?:那么|那)?(?P<x>[^，。？！?!,\s]{1,16}?)(?:呢|怎么样|如何)\s*[？?。!！]*\s*$")
 _ELSE = re.compile(
-    r"^\s*(?:(?:what|anything|who|where)\s+else|any\s+others?|others?|more)\s*[?.!]*\s*$|^\s*(?:其他的?|其它的?|还有|别的)(?:呢|吗|还有吗)?\s*[？?。!！]*\s*$",
+    r"^\s*(?:(?:what|anything|who|where)\s+else|any\s+others?|others?|more)\s*[?.!]*\s*$"
+    r"|^\s*(?:其他的?|其它的?|还有|别的)(?:呢|吗|还有吗)?\s*[？?。!！]*\s*$",
     re.IGNORECASE,
 )
 _FILLER = re.compile(r"^(?:for|in|on|with|the|a|an)\s+", re.IGNORECASE)
@@ -466,7 +515,7 @@ def _complete_with_topic(text: str, salience: _Salience) -> str | None:
     if _CJK_RUN.search(text) or len(text) > 300:
         return None
     topic = salience.topic()
-    if topic is None or _present(topic, text):
+    if topic is None or _present(topic, text) or _EN_PRONOUN.search(text) or _PERSONAL.search(text):
         return None
     words = _WORD.findall(text)
     if any(_is_proper(w, i == 0) for i, w in enumerate(words)):
