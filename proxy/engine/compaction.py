@@ -134,6 +134,8 @@ def run_epoch(
         archived = replace(record, status=ARCHIVED, archived_turn=s.turn, contents=body)
         archived = replace(archived, contents_tokens=counter.count_text(entry_header(archived) + "\n" + body) + 1)
         s.pages[pi] = archived
+        # hidden messages leave the state with their page (the proxy keeps them with the page's messages)
+        s.hidden = [g for g in s.hidden if not record.start <= g.after < record.end]
         s.active_tokens -= record.tokens
         s.first_active_page += 1
         budgeter.add_entry(archived.contents_tokens)

@@ -47,7 +47,8 @@ def add_hidden(
 ) -> ConversationState:
     """Messages the client never sent (a resolved recall exchange), rendered after the given entry from now on.
 
-    They belong to the page of that entry, are archived with it and count toward the budget.
+    They belong to the page of that entry, count toward the budget and leave the state when their page is
+    archived (the caller stores them with the page's messages).
     """
     if not 0 <= after_entry_index < state.entry_count:
         raise IndexError(f"no entry {after_entry_index} (the conversation has {state.entry_count})")

@@ -195,7 +195,10 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
             s.system_tokens = _system_tokens(s.system_text, counter)
         if result.first_condensed_entry is not None:
             changed_at.append(result.first_condensed_entry)
-        s.epoch += 1
+        if result.archived or result.evicted or result.condensed or refresh:
+            s.epoch += 1
+        else:
+            reason = None  # nothing could change: not an epoch, the prompt stays append-only
         est = estimate()
 
     # -- 5. render: [system] + B6 with hidden messages, volatile blocks in the last user message

@@ -157,7 +157,7 @@ def page_entry_range(state: ConversationState, page: int | str | float) -> tuple
 
 
 def page_hidden_messages(state: ConversationState, page: int | str | float) -> list[tuple[int, list[dict[str, Any]]]]:
-    """Hidden messages inside a page, as (after entry index, messages)."""
+    """Hidden messages inside a page still held by the state (active pages), as (after entry index, messages)."""
     bounds = page_entry_range(state, page)
     if bounds is None:
         return []
