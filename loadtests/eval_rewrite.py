@@ -20,6 +20,7 @@ Usage::
 
     python loadtests/eval_rewrite.py
     python loadtests/eval_rewrite.py --model-url http://127.0.0.1:30000/v1 --model qwen2.5-1.5b-instruct
+    python loadtests/eval_rewrite.py --fallback 20     # plus: latency with the emulator as a slow model
 """
 
 from __future__ import annotations
@@ -300,6 +301,40 @@ def evaluate_retrieval(bench: MadialBench, limit: int | None = None) -> dict[str
     return out
 
 
+# -- fallback latency ----------------------------------------------------------------------------
+async def _fallback_latency(base_url: str, rounds: int, timeout_s: float) -> tuple[list[float], list[float], set]:
+    from proxy.rewrite import ModelRewriter, rewrite
+
+    history = [{"role": "user", "content": "Tell me about the Python GIL."}]
+    slow, answering, served = [], [], set()
+    async with ModelRewriter(base_url, "rewrite-model", timeout_s=timeout_s) as client:
+        await client.rewrite(history, "warm-up [[say:ok]]")
+        for marker, sink in (("[[delay:5]]", slow), ("[[say:Why does the GIL exist?]]", answering)):
+            for _ in range(rounds):
+                started = time.perf_counter()
+                result = await rewrite(history, f"Why does it exist? {marker}", client, timeout_s)
+                sink.append(time.perf_counter() - started)
+                served.add((marker.split(":")[0] + "]]", result.level, result.reason))
+    return slow, answering, served
+
+
+def fallback_report(rounds: int = 20, timeout_s: float = 0.3) -> None:
+    """Latency of the rewrite with the emulator as the model: answering, and slow (rules after the timeout)."""
+    from proxy.emulator.testing import running_emulator
+
+    with running_emulator() as url:
+        slow, answering, served = asyncio.run(_fallback_latency(url, rounds, timeout_s))
+    slow.sort(), answering.sort()
+    print(f"\nRewrite latency with the emulator as the model (timeout {timeout_s * 1000:.0f} ms, {rounds} requests each)")
+    print("| model          | min ms | median ms | max ms | served (marker, level, reason) |")
+    print("| -------------- | ------ | --------- | ------ | ------------------------------ |")
+    for label, values, marker in (("answering", answering, "[[say]]"), ("slow (5 s)", slow, "[[delay]]")):
+        levels = ", ".join(f"{lv}/{rs or '-'}" for m, lv, rs in sorted(served) if m == marker)
+        median = values[len(values) // 2]
+        print(f"| {label:<14} | {values[0] * 1000:6.1f} | {median * 1000:9.1f} | {values[-1] * 1000:6.1f} | {levels} |")
+    print(f"slow model: worst {(slow[-1] - timeout_s) * 1000:+.1f} ms past the timeout (target <= +50 ms)")
+
+
 # -- command -------------------------------------------------------------------------------------
 def _human_rewriter(conversations: Sequence[CastConversation]) -> Rewriter:
     """The human rewrite of a turn, looked up by its raw text and history (the ceiling row)."""
@@ -326,7 +361,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-timeout", type=float, default=10.0, help="seconds per model call in the evaluation")
     parser.add_argument("--api-key", default="")
     parser.add_argument("--limit", type=int, default=None, help="only the first N conversations of each set")
-    parser.add_argument("--no-retrieval", action="store_true", help="skip the MADial-Bench retrieval evaluation")
+    parser.add_argument("--no-retrieval", action="store_true", help="skip the retrieval evaluations")
+    parser.add_argument(
+        "--fallback", type=int, default=0, metavar="N",
+        help="also time N rewrites against the emulator as a slow and as an answering model",
+    )
     args = parser.parse_args(argv)
 
     found_any = False
@@ -382,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
             print("| -------------------------- | --- | -------- | ----- |")
             for name, scores in results.items():
                 print(f"| {name:<26} | {scores.queries:>3} | {scores.recall_at_5:8.3f} | {scores.hit_at_5:5.3f} |")
+    if args.fallback > 0:
+        fallback_report(args.fallback)
     if not found_any:
         print("no evaluation data found (../shared/eval or MEMCI_EVAL_DIR)", file=sys.stderr)
         return 2

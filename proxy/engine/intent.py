@@ -48,7 +48,9 @@ INTENT_PREFIX = "Standalone intent: "
 
 HISTORY_MESSAGES = 12  # recent messages looked at
 MAX_MESSAGE_CHARS = 2000  # longer user messages are taken as self-contained (not rewritten)
-ASSISTANT_CHARS = 1500  # only the head of an assistant message is mined for entities
+HISTORY_RESOLVE_CHARS = 600  # earlier user messages up to this length are resolved before they count
+MAX_ENTITIES_PER_MESSAGE = 24  # bounds the work on long messages
+OBSERVED_CHARS = 1000  # only the head of an earlier message is mined for entities
 DECAY = 0.75  # salience kept per message of age
 FOCUS_BONUS = 1.0  # the entity a "tell me about X" / "what is X" message is about
 PLURAL_MIN_SHARE = 0.3  # a plural antecedent of "they" needs this share of the top entity's salience
@@ -138,6 +140,7 @@ _ADJECTIVES = frozenset(
     """
     afraid scared sad happy glad angry upset worried nervous excited tired bored lonely proud sorry sure
     fine nice great cool awesome terrible awful beautiful pretty ugly easy hard difficult funny lucky ill sick
+    annoying amazing boring confusing exciting surprising frustrating disappointing worrying embarrassing
     """.split()
 )
 _GENERIC_NOUNS = frozenset(
@@ -300,17 +303,21 @@ class _Salience:
             self.topic_score[key] *= TOPIC_DECAY
 
     def observe(self, text: str, weight: float, topic_weight: float) -> None:
-        known = list(self.entity)
+        known = sorted(self.score, key=self.score.__getitem__, reverse=True)[:MAX_ENTITIES_PER_MESSAGE]
         lowered = " " + " ".join(_singular(w) for w in re.findall(r"[a-z0-9\-]+", text.lower())) + " "
         focus = _FOCUS.match(text)
         focus_key = None
         if focus is not None:
             after = english_entities(text[focus.end() :])
             focus_key = after[0].key if after else None
-        for entity in _entities(text):
+        first_cjk = True
+        for entity in _entities(text)[:MAX_ENTITIES_PER_MESSAGE]:
             bonus = 1.0 + 0.25 * (entity.words - 1) + (0.5 if entity.proper else 0.0)
             if entity.key == focus_key:
                 bonus += FOCUS_BONUS
+            if first_cjk and _CJK_RUN.fullmatch(entity.key):  # Chinese puts the topic first
+                bonus += 0.5
+                first_cjk = False
             self._add(entity, weight * bonus, topic_weight * bonus)
         for key in known:  # known entities named inside a longer phrase count too
             if self.last.get(key) != self.clock and f" {key} " in lowered:
@@ -337,10 +344,16 @@ class _Salience:
         return self.entity[best] if best is not None else None
 
 
+@lru_cache(maxsize=1024)
+def _word_set(text: str) -> frozenset[str]:
+    return frozenset(_singular(w) for w in re.findall(r"[a-z0-9\-]+", text.lower()))
+
+
 def _present(entity: _Entity, text: str) -> bool:
+    """Whether ``text`` names ``entity`` (all its words, plural or singular; CJK: the run itself)."""
     if entity.head and _CJK_RUN.fullmatch(entity.head):
         return entity.key in text
-    words = {_singular(w) for w in re.findall(r"[a-z0-9\-]+", text.lower())}
+    words = _word_set(text)
     return all(_singular(w) in words for w in entity.key.split() if w not in ("of", "the", "and"))
 
 
@@ -414,15 +427,24 @@ def _resolve_pronouns(text: str, salience: _Salience) -> str:
     for pattern in (_EXPLETIVE_IT, _IDIOM_IT):
         if pattern.search(text_scan):
             text_scan = pattern.sub(lambda m: "\x00" * len(m.group()), text_scan)
-    queries = [m.span() for m in _SENTENCE.finditer(text) if _is_query(m.group())]
+    sentences = [(m.start(), m.end(), _is_query(m.group())) for m in _SENTENCE.finditer(text)]
+
+    def sentence_of(offset: int) -> int | None:  # index of the question/request sentence holding offset
+        for k, (start, end, query) in enumerate(sentences):
+            if start <= offset < end:
+                return k if query else None
+        return None
+
     pieces: list[str] = []
     position = 0
     for match in _EN_PRONOUN.finditer(text_scan):
-        if not any(start <= match.start() < end for start, end in queries):
+        k = sentence_of(match.start())
+        if k is None:
             continue
         kind = match.lastgroup
         plural = match.group().lower() in ("they", "them", "their", "these", "those")
-        if any(e.plural == plural for e in english_entities(text[: match.start()])):
+        # the antecedent may be in this sentence or the one before ("What is X and why is it important?")
+        if any(e.plural == plural for e in english_entities(text[sentences[max(k - 1, 0)][0] : match.start()])):
             continue  # "What is X and why is it important?": the antecedent is in the message itself
         entity = _pick(salience, text, plural=plural, cjk=False)
         if entity is None:
@@ -432,7 +454,7 @@ def _resolve_pronouns(text: str, salience: _Salience) -> str:
         pieces.append(replacement)
         position = match.end()
     for match in _ZH_PRONOUN.finditer(text):
-        if match.start() < position or not any(start <= match.start() < end for start, end in queries):
+        if match.start() < position or sentence_of(match.start()) is None:
             continue
         entity = _pick(salience, text, cjk=True)
         if entity is None:
@@ -543,16 +565,16 @@ def _build_salience(history: Sequence[Mapping[str, Any]]) -> tuple[_Salience, st
             continue
         salience.decay()
         if role == "user":
-            resolved = _resolve_pronouns(text, salience) if len(text) <= MAX_MESSAGE_CHARS else text
+            resolved = _resolve_pronouns(text, salience) if len(text) <= HISTORY_RESOLVE_CHARS else text
             salience.observe(
-                resolved[:MAX_MESSAGE_CHARS],
+                resolved[:OBSERVED_CHARS],
                 USER_WEIGHT,
                 USER_WEIGHT * (TOPIC_FIRST_TURN_WEIGHT if first else 1.0),
             )
             first = False
             previous = resolved if len(resolved) <= MAX_MESSAGE_CHARS else ""
         else:
-            salience.observe(text[:ASSISTANT_CHARS], ASSISTANT_WEIGHT, ASSISTANT_WEIGHT)
+            salience.observe(text[:OBSERVED_CHARS], ASSISTANT_WEIGHT, ASSISTANT_WEIGHT)
     return salience, previous
 
 

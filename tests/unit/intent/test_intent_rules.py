@@ -166,3 +166,29 @@ def test_resolved_pronoun_words_come_from_the_history(history: list[str], last: 
         context = " ".join(history) + " " + last
         for token in re.findall(r"[A-Za-z0-9]+|[\u4e00-\u9fff]", result.query):
             assert token in context or token in ("s", "of", "in")  # possessive 's, topic appended "of X"
+
+
+def test_chinese_topic_comes_first() -> None:
+    history = [user("我想了解一下量子计算机的原理和应用，以及它和经典计算机的区别")]
+    assert rewrite_rules(history, "它的原理是什么？").query == "量子计算机的原理是什么？"
+
+
+def test_narration_is_not_rewritten_only_questions_and_requests() -> None:
+    history = [user("Tell me about the Python GIL.")]
+    assert not rewrite_rules(history, "I think it is annoying.").changed
+    assert rewrite_rules(history, "I think it is annoying. Why does it exist?").query == (
+        "I think it is annoying. Why does the Python GIL exist?"
+    )
+    assert rewrite_rules(history, "Explain it briefly.").query == "Explain the Python GIL briefly."
+
+
+def test_it_is_not_a_person_and_they_needs_a_plural() -> None:
+    history = [user("My teacher gave me a new book about Mars.")]
+    assert "teacher" not in rewrite_rules(history, "Why did she give it to me?").query
+    assert not rewrite_rules([user("What is Docker?")], "Where do they live?").changed
+
+
+def test_bare_question_gets_the_topic() -> None:
+    history = [user("Tell me about binge drinking."), user("Can binge drinking damage mental health?")]
+    assert rewrite_rules(history, "Are there any benefits?").query == "Are there any benefits of binge drinking?"
+    assert not rewrite_rules(history, "Do you need milk for strong bones?").changed
