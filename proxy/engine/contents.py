@@ -35,20 +35,20 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def _call_text(call: Any) -> str:
+def _call_text(call: Any, limit: int) -> str:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict):
         return "called a tool"
-    return f"called {fn.get('name') or '?'}({_one_line(str(fn.get('arguments') or ''))})"
+    return f"called {fn.get('name') or '?'}({_one_line(str(fn.get('arguments') or '')[: 8 * limit])})"
 
 
 def summary_line(message: dict[str, Any], limit: int) -> str:
     """`role: text` cut to `limit` characters; tool calls as `called name(args)`."""
     role = str(message.get("role") or "?")
-    text = _one_line(_content_text(message.get("content")))
+    text = _one_line(_content_text(message.get("content"))[: 8 * limit])  # only the start can show
     calls = message.get("tool_calls")
     if isinstance(calls, list) and calls:
-        called = "; ".join(_call_text(c) for c in calls)
+        called = "; ".join(_call_text(c, limit) for c in calls)
         text = f"{text} | {called}" if text else called
     if role == "tool" and message.get("name"):
         role = f"tool {message['name']}"

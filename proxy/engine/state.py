@@ -13,7 +13,7 @@ EVICTED = 2
 STATUS_NAMES = {ACTIVE: "active", ARCHIVED: "archived", EVICTED: "evicted"}
 
 
-class PageRecord(msgspec.Struct, array_like=True, frozen=True):
+class PageRecord(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """A view over entries [start, end): page `number`, continuation `part` (1 = the page itself)."""
 
     number: int
