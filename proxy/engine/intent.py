@@ -154,6 +154,12 @@ _GENERIC_NOUNS = frozenset(
     possible key important major common certain specific general overall particular interesting time times
     people person someone anyone everyone term terms version versions origin origins impact role
     relationship relationships side system systems class classes step steps option options use uses
+    theme themes character characters event events activity activities attraction attractions location
+    locations cost costs price prices requirement requirements rule rules application applications source
+    sources factor factors result results finding findings study studies function functions component
+    components variety varieties layer layers member members award awards ingredient ingredients tip tips
+    method methods approach approaches alternative alternatives challenge challenges issue issues trend
+    trends treatment treatments
     """.split()
 )
 _TRAILING_DROP = frozenset(
@@ -422,6 +428,14 @@ def _possessive(surface: str) -> str:
     return surface + ("'" if surface.endswith("s") else "'s")
 
 
+_PREVIOUS_WORD = re.compile(r"([A-Za-z0-9][A-Za-z0-9\-']*)\W*$")
+
+
+def _after_noun(text: str, offset: int) -> bool:
+    match = _PREVIOUS_WORD.search(text, 0, offset)
+    return match is not None and _is_content(match.group(1))
+
+
 def _resolve_pronouns(text: str, salience: _Salience) -> str:
     text_scan = text
     for pattern in (_EXPLETIVE_IT, _IDIOM_IT):
@@ -437,18 +451,22 @@ def _resolve_pronouns(text: str, salience: _Salience) -> str:
 
     pieces: list[str] = []
     position = 0
+    used: set[str] = set()  # an entity replaces its first pronoun only ("What are X's roots and what influenced it?")
     for match in _EN_PRONOUN.finditer(text_scan):
         k = sentence_of(match.start())
         if k is None:
             continue
         kind = match.lastgroup
+        if kind == "demo" and _after_noun(text, match.start()):
+            continue  # relative "that": "the events that happen"
         plural = match.group().lower() in ("they", "them", "their", "these", "those")
         # the antecedent may be in this sentence or the one before ("What is X and why is it important?")
         if any(e.plural == plural for e in english_entities(text[sentences[max(k - 1, 0)][0] : match.start()])):
             continue  # "What is X and why is it important?": the antecedent is in the message itself
         entity = _pick(salience, text, plural=plural, cjk=False)
-        if entity is None:
+        if entity is None or entity.key in used:
             continue
+        used.add(entity.key)
         replacement = _possessive(entity.surface) if kind in ("its", "their") else entity.surface
         pieces.append(text[position : match.start()])
         pieces.append(replacement)
@@ -457,8 +475,9 @@ def _resolve_pronouns(text: str, salience: _Salience) -> str:
         if match.start() < position or sentence_of(match.start()) is None:
             continue
         entity = _pick(salience, text, cjk=True)
-        if entity is None:
+        if entity is None or entity.key in used:
             continue
+        used.add(entity.key)
         pieces.append(text[position : match.start()])
         pieces.append(entity.surface)
         position = match.end()
@@ -478,6 +497,7 @@ _ELSE = re.compile(
     r"|^\s*(?:其他的?|其它的?|还有|别的)(?:呢|吗|还有吗)?\s*[？?。!！]*\s*$",
     re.IGNORECASE,
 )
+_TRAILING_FILLER = re.compile(r"\s+(?:in particular|instead|then|too|as well|though|specifically)$", re.IGNORECASE)
 _FILLER = re.compile(r"^(?:for|in|on|with|the|a|an)\s+", re.IGNORECASE)
 
 
@@ -489,7 +509,7 @@ def _strip_end(text: str) -> tuple[str, str]:
 
 def _substitute(previous: str, x: str) -> str | None:
     """``previous`` with the entity that ``x`` stands in for replaced by ``x``; None when none fits."""
-    x_core = _FILLER.sub("", x.strip())
+    x_core = _TRAILING_FILLER.sub("", _FILLER.sub("", x.strip()))
     cjk = bool(_CJK_RUN.fullmatch(x_core))
     candidates = chinese_entities(previous) if cjk else english_entities(previous)
     if not candidates:
@@ -508,6 +528,8 @@ def _substitute(previous: str, x: str) -> str | None:
     if chosen is None:
         return None
     bare = chosen.surface[4:] if chosen.surface.startswith("the ") else chosen.surface
+    if x_proper and chosen.surface.startswith("the ") and previous.find(chosen.surface) >= 0:
+        bare = chosen.surface  # "the First Lady" -> "Ivanka"
     index = previous.find(bare)
     if index < 0:
         return None
