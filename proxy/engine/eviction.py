@@ -9,7 +9,9 @@ RULE_UNCHANGED = "unchanged"
 RULE_LRU = "lru"
 
 
-def rule_evictions(pages: list[PageRecord], turn: int, unrecalled_after: int, unchanged_after: int) -> list[tuple[int, str]]:
+def rule_evictions(
+    pages: list[PageRecord], turn: int, unrecalled_after: int, unchanged_after: int
+) -> list[tuple[int, str]]:
     """(index into pages, rule) of archived pages the round-count rules evict."""
     out: list[tuple[int, str]] = []
     for index, p in enumerate(pages):

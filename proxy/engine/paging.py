@@ -32,7 +32,13 @@ def append_entry(
         role == "assistant" and last.end > last.start and last.tokens + tokens > page_max_tokens
     ):
         new = PageRecord(
-            last.number, last.part + 1, index, index + 1, tokens, has_user=last.has_user or role == "user", first_seen=now
+            last.number,
+            last.part + 1,
+            index,
+            index + 1,
+            tokens,
+            has_user=last.has_user or role == "user",
+            first_seen=now,
         )
     else:
         pages[-1] = replace(

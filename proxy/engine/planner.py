@@ -24,6 +24,13 @@ EPOCH_COLD_CACHE = "cold_cache"
 
 @dataclass
 class TurnInput:
+    """One client request. `system`: the client's leading system/developer messages (B1, see
+    `split_leading_system`); `messages`: the rest, exactly as sent (never mutated). `profile` (B2a) and
+    `summary` (B4) are applied at epochs only; `task_state` (B3), `intent` (B2b) and `memory` (B5) are
+    appended to the latest user message of this request only, inside <memci-context>...</memci-context>.
+    While an agent loop continues after that user message, it keeps the blocks it got when it was the last
+    message (so the prompt stays append-only); new blocks apply when a new user message arrives."""
+
     system: list[dict[str, Any]]
     messages: list[dict[str, Any]]
     tools_tokens: int = 0
@@ -42,6 +49,14 @@ class TurnInput:
 
 @dataclass
 class Plan:
+    """What to send upstream and what to persist. Page references are labels: "12", "12.2" (continuation).
+
+    `archived` pages must be stored durably before `messages` is sent; `evicted` are (label, rule) with rule
+    "unrecalled", "unchanged" or "lru"; `dropped_pages` left the conversation at a fork (`forked_at` = first
+    entry that differed). `blocks`: ("system", 0, 1), ("B6", start, end), ("tail", i, i + 1) for the message
+    carrying the volatile blocks, or ("passthrough", 0, n) when `over_budget` (request unchanged).
+    `stable_prefix_messages`: leading messages identical to the previous request's."""
+
     state: ConversationState
     messages: list[dict[str, Any]]
     blocks: list[tuple[str, int, int]]

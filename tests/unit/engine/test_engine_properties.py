@@ -75,7 +75,11 @@ class Client:
             self.history.append({"role": "tool", "tool_call_id": call["id"], "content": text(d, size // 2, size)})
 
 
-@settings(max_examples=int(os.environ.get("ENGINE_PROPERTY_EXAMPLES", "40")), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=int(os.environ.get("ENGINE_PROPERTY_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(st.data())
 def test_engine_invariants_over_random_conversations(data: st.DataObject) -> None:
     config = EngineConfig(
