@@ -1,21 +1,27 @@
 """Intent rewrite, rules level (DESIGN 7; seed 004's regex fallback). Pure: no I/O, no clock, deterministic.
 
 ``rewrite_rules(history, last_user)`` turns the latest user message into a standalone query by resolving
-pronouns and ellipsis against the salient entities of the recent messages:
+pronouns and ellipsis against the salient entities of the recent messages (the last 12):
 
-* Entities: English noun phrases (maximal runs of content words; capitalised spans may include "of"/"the"
-  inside, "the" before a phrase is kept), and CJK noun runs (CJK text split at function words). Each
-  mention scores ``weight x decay^age`` (user turns 1, assistant turns 0.3; longer and capitalised
-  phrases a little more); earlier user turns are resolved first, so a pronoun that referred to an entity
-  counts as a mention of it (salience carries over turns).
-* Pronouns: it / its / this / that / they / them / their / these / those (English; "this"/"that" only when
-  they stand alone) and 它 / 它们 / 他们 / 她们 / 这个 / 那个 / 这 / 那 (Chinese; only before a verb or at
-  the end) -> the most salient entity not already named in the message (plural pronouns prefer a
-  plural entity); "its" -> "X's".
+* Entities: English noun phrases (maximal runs of content words, i.e. not function words, common verbs in
+  any inflection, feeling adjectives or adverbs; capitalised spans may include "of"/"the"/"and"; "the"
+  before a phrase is kept; a phrase whose head is an attribute noun such as "effects" or "types" is not an
+  entity), and CJK noun runs (CJK text split at function words). A mention scores ``weight x 0.75^age``
+  (user 1, assistant 0.3; longer, capitalised, "tell me about X" / "what is X" and first Chinese phrases a
+  little more). Earlier user messages are resolved first, so a pronoun that referred to an entity counts
+  as a mention of it. A second, slower score (0.9^age, first message x2) tracks the conversation's topic.
+* Pronouns, only in questions and requests (narration is left alone): it / its / they / them / their, and
+  this / that / these / those as the subject of a verb ("How does that work?"); 它 / 它们 / 他们 / 她们 /
+  这个 / 那个 / 这 / 那 before a verb or at the end. Each takes the most salient entity not named in the
+  message ("it" never a person; "they" only a plural one), unless an antecedent precedes it in the same or
+  previous sentence ("What is X and why is it important?"); "its"/"their" -> "X's"; an entity replaces
+  only its first pronoun.
 * Ellipsis: "what about X" / "how about X" / "and X?" / "那X呢" / "X呢" -> the previous user question with
   its matching entity replaced by X (same head word; else a capitalised one for a capitalised X; for
   Chinese its first noun run); unchanged when nothing matches. "what else" / "其他的呢" / "还有呢" ->
   the message followed by the previous question in parentheses.
+* Bare questions about an attribute naming nothing ("Are there any benefits?") get the topic appended
+  ("... of binge drinking?", "... in Ann Arbor?").
 
 The client's words are never replaced in the prompt: the result goes into the B2b block through
 ``intent_block``, whose form is fixed: ``"Standalone intent: <query on one line>"``.
@@ -150,8 +156,7 @@ _GENERIC_NOUNS = frozenset(
     evidence role roles pros cons advantage advantages disadvantage disadvantages benefit benefits risk
     risks sign signs feature features characteristic characteristics detail details info information fact
     facts question questions answer answers problem problems reason reasons idea ideas topic more most
-    main other different first last best worst good bad big small large largest biggest new old same similar
-    possible key important major common certain specific general overall particular interesting time times
+    time times
     people person someone anyone everyone term terms version versions origin origins impact role
     relationship relationships side system systems class classes step steps option options use uses
     theme themes character characters event events activity activities attraction attractions location
@@ -162,6 +167,13 @@ _GENERIC_NOUNS = frozenset(
     trends treatment treatments
     """.split()
 )
+_GENERIC_ADJECTIVES = frozenset(
+    """
+    more most main other different first last best worst good bad big small large largest biggest new old same
+    similar possible key important major common certain specific general overall particular interesting typical
+    """.split()
+)
+_GENERIC_NOUNS = _GENERIC_NOUNS | _GENERIC_ADJECTIVES
 _TRAILING_DROP = frozenset(
     "of the and bad good better worse best worst big small new old true false able possible important famous".split()
 )
@@ -554,9 +566,10 @@ _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*")
 
 
 def _complete_with_topic(text: str, salience: _Salience) -> str | None:
-    """An English question that names neither the topic nor any known entity nor a name of its own, with
-    few specific words: the topic appended ("... of <topic>", "... in <Place>"); None otherwise."""
-    if _CJK_RUN.search(text) or len(text) > 300:
+    """An English question about an attribute ("Are there any benefits?") that names neither the topic nor
+    any known entity nor a name, nor any specific word: the topic appended ("... of <topic>", "... in
+    <Proper Topic>"); None otherwise."""
+    if _CJK_RUN.search(text) or len(text) > 300 or not _is_query(text):
         return None
     topic = salience.topic()
     if topic is None or _present(topic, text) or _EN_PRONOUN.search(text) or _PERSONAL.search(text):
@@ -567,8 +580,9 @@ def _complete_with_topic(text: str, salience: _Salience) -> str | None:
     if any(_present(e, text) for e, _ in salience.ranked()[:10]):
         return None
     specific = [w for w in words if _is_content(w) and w.lower() not in _GENERIC_NOUNS]
-    if len(specific) > TOPIC_MAX_CONTENT_WORDS:
-        return None
+    attributes = [w for w in words if w.lower() in _GENERIC_NOUNS and w.lower() not in _GENERIC_ADJECTIVES]
+    if len(specific) > TOPIC_MAX_CONTENT_WORDS or not attributes:
+        return None  # it must ask about an attribute ("the benefits", "how many types") of nothing named
     body, end = _strip_end(text)
     preposition = "in" if topic.proper else "of"
     return f"{body} {preposition} {topic.surface}{end}"

@@ -192,3 +192,5 @@ def test_bare_question_gets_the_topic() -> None:
     history = [user("Tell me about binge drinking."), user("Can binge drinking damage mental health?")]
     assert rewrite_rules(history, "Are there any benefits?").query == "Are there any benefits of binge drinking?"
     assert not rewrite_rules(history, "Do you need milk for strong bones?").changed
+    for message in ("Thanks!", "Why?", "OK, go on.", "Is there more?"):
+        assert not rewrite_rules(history, message).changed, message
