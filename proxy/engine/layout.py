@@ -91,7 +91,8 @@ def render_active(
             msg = with_volatile(msg, volatile_text)
         out.append(msg)
         for g in by_after.get(p, ()):
-            out.extend(condense_messages(g.messages, tool_chars)[0] if g.condensed else g.messages)
+            # copies: the state's own dicts must not be reachable for changes through the upstream messages
+            out.extend(map(dict, condense_messages(g.messages, tool_chars)[0] if g.condensed else g.messages))
         pos = p + 1
     if pos < len(messages):
         out.extend(messages[pos:])
