@@ -13,8 +13,10 @@ Retrieval gain: the CAsT files hold no passage texts (2020 only canonical passag
 evaluation is built from MADial-Bench (``loadtests/evaldata.py``): the candidates are the memories of the
 dialogue's user, the query comes from the dialogue before the first test turn, recall@5 and hit@5 of the
 BM25 search (``proxy/recall/bm25.py``, min score 0.2) are compared for: the raw last user message, its
-rules rewrite, and seed 001's keyword query (top 6 keywords of the query and the last 5 messages) built on
-either.
+rules rewrite, seed 001's keyword query (top 6 keywords of the query and the last 5 messages) built on
+either, the same with 12 keywords, and the rewrite followed by the user's 5 previous messages.
+As the CAsT files hold no passage texts, a second, constructed retrieval task asks whether a CAsT 2019
+turn's query finds its own conversation's topic (title + description) among the 50 by BM25.
 
 Usage::
 
@@ -262,6 +264,8 @@ def evaluate_retrieval(bench: MadialBench, limit: int | None = None) -> dict[str
         "rules rewrite": [],
         "keywords(raw + last 5)": [],
         "keywords(rewrite + last 5)": [],
+        "keywords(rewrite + last 5), 12": [],
+        "rewrite + last 5 user msgs": [],
     }
     rewritten_count = 0
     for dialogue in dialogues:
@@ -280,11 +284,14 @@ def evaluate_retrieval(bench: MadialBench, limit: int | None = None) -> dict[str
         result = rewrite_rules(messages[:last], raw)
         rewritten_count += result.changed
         recent = [m["content"] for m in messages[:last][-5:]]
+        user_texts = [m["content"] for m in messages[:last] if m["role"] == "user"]
         queries = {
             "raw last user": raw,
             "rules rewrite": result.query,
             "keywords(raw + last 5)": " ".join(memory_keywords(raw, recent)),
             "keywords(rewrite + last 5)": " ".join(memory_keywords(result.query, recent)),
+            "keywords(rewrite + last 5), 12": " ".join(memory_keywords(result.query, recent, top=12)),
+            "rewrite + last 5 user msgs": " ".join([result.query, *user_texts[-5:]]),
         }
         wanted = set(dialogue.relevant_ids)
         for name, query in queries.items():
@@ -417,10 +424,10 @@ def main(argv: list[str] | None = None) -> int:
             rewritten = results.pop("_rewritten").queries
             print(f"\nRetrieval on MADial-Bench en (BM25 over the user's memories, min score {DEFAULT_MIN_SCORE}; "
                   f"the rules changed {rewritten} of {len(bench.dialogues)} last user messages)")
-            print("| query                      |   n | recall@5 | hit@5 |")
-            print("| -------------------------- | --- | -------- | ----- |")
+            print("| query                          |   n | recall@5 | hit@5 |")
+            print("| ------------------------------ | --- | -------- | ----- |")
             for name, scores in results.items():
-                print(f"| {name:<26} | {scores.queries:>3} | {scores.recall_at_5:8.3f} | {scores.hit_at_5:5.3f} |")
+                print(f"| {name:<30} | {scores.queries:>3} | {scores.recall_at_5:8.3f} | {scores.hit_at_5:5.3f} |")
     if args.fallback > 0:
         fallback_report(args.fallback)
     if not found_any:
