@@ -61,7 +61,7 @@ def truncate(state: ConversationState, keep: int, next_role: object = None) -> t
     """
     dropped: list[str] = []
     contents_changed = False
-    state.hashes = state.hashes[: keep * HASH_SIZE]
+    state.hash_blob = state.hash_blob[: keep * HASH_SIZE]
     del state.tokens[keep:]
     del state.condensed[bisect.bisect_left(state.condensed, keep) :]
     state.hidden = [g for g in state.hidden if g.after < keep]

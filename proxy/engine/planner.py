@@ -135,7 +135,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         keep = known
     else:
         digests = [entry_digest(m) for m in msgs]
-        keep = 0 if state is None else common_prefix_of_blobs(s.hashes, b"".join(digests))
+        keep = 0 if state is None else common_prefix_of_blobs(s.hash_blob, b"".join(digests))
     forked_at: int | None = None
     dropped: list[str] = []
     contents_dirty = False
@@ -158,7 +158,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         append_entry(s, i, m.get("role"), t, cfg.page_max_tokens, turn.now)
         new_entries.append((i, m, d.hex(), t))
     if new_digests:
-        s.hashes += b"".join(new_digests)
+        s.hash_blob += b"".join(new_digests)
 
     # -- 3. the system message: B1 follows the client at once; profile, summary, contents wait for epochs
     b1 = system_message_text(turn.system)

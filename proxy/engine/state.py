@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, overload
 
 import msgspec
 
 HASH_SIZE = 16
+STATE_VERSION = 2
 ACTIVE = 0
 ARCHIVED = 1
 EVICTED = 2
@@ -46,8 +48,8 @@ class HiddenGroup(msgspec.Struct, array_like=True, frozen=True):
 
 
 class ConversationState(msgspec.Struct, kw_only=True):
-    version: int = 1
-    hashes: bytes = b""  # entry hashes: HASH_SIZE bytes (xxh3_128 digest) per entry, in order
+    version: int = STATE_VERSION
+    hash_blob: bytes = b""  # entry hashes: HASH_SIZE bytes (xxh3_128 digest) per entry, in order
     tokens: list[int] = msgspec.field(default_factory=list)  # per entry, as currently rendered
     pages: list[PageRecord] = msgspec.field(default_factory=list)
     first_active_page: int = 0  # index into `pages`; pages from here on are active
@@ -81,7 +83,14 @@ class ConversationState(msgspec.Struct, kw_only=True):
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "ConversationState":
-        return _DECODER.decode(data)
+        """Decode a state; ValueError when the bytes are not a state of this version (rebuild it then)."""
+        try:
+            state = _DECODER.decode(data)
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"not a conversation state: {exc}") from None
+        if state.version != STATE_VERSION or len(state.hash_blob) != HASH_SIZE * len(state.tokens):
+            raise ValueError("conversation state of another version")
+        return state
 
     def copy(self) -> "ConversationState":
         """A copy whose lists may be changed without touching this state (records are immutable)."""
@@ -96,17 +105,51 @@ class ConversationState(msgspec.Struct, kw_only=True):
     # --- read helpers used by the proxy ---------------------------------------------------------
     @property
     def entry_count(self) -> int:
-        return len(self.hashes) // HASH_SIZE
+        return len(self.hash_blob) // HASH_SIZE
+
+    @property
+    def hashes(self) -> "EntryHashes":
+        """The entry hashes as a read-only sequence of hex strings (`len(state.hashes)` = entry count)."""
+        return EntryHashes(self.hash_blob)
 
     def entry_hash_list(self) -> list[str]:
         """The entry hashes as hex strings (as `entry_hash` returns them)."""
-        blob = self.hashes
-        return [blob[i : i + HASH_SIZE].hex() for i in range(0, len(blob), HASH_SIZE)]
+        return list(self.hashes)
 
     def active_start_entry(self) -> int:
         if self.first_active_page < len(self.pages):
             return self.pages[self.first_active_page].start
-        return len(self.hashes) // HASH_SIZE
+        return len(self.hash_blob) // HASH_SIZE
+
+
+class EntryHashes(Sequence[str]):
+    """Hex view over a blob of entry digests."""
+
+    __slots__ = ("_blob",)
+
+    def __init__(self, blob: bytes) -> None:
+        self._blob = blob
+
+    def __len__(self) -> int:
+        return len(self._blob) // HASH_SIZE
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._blob[index * HASH_SIZE : (index + 1) * HASH_SIZE].hex()
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, tuple, EntryHashes)) else NotImplemented
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -196,7 +239,7 @@ def common_prefix_len(state: ConversationState | None, hashes: list[str]) -> int
     """How many leading entry hashes (hex, as `entry_hashes` returns them) of a request the state holds."""
     if state is None:
         return 0
-    return common_prefix_of_blobs(state.hashes, b"".join(bytes.fromhex(h) for h in hashes))
+    return common_prefix_of_blobs(state.hash_blob, b"".join(bytes.fromhex(h) for h in hashes))
 
 
 def common_prefix_of_blobs(known: bytes, request: bytes) -> int:

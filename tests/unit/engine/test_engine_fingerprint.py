@@ -36,7 +36,8 @@ def test_chain_hashes_depend_on_the_whole_prefix() -> None:
 
 def test_common_prefix_len() -> None:
     hashes = entry_hashes([{"role": "user", "content": str(i)} for i in range(10)])
-    state = ConversationState(hashes=b"".join(bytes.fromhex(h) for h in hashes))
+    state = ConversationState(hash_blob=b"".join(bytes.fromhex(h) for h in hashes), tokens=[1] * len(hashes))
+    assert len(state.hashes) == 10 and state.hashes[3] == hashes[3] and state.hashes[-1] == hashes[-1]
     assert state.entry_hash_list() == hashes
     assert common_prefix_len(state, hashes) == 10
     assert common_prefix_len(state, hashes + ["00" * 16]) == 10

@@ -350,3 +350,14 @@ def test_engine_config_from_settings() -> None:
     assert cfg.context_window == 65536 and cfg.high_watermark == 0.8 and cfg.low_watermark == 0.5
     assert cfg.page_max_tokens == 1000 and cfg.recall_tool_name == "memci_recall" and cfg.condense_tool_chars == 120
     assert cfg.output_reserve == settings.output_reserve and cfg.cache_ttl == settings.cache_ttl
+
+
+def test_from_bytes_rejects_what_is_not_a_state_of_this_version() -> None:
+    import msgspec
+    import pytest
+
+    with pytest.raises(ValueError):
+        ConversationState.from_bytes(b"\x00junk")
+    old = msgspec.msgpack.encode({"version": 1, "hashes": ["ab" * 16], "tokens": [3]})
+    with pytest.raises(ValueError):
+        ConversationState.from_bytes(old)
