@@ -116,7 +116,9 @@ def load_cast(year: int) -> list[CastConversation] | None:
             return None
         conversations = []
         for topic in json.loads(topics_file.read_text(encoding="utf-8")):
-            turns = tuple(CastTurn(t["raw_utterance"].strip(), t["manual_rewritten_utterance"].strip()) for t in topic["turn"])
+            turns = tuple(
+                CastTurn(t["raw_utterance"].strip(), t["manual_rewritten_utterance"].strip()) for t in topic["turn"]
+            )
             conversations.append(CastConversation(str(topic["number"]), turns))
         return conversations
     raise ValueError(f"no CAsT loader for {year}")
@@ -331,8 +333,9 @@ def fallback_report(rounds: int = 20, timeout_s: float = 0.3) -> None:
 
     with running_emulator() as url:
         slow, answering, served = asyncio.run(_fallback_latency(url, rounds, timeout_s))
-    slow.sort(), answering.sort()
-    print(f"\nRewrite latency with the emulator as the model (timeout {timeout_s * 1000:.0f} ms, {rounds} requests each)")
+    slow.sort()
+    answering.sort()
+    print(f"\nRewrite latency with the emulator as the model (timeout {timeout_s * 1000:.0f} ms, {rounds} each)")
     print("| model          | min ms | median ms | max ms | served (marker, level, reason) |")
     print("| -------------- | ------ | --------- | ------ | ------------------------------ |")
     for label, values, marker in (("answering", answering, "[[say]]"), ("slow (5 s)", slow, "[[delay]]")):

@@ -3,6 +3,9 @@
 * ``memory_keywords(query, recent_texts)``: seed 001's keyword query: the keywords of the (rewritten)
   query first, then those of the last 5 messages, top 6 in all (``proxy.recall.text.keywords``: regex
   ``[a-z0-9_]{2,}|[\\u4e00-\\u9fff]{2,}``, stop words removed).
+* ``memory_query_text(query, previous_user_texts)``: the alternative query measured better on MADial-Bench
+  (``loadtests/eval_rewrite.py``): the rewritten query followed by the user's 5 previous messages (BM25
+  recall@5 0.533 against 0.391 for the 6-keyword query and 0.436 for the last message alone).
 * ``format_memory(hits)``: hits best first as ``(source, text)``; one line per hit ``[source] text``,
   whitespace collapsed, text cut at ``cut_chars`` characters followed by ``…[truncated]``; at most
   ``max_hits`` hits, added while the block stays within ``budget_tokens`` (CJK characters one token each,
@@ -32,6 +35,7 @@ __all__ = [
     "DEFAULT_RECENT_MESSAGES",
     "estimate_tokens",
     "memory_keywords",
+    "memory_query_text",
     "memory_line",
     "format_memory",
 ]
@@ -68,6 +72,12 @@ def memory_keywords(
                 if len(chosen) == top:
                     break
     return chosen
+
+
+def memory_query_text(query: str, previous_user_texts: Sequence[str], recent: int = DEFAULT_RECENT_MESSAGES) -> str:
+    """The search text for B5: ``query`` then the user's last ``recent`` earlier messages, one per line."""
+    context = list(previous_user_texts[-recent:]) if recent > 0 else []
+    return "\n".join(text for text in (query, *context) if text and text.strip())
 
 
 def memory_line(source: str, text: str, cut_chars: int = DEFAULT_MEMORY_CUT_CHARS) -> str:

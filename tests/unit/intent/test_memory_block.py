@@ -5,11 +5,20 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.recall.memory import MEMORY_HEADER, TRUNCATED, estimate_tokens, format_memory, memory_keywords, memory_line
+from proxy.recall.memory import (
+    MEMORY_HEADER,
+    TRUNCATED,
+    estimate_tokens,
+    format_memory,
+    memory_keywords,
+    memory_line,
+    memory_query_text,
+)
 
 
 def test_format_of_hits() -> None:
-    block = format_memory([("memory.md", "The user prefers pnpm over npm."), ("page 12", "Deployed on\nCloudflare Workers.")])
+    hits = [("memory.md", "The user prefers pnpm over npm."), ("page 12", "Deployed on\nCloudflare Workers.")]
+    block = format_memory(hits)
     assert block == "## Memory\n[memory.md] The user prefers pnpm over npm.\n[page 12] Deployed on Cloudflare Workers."
 
 
@@ -66,3 +75,11 @@ def test_block_respects_budget_and_limits(hits: list[tuple[str, str]], budget: i
         assert estimate_tokens(MEMORY_HEADER) + 1 + sum(estimate_tokens(line) + 1 for line in lines[1:]) <= budget
         for line in lines[1:]:
             assert line.startswith("[") and len(line) <= 30 + 300 + len(TRUNCATED)
+
+
+def test_query_text_is_the_query_then_the_recent_user_messages() -> None:
+    previous = [f"message {i}" for i in range(8)]
+    assert memory_query_text("Why does the GIL exist?", previous).splitlines() == [
+        "Why does the GIL exist?", "message 3", "message 4", "message 5", "message 6", "message 7"
+    ]
+    assert memory_query_text("q", ["", "  ", "a"], recent=0) == "q"

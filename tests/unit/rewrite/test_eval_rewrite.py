@@ -20,7 +20,10 @@ from loadtests.evaldata import load_madial_bench
 
 def test_token_f1_and_exact_match() -> None:
     assert token_f1("Is throat cancer treatable?", "Is throat cancer treatable") == 1.0
-    assert token_f1("Is it treatable?", "Is throat cancer treatable?") == pytest.approx(2 * (2 / 3) * 0.5 / (2 / 3 + 0.5))
+    precision, recall = 2 / 3, 2 / 4
+    assert token_f1("Is it treatable?", "Is throat cancer treatable?") == pytest.approx(
+        2 * precision * recall / (precision + recall)
+    )
     assert token_f1("The cat", "a cat.") == 1.0 and token_f1("dog", "cat") == 0.0
     assert exact_match("What is Lyme disease?", "what is lyme disease") == 1.0
 

@@ -9,9 +9,20 @@ from typing import Any
 import pytest
 
 import proxy.rewrite.levels as levels
-from proxy.rewrite import LEVEL_MODEL, LEVEL_PASSTHROUGH, LEVEL_RULES, RewriteResult, build_prompt, clean_answer, rewrite
+from proxy.rewrite import (
+    LEVEL_MODEL,
+    LEVEL_PASSTHROUGH,
+    LEVEL_RULES,
+    RewriteResult,
+    build_prompt,
+    clean_answer,
+    rewrite,
+)
 
-HISTORY = [{"role": "user", "content": "Tell me about the Python GIL."}, {"role": "assistant", "content": "It is a lock."}]
+HISTORY = [
+    {"role": "user", "content": "Tell me about the Python GIL."},
+    {"role": "assistant", "content": "It is a lock."},
+]
 RULES_ANSWER = "Why does the Python GIL exist?"
 
 
@@ -62,7 +73,8 @@ async def test_failing_model_falls_back_to_rules(model: FakeModel, reason: str) 
 
 
 async def test_no_model_or_zero_timeout_uses_rules() -> None:
-    assert await rewrite(HISTORY, "Why does it exist?", None) == RewriteResult(RULES_ANSWER, LEVEL_RULES, True, "disabled")
+    expected = RewriteResult(RULES_ANSWER, LEVEL_RULES, True, "disabled")
+    assert await rewrite(HISTORY, "Why does it exist?", None) == expected
     model = FakeModel()
     result = await rewrite(HISTORY, "Why does it exist?", model, timeout_s=0)
     assert result.level == LEVEL_RULES and not model.calls

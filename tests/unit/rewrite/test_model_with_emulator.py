@@ -49,6 +49,11 @@ async def test_failing_model_falls_back_to_rules(client: ModelRewriter) -> None:
     assert result.level == LEVEL_RULES and result.reason == "no_answer" and result.changed
 
 
+async def test_truncated_body_falls_back_to_rules(client: ModelRewriter) -> None:
+    result = await rewrite(HISTORY, "Why does it exist? [[badsse]]", client, TIMEOUT_S)
+    assert result.level == LEVEL_RULES and result.reason == "no_answer"
+
+
 async def test_unreachable_model_falls_back_to_rules() -> None:
     async with ModelRewriter("http://127.0.0.1:9/v1", "m", timeout_s=TIMEOUT_S) as dead:
         result = await rewrite(HISTORY, "Why does it exist?", dead, TIMEOUT_S)
