@@ -98,6 +98,17 @@ class Settings:
     condense_tool_chars: int = field(
         default=200, metadata=_doc("Old tool outputs are cut to this many characters at epochs (seed 003).", min=0)
     )
+    condense_keep_pages: int = field(
+        default=2, metadata=_doc("Newest active pages never condensed at an epoch.", min=0)
+    )
+    cold_cache_ratio: float = field(
+        default=0.5,
+        metadata=_doc("The upstream cache counts as cold when reported cached tokens fall below this fraction of the "
+                      "expected stable prefix.", min=0.0, max=1.0),
+    )
+    cold_cache_min_tokens: int = field(
+        default=256, metadata=_doc("Expected stable prefixes shorter than this never count as a cold cache.", min=0)
+    )
     summary_line_chars: int = field(
         default=80, metadata=_doc("Length of each per-message line of the contents page.", min=16)
     )

@@ -38,6 +38,8 @@ def turn_rows(
         if p.end > first_new or p.label in changed or plan.epoch
     ]
     fingerprints = [(chains[i], i + 1) for i in range(max(0, known_prefix), len(chains))]
-    events = [EventRow(tenant, conversation_id, str(ev.get("kind", "context.event")), ev) for ev in plan.events]
+    events = [
+        EventRow(tenant, conversation_id, str(ev.get("type") or ev.get("kind") or "context.event"), ev) for ev in plan.events
+    ]
     contents = (state.epoch, state.contents_text) if plan.epoch else None
     return TurnRows(entries, pages, fingerprints, events, contents)

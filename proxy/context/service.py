@@ -54,6 +54,21 @@ _encode = msgspec.json.Encoder().encode
 _HOT_TTL = 24 * 3600.0
 
 
+class _RawMessages(msgspec.Struct):
+    messages: msgspec.Raw
+
+
+_raw_messages = msgspec.json.Decoder(_RawMessages).decode
+
+
+def raw_messages_of(body: bytes) -> bytes | None:
+    """The request's `messages` array exactly as sent: lets the engine recognise the known prefix by its bytes."""
+    try:
+        return bytes(_raw_messages(body).messages)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
 @dataclass
 class Turn:
     """What one request learned and decided, carried from planning to the end of the answer."""
@@ -130,7 +145,7 @@ class ContextService:
                     await lock.__aexit__(None, None, None)
 
         try:
-            turn = await self._plan(tenant, conversation_id, how, known, data, system, messages, hashes)
+            turn = await self._plan(tenant, conversation_id, how, known, data, system, messages, hashes, body)
         except Exception:
             await release()
             log.exception("planning failed; forwarding unchanged")
@@ -232,6 +247,7 @@ class ContextService:
         system: list[dict[str, Any]],
         messages: list[dict[str, Any]],
         hashes: list[str],
+        body: bytes,
     ) -> Turn | None:
         repo = self.store.repo
         state: ConversationState | None = None
@@ -259,6 +275,7 @@ class ContextService:
         turn_input = TurnInput(
             system=system, messages=messages, tools_tokens=tools_tokens,
             max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
+            raw_messages=raw_messages_of(body),
         )
         result = plan(state, turn_input, config, self.counter)
         turn = Turn(

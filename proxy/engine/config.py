@@ -50,6 +50,8 @@ class EngineConfig:
             "recall_enabled": "recall_enabled",
             "recall_tool_name": "recall_tool_name",
             "condense_keep_pages": "condense_keep_pages",
+            "cold_cache_ratio": "cold_cache_ratio",
+            "cold_cache_min_tokens": "cold_cache_min_tokens",
         }
         values: dict[str, Any] = {"context_window": int(context_window)}
         for ours, theirs in mapping.items():
