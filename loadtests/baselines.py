@@ -16,13 +16,13 @@ Neither is part of the proxy; they exist so the cache benchmark and the load tes
   ``... (truncated)``), filled from the end back within 35%; tier 1 = the summary and topics as one system
   message after the system prompt, within 10%.
 
-Both keep tool pairs valid: a kept window never starts with a tool result whose call was dropped, and an
-assistant message with tool calls is never kept without its results.
+Both keep tool pairs valid: a kept window that would start with tool results takes back the assistant
+message that called them (so the newest tool output is always sent), and an assistant message with tool
+calls is never kept without its results (windows are suffixes of the history).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -58,17 +58,20 @@ def estimate_tokens(message: Message) -> int:
     return (message_chars(message) + 3) // 4
 
 
-def _valid_start(messages: list[Message]) -> list[Message]:
-    """Drop leading tool results whose assistant call is not in the list."""
-    i = 0
-    while i < len(messages) and messages[i].get("role") == "tool":
-        i += 1
-    return messages[i:]
-
-
-def _calls_complete(messages: list[Message]) -> list[Message]:
-    """Drop a trailing assistant tool call whose results are not all present (never the case in replay)."""
-    return messages
+def _with_calls(kept: list[Message], dropped: list[Message]) -> list[Message]:
+    """Keep tool pairs valid: a window that starts with tool results takes back the assistant message that
+    called them (a few tokens), so the newest tool output is never dropped for lack of its call."""
+    if not kept or kept[0].get("role") != "tool":
+        return kept
+    i = len(dropped) - 1
+    while i >= 0 and dropped[i].get("role") == "tool":
+        i -= 1
+    if i >= 0 and dropped[i].get("tool_calls"):
+        return dropped[i:] + kept
+    start = 0  # no call to take back: drop the orphaned results
+    while start < len(kept) and kept[start].get("role") == "tool":
+        start += 1
+    return kept[start:]
 
 
 @dataclass
@@ -102,7 +105,7 @@ class SlidingWindow:
             used += cost
             kept.append(message)
         kept.reverse()
-        return system + _valid_start(kept)
+        return system + _with_calls(kept, rest[: len(rest) - len(kept)])
 
 
 _THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
@@ -204,11 +207,9 @@ class ThreeTier:
             middle.append(c)
             used += cost
         middle.reverse()
-        return system + tier1 + _valid_start(middle + recent)
+        before = live[: len(live) - len(recent) - len(middle)]
+        window = _with_calls(middle + recent, [condense(m, self.condensed_tool_max) for m in before])
+        return system + tier1 + window
 
 
 STRATEGIES = {"pass-through": PassThrough, "sliding": SlidingWindow, "three-tier": ThreeTier}
-
-
-def dumps(messages: list[Message]) -> str:
-    return json.dumps(messages, ensure_ascii=False)

@@ -59,6 +59,7 @@ class RequestRecord:
     epoch: bool = False
     error: str | None = None
     probe_seen: bool | None = None
+    newest_cut: bool = False  # the client's newest message did not reach the upstream unchanged
     seconds: float = 0.0
 
 
@@ -75,6 +76,7 @@ class Row:
     errors: int = 0
     epochs: int | None = None
     recall: str = "n/a"
+    newest_cut: int = 0
     verbatim_min: float | None = None
     verbatim_mean: float | None = None
     seconds: float = 0.0
@@ -107,6 +109,7 @@ class Run:
         self.workload, self.strategy, self.upstream, self.url, self.budget = workload, strategy, upstream, url, budget
         self.calibrate = calibrate
         self.ratio = 1.0  # largest (reported prompt tokens / chars-4 estimate) seen so far
+        self.tools_estimate = (len(json.dumps(list(workload.tools))) + 3) // 4 if workload.tools else 0
         self.history: list[dict] = [{"role": "system", "content": workload.system}]
         self.keys: set[str] = {_key(self.history[0])}
         self.records: list[RequestRecord] = []
@@ -147,7 +150,8 @@ class Run:
         full = self._history_tokens(True)
         record.history_tokens = full
         record.adds = full - self.rendered_before if self.rendered_before else full
-        trim_budget = int(self.budget / self.ratio) if self.calibrate else self.budget
+        # the baselines' budget in their own units: chars/4 corrected by the upstream's counts, less the tools
+        trim_budget = int(self.budget / self.ratio) - self.tools_estimate if self.calibrate else self.budget
         messages = self.strategy.prepare(self.history, trim_budget) if self.strategy else list(self.history)
         body: dict[str, Any] = {"model": "bench", "messages": messages, "max_tokens": self.workload.max_tokens}
         if self.workload.tools:
@@ -178,8 +182,10 @@ class Run:
             bodies = [e["body"] for e in sent]
         if bodies:
             record.verbatim = verbatim_tokens(bodies[0]["messages"], self.keys)
+            newest = _key(self.history[-1])
+            record.newest_cut = not any(_key(m) == newest for m in bodies[0]["messages"])
         if self.strategy and record.prompt_largest:
-            estimate = sum(estimate_tokens(m) for m in messages)
+            estimate = sum(estimate_tokens(m) for m in messages) + self.tools_estimate
             self.ratio = max(self.ratio, record.prompt_largest / max(1, estimate))
         if probe is not None:
             record.probe_seen = any(probe in json.dumps(b, ensure_ascii=False) for b in bodies) if bodies else None
@@ -199,6 +205,7 @@ def summarise(name: str, records: list[RequestRecord], budget: int, seconds: flo
     row.over_budget = sum(r.prompt_largest > budget for r in ok) + sum(1 for r in records if r.error)
     row.errors = sum(1 for r in records if r.error)
     row.epochs = sum(r.epoch for r in records) if is_proxy else None
+    row.newest_cut = sum(r.newest_cut for r in records)
     probes = [r.probe_seen for r in records if r.probe_seen is not None]
     if probes:
         row.recall = f"{sum(probes)}/{len(probes)}"
@@ -234,21 +241,24 @@ def _f(value: float | None, digits: int = 0) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
 
 
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
 def markdown(workload: Workload, rows: list[Row], window: int) -> str:
     budget = budget_of(window, workload.max_tokens)
-    head = (f"### {workload.name}: {len(workload.turns)} user turns, {rows[0].requests if rows else 0} requests, "
+    head = (f"### {workload.name}: {len(workload.turns)} user turns, {workload.requests} requests planned, "
             f"window {window:,}, budget {budget:,} ({workload.notes})\n\n"
-            "| strategy | hit rate | uncached/turn | adds/turn | uncached ÷ adds | max prompt | mean prompt | "
-            "over budget | errors | epochs | recall | verbatim min | verbatim mean | s |\n"
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+            "| strategy | requests | hit rate | uncached/turn | adds/turn | uncached ÷ adds | max prompt | mean prompt | "
+            "over budget | errors | newest cut | epochs | recall | verbatim min | verbatim mean | s |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
     lines = []
     for r in rows:
         ratio = r.uncached_mean / r.adds_mean if r.adds_mean else None
-        lines.append(f"| {r.strategy} | {r.hit_rate:.4f} | {_f(r.uncached_mean)} | {_f(r.adds_mean)} | {_f(ratio, 2)} | "
-                     f"{r.prompt_max:,} | {_f(r.prompt_mean)} | {r.over_budget} | {r.errors} | "
+        lines.append(f"| {r.strategy} | {r.requests} | {r.hit_rate:.4f} | {_f(r.uncached_mean)} | {_f(r.adds_mean)} | {_f(ratio, 2)} | "
+                     f"{r.prompt_max:,} | {_f(r.prompt_mean)} | {r.over_budget} | {r.errors} | {r.newest_cut} | "
                      f"{'n/a' if r.epochs is None else r.epochs} | {r.recall} | "
-                     f"{_f(None if r.verbatim_min is None else 100 * r.verbatim_min, 0)}% | "
-                     f"{_f(None if r.verbatim_mean is None else 100 * r.verbatim_mean, 0)}% | {r.seconds:.0f} |")
+                     f"{_pct(r.verbatim_min)} | {_pct(r.verbatim_mean)} | {r.seconds:.0f} |")
     return head + "\n".join(lines) + "\n"
 
 

@@ -3,8 +3,8 @@
 A workload is a system prompt, optional tools and a list of user turns. Each turn is one user message
 (with emulator markers: ``[[len:N]]`` for the answer length, ``[[say:TEXT]]`` for a scripted answer,
 ``[[call:NAME {json}]]`` for a tool call) and, for agent turns, the results the client gives to the
-tool calls the turn triggers, in order; each result but the last holds the marker of the next call, so
-the emulator keeps calling tools until the results run out.
+tool calls the turn triggers, in order; each result but the last starts with the marker of the next call,
+so the emulator keeps calling tools until the results run out.
 
 Kinds:
 
@@ -235,7 +235,8 @@ def agent(turns: int = 120, seed: int = 0, output_chars: tuple[int, int] = (1500
     for i in range(calls):
         size = rng.randint(*output_chars)
         body = _file_text(rng, size) if rng.random() < 0.6 else _log_text(rng, size)
-        results.append(body + ("\n" + _next_call(rng) if i < calls - 1 else "\nAll tests pass now."))
+        # the next call's marker leads the output, so trimming or condensing the output keeps the loop going
+        results.append((_next_call(rng) + "\n" if i < calls - 1 else "All tests pass now.\n") + body)
     first = "The test suite fails after the refactor. Find the cause and fix it. " + _next_call(rng)
     return Workload("agent", "You are a coding agent. Use the tools to inspect and change the repository.",
                     (Turn(first, tuple(results)),), tools=AGENT_TOOLS,

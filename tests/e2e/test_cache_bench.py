@@ -1,0 +1,59 @@
+"""The cache benchmark on a quick configuration (60 turns, 4k window): the table's invariants hold."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loadtests import cache_bench
+from loadtests.workloads import make_workload
+
+
+@pytest.fixture(scope="module")
+def chat_rows(tmp_path_factory) -> dict[str, dict]:
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    assert cache_bench.main(["--quick", "--workloads", "chat", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["window"] == 4096
+    return {row["strategy"]: row for row in data["workloads"]["chat"]}
+
+
+def test_every_strategy_ran_the_whole_workload(chat_rows):
+    workload = make_workload("chat", 60, 0)
+    assert set(chat_rows) == {"pass-through", "sliding window", "three-tier", "this proxy"}
+    for row in chat_rows.values():
+        assert row["requests"] == workload.requests
+        assert len(row["per_request"]) == workload.requests
+
+
+def test_the_proxy_never_exceeds_the_budget(chat_rows):
+    budget = cache_bench.budget_of(4096, 256)
+    proxy = chat_rows["this proxy"]
+    assert proxy["errors"] == 0
+    assert proxy["over_budget"] == 0
+    assert proxy["prompt_max"] <= budget
+    assert all(r["prompt_largest"] <= budget for r in proxy["per_request"])
+    assert proxy["epochs"] >= 1  # 60 turns do not fit a 4k window: the proxy had to compact
+
+
+def test_the_proxy_keeps_the_cache_hotter_than_both_baselines(chat_rows):
+    proxy = chat_rows["this proxy"]["hit_rate"]
+    assert proxy > chat_rows["sliding window"]["hit_rate"]
+    assert proxy > chat_rows["three-tier"]["hit_rate"]
+    assert chat_rows["this proxy"]["uncached_mean"] < chat_rows["sliding window"]["uncached_mean"]
+
+
+def test_pass_through_is_the_unbounded_ceiling(chat_rows):
+    passthrough = chat_rows["pass-through"]
+    assert passthrough["errors"] == 0
+    assert passthrough["over_budget"] > 0  # its prompt grew past the budget: nothing was trimmed
+    assert passthrough["hit_rate"] >= max(r["hit_rate"] for r in chat_rows.values())
+    assert passthrough["uncached_mean"] <= 1.2 * passthrough["adds_mean"] + 2  # only the new turn is prefilled
+
+
+def test_recall_probes_are_reported(chat_rows):
+    # pass-through sends everything, so every probe's value is in its prompt
+    probes = make_workload("chat", 60, 0).probes
+    assert probes > 0
+    assert chat_rows["pass-through"]["recall"] == f"{probes}/{probes}"
