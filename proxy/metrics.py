@@ -74,6 +74,17 @@ class Metrics:
             "memci_recall_search_seconds", "Time to search a conversation's archived pages.",
             buckets=_OVERHEAD_BUCKETS, registry=r,
         )
+        self.intent_rewrites = Counter(
+            "memci_intent_rewrite", "Intent rewrites, by the level that served and why the model did not.",
+            ["level", "reason"], registry=r,
+        )
+        self.intent_rewrite_seconds = Histogram(
+            "memci_intent_rewrite_seconds", "Time to rewrite the latest user message.", buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.memory_injections = Counter(
+            "memci_memory_injections", "Turns whose latest user message carried retrieved memory (B5).", registry=r
+        )
         self.recall_fallbacks = Counter(
             "memci_recall_fallbacks", "Recall searches that fell back to lexical only, by reason.", ["reason"], registry=r
         )

@@ -126,6 +126,25 @@ class Settings:
     recall_max_rounds: int = field(default=3, metadata=_doc("Recall rounds resolved per request.", min=0, max=16))
     recall_max_tokens: int = field(default=2048, metadata=_doc("Largest recall result given to the model.", min=64))
 
+    # --- intent rewrite (B2b) and memory injection (B5) -----------------------------------------
+    intent_rewrite_enabled: bool = field(
+        default=True, metadata=_doc("Rewrite the latest user message into a standalone intent (B2b block).")
+    )
+    rewrite_model_url: str = field(
+        default="", metadata=_doc("OpenAI base URL of a small model for the rewrite (empty: rules only).")
+    )
+    rewrite_model: str = field(default="", metadata=_doc("Model name for the rewrite model."))
+    rewrite_model_api_key: str = field(default="", metadata=_doc("API key for the rewrite model."))
+    rewrite_timeout_ms: int = field(
+        default=300, metadata=_doc("Milliseconds the rewrite model may take before the rules serve.", min=1)
+    )
+    memory_injection_enabled: bool = field(
+        default=True, metadata=_doc("Inject memory retrieved from archived pages next to the latest user message (B5).")
+    )
+    memory_budget_tokens: int = field(default=2048, metadata=_doc("Token budget of the injected memory.", min=0))
+    memory_max_hits: int = field(default=5, metadata=_doc("Most memory hits injected per turn.", min=0, max=50))
+    memory_cut_chars: int = field(default=300, metadata=_doc("Each memory hit is cut to this many characters.", min=20))
+
     # --- admin ---------------------------------------------------------------------------------
     admin_key: str = field(default="", metadata=_doc("Bearer key for /memci/ admin endpoints (empty: admin API off)."))
 

@@ -24,11 +24,11 @@ _decode = msgspec.json.Decoder().decode
 
 
 class RecallPath:
-    def __init__(self, services: Services, counter: Any) -> None:
+    def __init__(self, services: Services, resolver: RecallResolver) -> None:
         self.services = services
         self.settings = services.settings
         self.metrics = services.metrics
-        self.resolver = RecallResolver(services.store.repo, counter, services.settings.recall_max_tokens)
+        self.resolver = resolver
 
     async def run(
         self, request: Request, data: dict[str, Any], turn: Turn, stream: bool, started: float,

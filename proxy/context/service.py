@@ -32,6 +32,8 @@ from proxy.context.identity import (
 from proxy.context.persist import turn_rows
 from proxy.context.window import ContextWindow
 from proxy.context.recall_path import RecallPath
+from proxy.context.volatile import VolatileContext
+from proxy.recall.resolver import RecallResolver
 from proxy.engine import (
     ConversationState,
     EngineConfig,
@@ -106,11 +108,13 @@ class ContextService:
         self.metrics = services.metrics
         self.counter = EstimateCounter()
         self.window = ContextWindow(services.settings, services.upstream)
-        self.recall = RecallPath(services, self.counter) if services.settings.recall_enabled else None
+        self.resolver = RecallResolver(services.store.repo, self.counter, services.settings.recall_max_tokens)
+        self.recall = RecallPath(services, self.resolver) if services.settings.recall_enabled else None
+        self.volatile = VolatileContext(services.settings, services.metrics, self.resolver, services.upstream.session)
         self.last_prompts: OrderedDict[str, LastPrompt] = OrderedDict()
 
     async def close(self) -> None:
-        return None
+        await self.volatile.close()
 
     # ------------------------------------------------------------------------------------------------
     async def handle(self, request: Request, data: dict[str, Any], body: bytes, started: float) -> Response:
@@ -145,7 +149,7 @@ class ContextService:
                     await lock.__aexit__(None, None, None)
 
         try:
-            turn = await self._plan(tenant, conversation_id, how, known, data, system, messages, hashes, body)
+            turn = await self._plan(tenant, conversation_id, how, known, data, system, messages, hashes, body, headers)
         except Exception:
             await release()
             log.exception("planning failed; forwarding unchanged")
@@ -248,6 +252,7 @@ class ContextService:
         messages: list[dict[str, Any]],
         hashes: list[str],
         body: bytes,
+        headers: Any,
     ) -> Turn | None:
         repo = self.store.repo
         state: ConversationState | None = None
@@ -272,7 +277,9 @@ class ContextService:
         tools = data.get("tools")
         tools_tokens = self.counter.count_text(_encode(tools).decode()) if tools else 0
         max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
+        volatile = await self.volatile.blocks(headers, tenant, conversation_id, state, messages)
         turn_input = TurnInput(
+            intent=volatile.intent, memory=volatile.memory,
             system=system, messages=messages, tools_tokens=tools_tokens,
             max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
             raw_messages=raw_messages_of(body),

@@ -1,0 +1,123 @@
+"""The per-turn volatile blocks next to the latest user message: the standalone intent (B2b) and retrieved
+memory (B5). Both are optional per deployment (settings) and per request (headers X-Memci-Rewrite, X-Memci-Memory).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.engine import ConversationState
+from proxy.engine.intent import RewriteResult, intent_block, message_text
+from proxy.metrics import Metrics
+from proxy.recall.memory import format_memory, memory_query_text
+from proxy.recall.pagetext import index_text
+from proxy.recall.resolver import RecallContext, RecallResolver
+from proxy.rewrite.levels import rewrite
+from proxy.rewrite.model import ModelRewriter
+from proxy.settings import Settings
+
+log = logging.getLogger("memci.context")
+HISTORY_FOR_REWRITE = 12
+REWRITE_MODES = ("off", "rules", "model")
+
+
+@dataclass
+class Volatile:
+    intent: str = ""
+    memory: str = ""
+    rewrite: RewriteResult | None = None
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    return (headers.get(name) or headers.get(name.lower()) or "").strip().lower()
+
+
+class VolatileContext:
+    def __init__(self, settings: Settings, metrics: Metrics, resolver: RecallResolver, session: Any = None) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.resolver = resolver
+        self.model: ModelRewriter | None = None
+        if settings.rewrite_model_url:
+            self.model = ModelRewriter(
+                settings.rewrite_model_url.rstrip("/"), settings.rewrite_model or "default",
+                timeout_s=settings.rewrite_timeout_ms / 1000, api_key=settings.rewrite_model_api_key, session=session,
+            )
+
+    async def close(self) -> None:
+        if self.model is not None:
+            await self.model.aclose()
+
+    async def rewrite(self, messages: list[dict[str, Any]], mode: str = "") -> RewriteResult | None:
+        """The standalone query of the latest message when it is the user's; None when rewriting is off."""
+        if not messages or messages[-1].get("role") != "user":
+            return None
+        mode = mode or ("model" if self.settings.intent_rewrite_enabled else "off")
+        if mode == "off":
+            return None
+        history = messages[:-1][-HISTORY_FOR_REWRITE:]
+        last_user = message_text(messages[-1])
+        model = self.model if mode == "model" else None
+        started = time.perf_counter()
+        result = await rewrite(history, last_user, model, self.settings.rewrite_timeout_ms / 1000)
+        self.metrics.intent_rewrite_seconds.observe(time.perf_counter() - started)
+        self.metrics.intent_rewrites.labels(result.level, result.reason or "").inc()
+        return result
+
+    async def blocks(
+        self, headers: Mapping[str, str], tenant: str, conversation_id: str, state: ConversationState | None,
+        messages: list[dict[str, Any]],
+    ) -> Volatile:
+        out = Volatile()
+        mode = _header(headers, "X-Memci-Rewrite")
+        if mode not in REWRITE_MODES:
+            mode = ""
+        try:
+            out.rewrite = await self.rewrite(messages, mode)
+        except Exception:
+            log.exception("intent rewrite failed")
+            self.metrics.engine_errors.labels("rewrite").inc()
+        if out.rewrite is not None and out.rewrite.changed:
+            out.intent = intent_block(out.rewrite.query)
+        memory_on = self.settings.memory_injection_enabled
+        header = _header(headers, "X-Memci-Memory")
+        if header in ("off", "on"):
+            memory_on = header == "on"
+        if memory_on and state is not None and messages and messages[-1].get("role") == "user":
+            try:
+                out.memory = await self._memory(tenant, conversation_id, state, messages, out.rewrite)
+            except Exception:
+                log.exception("memory retrieval failed")
+                self.metrics.engine_errors.labels("memory").inc()
+        if out.memory:
+            self.metrics.memory_injections.inc()
+        return out
+
+    async def _memory(
+        self, tenant: str, conversation_id: str, state: ConversationState, messages: list[dict[str, Any]],
+        rewritten: RewriteResult | None,
+    ) -> str:
+        s = self.settings
+        if s.memory_max_hits == 0 or s.memory_budget_tokens == 0:
+            return ""
+        if not any(p.status != 0 for p in state.pages):
+            return ""  # nothing archived: everything is in the prompt already
+        query = rewritten.query if rewritten is not None else message_text(messages[-1])
+        previous = [message_text(m) for m in messages[:-1] if m.get("role") == "user"]
+        ctx = RecallContext(tenant, conversation_id, state, messages)
+        hits = await self.resolver.search(ctx, memory_query_text(query, previous), s.memory_max_hits)
+        if not hits:
+            return ""
+        found = []
+        for label, _score in hits:
+            bounds = next(((p.start, p.end) for p in state.pages if p.label == label), None)
+            if bounds is None:
+                continue
+            page_messages = await self.resolver.source.messages(ctx, *bounds)
+            found.append((f"page {label}", index_text(page_messages)))
+        return format_memory(found, budget_tokens=s.memory_budget_tokens, max_hits=s.memory_max_hits,
+                             cut_chars=s.memory_cut_chars)
