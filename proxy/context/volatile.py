@@ -13,7 +13,8 @@ from typing import Any
 from proxy.engine import ConversationState
 from proxy.engine.intent import RewriteResult, intent_block, message_text
 from proxy.metrics import Metrics
-from proxy.recall.memory import format_memory, memory_query_text
+from proxy.recall.memory import format_memory
+from proxy.recall.text import keywords, tokenize
 from proxy.recall.pagetext import index_text
 from proxy.recall.resolver import RecallContext, RecallResolver
 from proxy.rewrite.levels import rewrite
@@ -107,9 +108,11 @@ class VolatileContext:
         if not any(p.status != 0 for p in state.pages):
             return ""  # nothing archived: everything is in the prompt already
         query = rewritten.query if rewritten is not None else message_text(messages[-1])
-        previous = [message_text(m) for m in messages[:-1] if m.get("role") == "user"]
+        missing = self._missing_keywords(query, state, messages)
+        if not missing:
+            return ""  # the prompt already holds every word the user asks about: nothing worth a cache miss
         ctx = RecallContext(tenant, conversation_id, state, messages)
-        hits = await self.resolver.search(ctx, memory_query_text(query, previous), s.memory_max_hits)
+        hits = await self.resolver.search(ctx, " ".join(missing), s.memory_max_hits)
         if not hits:
             return ""
         found = []
@@ -121,3 +124,19 @@ class VolatileContext:
             found.append((f"page {label}", index_text(page_messages)))
         return format_memory(found, budget_tokens=s.memory_budget_tokens, max_hits=s.memory_max_hits,
                              cut_chars=s.memory_cut_chars)
+
+    @staticmethod
+    def _missing_keywords(query: str, state: ConversationState, messages: list[dict[str, Any]]) -> list[str]:
+        """Keywords of the query (seed 001: top 6, stop words removed) that the active pages never mention.
+
+        Memory is injected for these only: a block next to the latest message costs a cache miss on the next
+        turn, worth paying when the archive knows something the prompt does not.
+        """
+        wanted = keywords(query, top=6)
+        if not wanted:
+            return []
+        first_active = next((p.start for p in state.pages if p.status == 0), len(messages) - 1)
+        seen: set[str] = set()
+        for message in messages[first_active:-1]:
+            seen.update(tokenize(message_text(message)))
+        return [word for word in wanted if not (set(tokenize(word)) <= seen)]
