@@ -77,14 +77,14 @@ class Settings:
     )
     safety_margin: float = field(default=0.10, metadata=_doc("Fraction of the window kept free.", min=0.0, max=0.9))
     active_high_watermark: float = field(
-        default=0.85,
+        default=0.95,
         metadata=_doc("Fraction of the budget at which a compaction epoch starts.", min=0.05, max=1.0),
     )
     active_low_watermark: float = field(
         default=0.55, metadata=_doc("Fraction of the budget a compaction epoch brings the prompt down to.", min=0.01, max=1.0)
     )
     contents_max_tokens: int = field(
-        default=2048, metadata=_doc("Largest contents page; past it entries are evicted LRU.", min=64)
+        default=2048, metadata=_doc("Largest contents page (and never over 8% of the prompt budget); past it entries are evicted LRU.", min=64)
     )
     evict_after_rounds_unrecalled: int = field(
         default=200, metadata=_doc("Seed 000 rule m: evict a contents entry never recalled after m rounds.", min=1)
@@ -130,6 +130,12 @@ class Settings:
     intent_rewrite_enabled: bool = field(
         default=True, metadata=_doc("Rewrite the latest user message into a standalone intent (B2b block).")
     )
+    intent_in_prompt: str = field(
+        default="with_memory",
+        metadata=_doc("When the rewritten intent goes into the prompt: always, with_memory (only beside injected "
+                      "memory: a block costs a cache miss on the next turn), never (retrieval only).",
+                      choices=("always", "with_memory", "never")),
+    )
     rewrite_model_url: str = field(
         default="", metadata=_doc("OpenAI base URL of a small model for the rewrite (empty: rules only).")
     )
@@ -139,7 +145,10 @@ class Settings:
         default=300, metadata=_doc("Milliseconds the rewrite model may take before the rules serve.", min=1)
     )
     memory_injection_enabled: bool = field(
-        default=True, metadata=_doc("Inject memory retrieved from archived pages next to the latest user message (B5).")
+        default=False,
+        metadata=_doc("Inject memory retrieved from archived pages next to the latest user message (B5). Off by "
+                      "default: each injection costs a cache miss on the next turn, while the recall tool lets the "
+                      "model pull the same pages on demand and keeps the prefix stable."),
     )
     memory_budget_tokens: int = field(default=2048, metadata=_doc("Token budget of the injected memory.", min=0))
     memory_max_hits: int = field(default=5, metadata=_doc("Most memory hits injected per turn.", min=0, max=50))

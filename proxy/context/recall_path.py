@@ -52,6 +52,11 @@ class RecallPath:
         ctx = RecallContext(turn.tenant, turn.conversation_id, turn.state, turn.messages)
         record = turn.record
         assert record is not None
+        counter = self.resolver.counter
+        # Recall rounds append to the prompt: what they add must fit in the budget the plan left free.
+        # Estimates are scaled by the conversation's learned ratio to the upstream's counts, with a 3% margin.
+        ratio = max(1.0, turn.state.correction_ratio)
+        room = [max(0, int((0.97 * turn.plan.budget - turn.plan.estimated_tokens) / ratio))]
 
         async def send(round_body: dict[str, Any]):
             response, _ = await upstream.send("POST", url, headers, _encode(round_body))
@@ -59,7 +64,9 @@ class RecallPath:
 
         async def resolve(call: ToolCall) -> str:
             args = parse_arguments(call.arguments)
-            outcome = await self.resolver.resolve(ctx, args)
+            room[0] -= counter.count_text(call.arguments or "") + 48  # the assistant's call and message framing
+            outcome = await self.resolver.resolve(ctx, args, limit=room[0])
+            room[0] -= counter.count_text(outcome.text) + 8
             m.recall_calls.labels(outcome.kind).inc()
             record.kinds.append(outcome.kind)
             record.pages_recalled.extend(outcome.pages)

@@ -34,6 +34,7 @@ from proxy.context.window import ContextWindow
 from proxy.context.recall_path import RecallPath
 from proxy.context.volatile import VolatileContext
 from proxy.recall.resolver import RecallResolver
+from proxy.recall.tool import recall_tool
 from proxy.engine import (
     ConversationState,
     EngineConfig,
@@ -274,7 +275,9 @@ class ContextService:
 
         window = await self.window.tokens()
         config = EngineConfig.from_settings(self.settings, window)
-        tools = data.get("tools")
+        tools = list(data.get("tools") or [])
+        if self.recall is not None:
+            tools.append(recall_tool(self.settings.recall_tool_name))  # what the upstream will get
         tools_tokens = self.counter.count_text(_encode(tools).decode()) if tools else 0
         max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
         volatile = await self.volatile.blocks(headers, tenant, conversation_id, state, messages)

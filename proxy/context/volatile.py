@@ -82,8 +82,6 @@ class VolatileContext:
         except Exception:
             log.exception("intent rewrite failed")
             self.metrics.engine_errors.labels("rewrite").inc()
-        if out.rewrite is not None and out.rewrite.changed:
-            out.intent = intent_block(out.rewrite.query)
         memory_on = self.settings.memory_injection_enabled
         header = _header(headers, "X-Memci-Memory")
         if header in ("off", "on"):
@@ -96,6 +94,13 @@ class VolatileContext:
                 self.metrics.engine_errors.labels("memory").inc()
         if out.memory:
             self.metrics.memory_injections.inc()
+        placement = self.settings.intent_in_prompt
+        if mode in ("rules", "model"):
+            placement = "always"  # asked for explicitly on this request
+        if out.rewrite is not None and out.rewrite.changed and (
+            placement == "always" or (placement == "with_memory" and out.memory)
+        ):
+            out.intent = intent_block(out.rewrite.query)
         return out
 
     async def _memory(

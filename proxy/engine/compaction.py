@@ -126,8 +126,13 @@ def run_epoch(
             if result.first_condensed_entry is None or start < result.first_condensed_entry:
                 result.first_condensed_entry = start
 
-    # 2. archive the oldest active pages, never the open one
-    while budgeter.raw() * ratio > target and s.first_active_page < last:
+    # 2. archive the oldest active pages, never the open one. The contents page counts at most at its cap: LRU
+    # eviction (step 3) keeps it there, so counting it whole would archive more pages than the target needs.
+    def estimate_after_eviction() -> float:
+        capped = min(budgeter.contents, max(contents_max_tokens, budgeter.intro_tokens))
+        return (budgeter.base + capped + s.active_tokens) * ratio
+
+    while estimate_after_eviction() > target and s.first_active_page < last:
         pi = s.first_active_page
         record = s.pages[pi]
         body = page_entry_body(messages[record.start : record.end], cfg.summary_line_chars)

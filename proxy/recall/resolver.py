@@ -91,7 +91,8 @@ class RecallResolver:
         self.counter = counter
         self.max_tokens = max_tokens
 
-    async def resolve(self, ctx: RecallContext, args: RecallArgs) -> RecallOutcome:
+    async def resolve(self, ctx: RecallContext, args: RecallArgs, limit: int | None = None) -> RecallOutcome:
+        """``limit``: tokens the answer may take (the room left in the prompt budget); at most recall_max_tokens."""
         parts: list[str] = []
         returned: list[str] = []
         hits: list[tuple[str, float]] = []
@@ -106,7 +107,12 @@ class RecallResolver:
         if args.problems:
             parts.append("Note: " + "; ".join(args.problems) + ".")
         kind = "+".join(k for k, on in (("pages", bool(args.pages)), ("query", bool(args.query))) if on) or "invalid"
-        return RecallOutcome(self._cut("\n\n".join(parts)), kind, returned, hits, seconds)
+        cap = self.max_tokens if limit is None else max(0, min(self.max_tokens, limit))
+        if cap < 64:
+            text = ("The context window has no room left for recalled text in this answer: answer with what you "
+                    "have, or ask the user to continue in a new message.")
+            return RecallOutcome(text, kind, [], hits, seconds)
+        return RecallOutcome(self._cut("\n\n".join(parts), cap), kind, returned, hits, seconds)
 
     async def search(self, ctx: RecallContext, query: str, k: int) -> list[tuple[str, float]]:
         index = await self.indexes.index_for(ctx)
@@ -157,11 +163,11 @@ class RecallResolver:
         shown = labels if len(labels) <= 12 else [*labels[:5], "…", *labels[-5:]]
         return "Archived pages: " + ", ".join(shown) + "."
 
-    def _cut(self, text: str) -> str:
-        if self.counter.count_text(text) <= self.max_tokens:
+    def _cut(self, text: str, cap: int) -> str:
+        if self.counter.count_text(text) <= cap:
             return text
         # Keep the head; cut by an estimate of characters per token, then trim until it fits.
-        limit = max(64, int(len(text) * self.max_tokens / max(1, self.counter.count_text(text))))
-        while limit > 64 and self.counter.count_text(text[:limit]) > self.max_tokens - 16:
+        limit = max(16, int(len(text) * cap / max(1, self.counter.count_text(text))))
+        while limit > 16 and self.counter.count_text(text[:limit]) > cap - 24:
             limit = int(limit * 0.9)
-        return text[:limit] + f"\n…[cut to {self.max_tokens} tokens; recall fewer pages to read the rest]"
+        return text[:limit] + f"\n…[cut to {cap} tokens; recall fewer pages to read the rest]"

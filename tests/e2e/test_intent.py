@@ -31,7 +31,7 @@ def slow_model():
 def proxy(emu, slow_model, tmp_path_factory):
     p = ProxyProcess(emu.base_url, tmp_path_factory.mktemp("intent"), {
         "MEMCI_REWRITE_MODEL_URL": slow_model.base_url, "MEMCI_REWRITE_MODEL": "small",
-        "MEMCI_REWRITE_TIMEOUT_MS": "300",
+        "MEMCI_REWRITE_TIMEOUT_MS": "300", "MEMCI_MEMORY_INJECTION_ENABLED": "true",
     }).start()
     yield p
     p.stop()
@@ -68,7 +68,7 @@ def test_slow_model_falls_back_to_rules_within_the_timeout(proxy, emu):
     client.chat.completions.create(model="m", messages=messages, max_tokens=20, extra_headers={"X-Memci-Rewrite": "off"})
     baseline = time.perf_counter() - started
     started = time.perf_counter()
-    client.chat.completions.create(model="m", messages=messages, max_tokens=20)
+    client.chat.completions.create(model="m", messages=messages, max_tokens=20, extra_headers={"X-Memci-Rewrite": "model"})
     with_model = time.perf_counter() - started
     assert with_model <= baseline + 0.300 + 0.050 + 0.05, (with_model, baseline)  # + scheduling slack on 2 cores
     assert "Standalone intent: " in last_user_sent(emu)
@@ -95,6 +95,17 @@ def test_memory_from_archived_pages_is_injected(proxy, emu):
     client.chat.completions.create(model="m", messages=messages, max_tokens=20,
                                    extra_headers={"X-Memci-Memory": "off", "X-Memci-Rewrite": "off"})
     assert "<memci-context>" not in last_user_sent(emu)
+
+
+def test_by_default_the_intent_line_only_comes_with_memory(proxy, emu):
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-default", max_retries=0)
+    messages = [
+        {"role": "user", "content": "我想了解长城 [[len:10]]"},
+        {"role": "assistant", "content": "长城是中国古代的军事防御工程。"},
+        {"role": "user", "content": "它有多长？ [[len:10]]"},
+    ]
+    client.chat.completions.create(model="m", messages=messages, max_tokens=50)
+    assert last_user_sent(emu) == "它有多长？ [[len:10]]"  # nothing archived, nothing to add: append-only
 
 
 def test_rewrite_api(proxy):

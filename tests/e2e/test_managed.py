@@ -62,7 +62,7 @@ def test_300_turns_stay_under_budget_with_a_contents_page(managed, emulator_8k, 
     assert "## Contents of archived pages" in sent[0]["content"]
     assert sent[-1]["content"] == messages[-2]["content"]  # the client's own words, unchanged
     hit_rate = cached_sum / prompt_sum
-    assert hit_rate >= 0.9, hit_rate
+    assert hit_rate >= 0.95, hit_rate
 
     admin = httpx.get(f"{managed.url}/memci/conversations/{conversation}/prompt",
                       headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)

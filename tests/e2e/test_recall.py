@@ -94,7 +94,7 @@ def test_the_next_turn_keeps_the_recall_exchange_and_the_cache(long_conversation
         sent = emu.requests(1)[0]["body"]["messages"]
         roles = [m["role"] for m in sent[-5:]]
         assert roles == ["user", "assistant", "tool", "assistant", "user"]
-        assert sent[-3]["tool_calls"][0]["function"]["name"] == "recall"
+        assert sent[-4]["tool_calls"][0]["function"]["name"] == "recall"
         assert r2.usage.prompt_tokens_details.cached_tokens >= 0.9 * r2.usage.prompt_tokens
 
 

@@ -112,7 +112,7 @@ def test_volatile_blocks_stay_fixed_while_an_agent_loop_continues() -> None:
 
 
 def test_prompt_is_append_only_between_epochs_and_epochs_bring_it_under_the_low_watermark() -> None:
-    cfg = EngineConfig(context_window=6000, output_reserve=500)
+    cfg = EngineConfig(context_window=6000, output_reserve=500, contents_budget_share=0.25)
     plans = grow(cfg, 40)
     epochs = [p for p in plans if p.epoch]
     assert epochs and all(p.epoch_reason == "high_watermark" for p in epochs)
@@ -226,7 +226,7 @@ def test_regenerate_and_edit_fork_the_conversation() -> None:
 
 
 def test_fork_inside_archived_pages_never_reuses_their_numbers() -> None:
-    cfg = EngineConfig(context_window=6000, output_reserve=500)
+    cfg = EngineConfig(context_window=6000, output_reserve=500, contents_budget_share=0.25)
     plans = grow(cfg, 30)
     state = plans[-1].state
     archived = archived_pages(state)
@@ -264,7 +264,7 @@ def test_hidden_messages_are_rendered_in_place_counted_and_archived_with_their_p
 
 
 def test_recall_statistics_feed_eviction_and_the_contents_page() -> None:
-    cfg = EngineConfig(context_window=6000, output_reserve=500, evict_after_unrecalled=3, evict_after_unchanged=1000)
+    cfg = EngineConfig(context_window=6000, output_reserve=500, evict_after_unrecalled=3, evict_after_unchanged=1000, contents_budget_share=0.25)
     plans = grow(cfg, 30)
     state = plans[-1].state
     first = archived_pages(state)
