@@ -105,9 +105,10 @@ class Run:
     """One workload through one strategy: the client side of the conversation."""
 
     def __init__(self, workload: Workload, strategy: Strategy | None, upstream: Upstream, url: str, budget: int,
-                 calibrate: bool = True):
+                 calibrate: bool = True, model: str = "bench"):
         self.workload, self.strategy, self.upstream, self.url, self.budget = workload, strategy, upstream, url, budget
         self.calibrate = calibrate
+        self.model = model
         self.ratio = 1.0  # largest (reported prompt tokens / chars-4 estimate) seen so far
         self.tools_estimate = (len(json.dumps(list(workload.tools))) + 3) // 4 if workload.tools else 0
         self.history: list[dict] = [{"role": "system", "content": workload.system}]
@@ -153,7 +154,7 @@ class Run:
         # the baselines' budget in their own units: chars/4 corrected by the upstream's counts, less the tools
         trim_budget = int(self.budget / self.ratio) - self.tools_estimate if self.calibrate else self.budget
         messages = self.strategy.prepare(self.history, trim_budget) if self.strategy else list(self.history)
-        body: dict[str, Any] = {"model": "bench", "messages": messages, "max_tokens": self.workload.max_tokens}
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": self.workload.max_tokens}
         if self.workload.tools:
             body["tools"] = list(self.workload.tools)
         mark = self.upstream.mark()
@@ -225,9 +226,10 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
         if key == "proxy":
             env = dict(kv.split("=", 1) for kv in args.proxy_env)
             with proxy_server(upstream.base_url, workdir / f"home-{workload.name}", env) as proxy_url:
-                records = Run(workload, None, upstream, proxy_url, budget).play()
+                records = Run(workload, None, upstream, proxy_url, budget, model=args.model).play()
         else:
-            records = Run(workload, strategy, upstream, upstream.base_url, budget).play()
+            records = Run(workload, strategy, upstream, upstream.base_url, budget, not args.raw_estimate,
+                          args.model).play()
         elapsed = time.perf_counter() - started
         totals = upstream.totals()
     row = summarise({"proxy": "this proxy"}.get(key, strategy.name if strategy else key), records, budget,
@@ -262,6 +264,21 @@ def markdown(workload: Workload, rows: list[Row], window: int) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def loss_breakdown(row: Row) -> str:
+    """Where the proxy's uncached prefill went: epoch requests, recall turns (several upstream rounds), the rest."""
+    ok = [r for r in row.records if not r.error]
+    total = sum(r.prompt - r.cached for r in ok) or 1
+    groups = {"epoch requests": [r for r in ok if r.epoch],
+              "recall turns": [r for r in ok if not r.epoch and r.upstream_requests > 1],
+              "other requests": [r for r in ok if not r.epoch and r.upstream_requests <= 1]}
+    parts = []
+    for name, rs in groups.items():
+        lost = sum(r.prompt - r.cached for r in rs)
+        parts.append(f"{name}: {len(rs)}, {lost:,} uncached tokens ({100 * lost / total:.0f}%, "
+                     f"{lost / len(rs) if rs else 0:,.0f} each)")
+    return f"- {row.strategy} uncached prefill by cause: " + "; ".join(parts)
+
+
 def target_checks(workload: Workload, rows: list[Row]) -> list[str]:
     proxy = next((r for r in rows if r.strategy == "this proxy"), None)
     if proxy is None:
@@ -286,8 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_out", default=None, help="write rows (and per-request records) here")
     parser.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE",
                         help="environment of the proxy process (e.g. MEMCI_ACTIVE_LOW_WATERMARK=0.5)")
+    parser.add_argument("--agent-output-chars", default="1500,6000", metavar="MIN,MAX",
+                        help="size range of the agent's tool outputs in characters")
     parser.add_argument("--raw-estimate", action="store_true",
                         help="baselines trim by chars/4 alone (seed 002), not corrected by the upstream's counts")
+    parser.add_argument("--model", default="bench", help="model name sent (a real server's served model)")
     parser.add_argument("--upstream", default=None, help="a real server's /v1 URL (SGLang); flushed between strategies")
     args = parser.parse_args(argv)
     if args.quick:
@@ -298,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         for kind in [k.strip() for k in args.workloads.split(",") if k.strip()]:
             if kind not in KINDS:
                 parser.error(f"unknown workload {kind}")
-            workload = make_workload(kind, args.turns, args.seed)
+            agent_chars = tuple(int(x) for x in args.agent_output_chars.split(","))
+            workload = make_workload(kind, args.turns, args.seed, agent_chars)
             if workload is None:
                 print(f"### {kind}: skipped (evaluation data not found)\n", flush=True)
                 continue
@@ -309,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
             print(markdown(workload, rows, args.window), flush=True)
             for line in target_checks(workload, rows):
                 print(line, flush=True)
+            for row in rows:
+                if row.epochs is not None:
+                    print(loss_breakdown(row), flush=True)
             print(flush=True)
             results["workloads"][kind] = [
                 {**{k: v for k, v in asdict(r).items() if k != "records"},

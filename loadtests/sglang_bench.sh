@@ -43,5 +43,9 @@ if ! printf '%s\n' "${args[@]+"${args[@]}"}" | grep -q -- '--window'; then
   window="$(curl -fsS -m 5 "$root/v1/models" | "$python" -c 'import json,sys; d=json.load(sys.stdin)["data"][0]; print(d.get("max_model_len") or "")' || true)"
   if [ -n "$window" ]; then args+=(--window "$window"); fi
 fi
+if ! printf '%s\n' "${args[@]+"${args[@]}"}" | grep -q -- '--model'; then
+  model="$(curl -fsS -m 5 "$root/v1/models" | "$python" -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])' || true)"
+  if [ -n "$model" ]; then args+=(--model "$model"); fi
+fi
 cd "$repo"
 exec "$python" loadtests/cache_bench.py --upstream "$upstream" "${args[@]+"${args[@]}"}"

@@ -271,9 +271,13 @@ def replay(turns: int = 300, seed: int = 0) -> Workload | None:
 KINDS = ("chat", "chat-zh", "agent", "replay")
 
 
-def make_workload(kind: str, turns: int | None = None, seed: int = 0) -> Workload | None:
+def make_workload(kind: str, turns: int | None = None, seed: int = 0,
+                  agent_output_chars: tuple[int, int] | None = None) -> Workload | None:
     """A workload by name; ``turns`` None takes each kind's default. None for replay without its data."""
     makers = {"chat": chat, "chat-zh": chat_zh, "agent": agent, "replay": replay}
     if kind not in makers:
         raise ValueError(f"unknown workload {kind!r}; choose from {', '.join(KINDS)}")
-    return makers[kind](seed=seed) if turns is None else makers[kind](turns=turns, seed=seed)
+    kw: dict = {"seed": seed} if turns is None else {"seed": seed, "turns": turns}
+    if kind == "agent" and agent_output_chars:
+        kw["output_chars"] = agent_output_chars
+    return makers[kind](**kw)
