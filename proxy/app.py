@@ -10,6 +10,7 @@ from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException
 
 from proxy.api.admin import ADMIN_ROUTES
+from proxy.api.conversations import CONVERSATION_ROUTES
 from proxy.api.routes import ROUTES
 from proxy.api.rewrite import REWRITE_ROUTES
 from proxy.api.search import SEARCH_ROUTES
@@ -56,7 +57,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await services.upstream.close()
 
     app = Litestar(
-        route_handlers=[*ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES, *REWRITE_ROUTES],
+        route_handlers=[*ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES, *REWRITE_ROUTES, *CONVERSATION_ROUTES],
         lifespan=[lifespan],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         request_max_body_size=settings.max_body_bytes,

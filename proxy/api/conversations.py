@@ -1,0 +1,162 @@
+"""Conversation APIs under /memci/conversations: list, history, export, delete.
+
+The caller's own key sees its own conversations (tenant = the key's tenant). The admin key sees any tenant's,
+named by the header `X-Memci-Tenant`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hmac
+from typing import Any
+
+from litestar import Request, Response, delete, get
+
+from proxy.api.forwarding import error_response, services_of
+from proxy.api.services import Services
+from proxy.context.identity import tenant_of
+from proxy.store.ports import ConversationInfo, PageRow
+from proxy.wire.errors import ProxyError, bad_request
+
+MAX_PAGE = 1000
+
+
+def _caller(request: Request) -> tuple[Services, str]:
+    services = services_of(request)
+    if services.context is None or services.store is None:
+        raise ProxyError(404, "conversation APIs need context management on", "invalid_request_error", "context_off")
+    admin = services.settings.admin_key
+    auth = request.headers.get("authorization", "")
+    given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    if admin and given and hmac.compare_digest(given.encode(), admin.encode()):
+        tenant = request.headers.get("x-memci-tenant", "").strip()
+        if not tenant:
+            raise bad_request("the admin key acts for a tenant named by the header X-Memci-Tenant", param="X-Memci-Tenant")
+        return services, tenant
+    return services, tenant_of(request.headers)
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise bad_request(f"'{name}' must be an integer", param=name) from None
+    if not low <= value <= high:
+        raise bad_request(f"'{name}' must be from {low} to {high}", param=name)
+    return value
+
+
+def _info_json(info: ConversationInfo) -> dict[str, Any]:
+    return {
+        "id": info.id, "label": info.label, "session_key": info.session_key, "parent_id": info.parent_id,
+        "forked_at": info.forked_at, "created_at": info.created_at.isoformat(),
+        "last_active_at": info.last_active_at.isoformat(), "state_version": info.state_version,
+    }
+
+
+def _page_json(page: PageRow) -> dict[str, Any]:
+    return {"number": page.number, "first_entry": page.first_seq, "last_entry": page.last_seq, "state": page.state,
+            "tokens": page.tokens, "recall_count": page.recall_count, "last_recalled_turn": page.last_recalled_turn}
+
+
+async def _require(services: Services, tenant: str, conversation_id: str) -> ConversationInfo:
+    info = await services.store.repo.get_conversation(tenant, conversation_id)
+    if info is None:
+        raise ProxyError(404, f"no conversation {conversation_id!r} for this key", "invalid_request_error", "not_found")
+    return info
+
+
+class _PageOf:
+    """Which page an entry belongs to."""
+
+    def __init__(self, pages: list[PageRow]) -> None:
+        self.pages = sorted(pages, key=lambda p: p.first_seq)
+        self.starts = [p.first_seq for p in self.pages]
+
+    def __call__(self, seq: int) -> PageRow | None:
+        i = bisect.bisect_right(self.starts, seq) - 1
+        if i >= 0 and self.pages[i].first_seq <= seq <= self.pages[i].last_seq:
+            return self.pages[i]
+        return None
+
+
+@get("/memci/conversations")
+async def list_conversations(request: Request) -> Response:
+    try:
+        services, tenant = _caller(request)
+        limit = _int_param(request, "limit", 50, 1, MAX_PAGE)
+        rows = await services.store.repo.list_conversations(tenant, limit=limit)
+        return Response(content={"object": "list", "data": [_info_json(r) for r in rows]})
+    except ProxyError as exc:
+        return error_response(exc)
+
+
+@get("/memci/conversations/{conversation_id:str}")
+async def conversation_history(request: Request, conversation_id: str) -> Response:
+    """The conversation's messages with their page numbers and archive state (`after`/`limit` page through)."""
+    try:
+        services, tenant = _caller(request)
+        info = await _require(services, tenant, conversation_id)
+        after = _int_param(request, "after", -1, -1, 2**31 - 1)
+        limit = _int_param(request, "limit", 200, 1, MAX_PAGE)
+        repo = services.store.repo
+        pages = await repo.load_pages(tenant, conversation_id, ("active", "archived", "evicted"))
+        page_of = _PageOf(pages)
+        entries = await repo.load_entries(tenant, conversation_id, after + 1, after + limit)
+        messages = []
+        for e in entries:
+            page = page_of(e.seq)
+            messages.append({"seq": e.seq, "page": page.number if page else None,
+                             "state": page.state if page else "active", "message": e.message})
+        return Response(content={
+            "conversation": _info_json(info), "pages": [_page_json(p) for p in pages], "messages": messages,
+            "next_after": messages[-1]["seq"] if len(messages) == limit else None,
+        })
+    except ProxyError as exc:
+        return error_response(exc)
+
+
+@get("/memci/conversations/{conversation_id:str}/export")
+async def export_conversation(request: Request, conversation_id: str) -> Response:
+    """Everything stored about one conversation, as one JSON document."""
+    try:
+        services, tenant = _caller(request)
+        info = await _require(services, tenant, conversation_id)
+        repo = services.store.repo
+        pages = await repo.load_pages(tenant, conversation_id, ("active", "archived", "evicted"))
+        entries = await repo.load_entries(tenant, conversation_id, 0, 2**31 - 1)
+        events = await repo.load_events(tenant, conversation_id, limit=10_000)
+        return Response(
+            content={
+                "conversation": _info_json(info),
+                "pages": [_page_json(p) for p in pages],
+                "messages": [{"seq": e.seq, "hash": e.hash, "message": e.message} for e in entries],
+                "events": [{"kind": ev.kind, "payload": ev.payload,
+                            "created_at": ev.created_at.isoformat() if ev.created_at else None} for ev in events],
+            },
+            headers={"Content-Disposition": f'attachment; filename="{conversation_id}.json"'},
+        )
+    except ProxyError as exc:
+        return error_response(exc)
+
+
+@delete("/memci/conversations/{conversation_id:str}", status_code=200)
+async def delete_conversation(request: Request, conversation_id: str) -> Response:
+    """Remove the conversation from every table, from the hot state and from this replica's caches."""
+    try:
+        services, tenant = _caller(request)
+        await _require(services, tenant, conversation_id)
+        deleted = await services.store.repo.delete_conversation(tenant, conversation_id)
+        await services.store.hot.delete_conversation(conversation_id)
+        context = services.context
+        context.resolver.indexes.forget(conversation_id)
+        context.last_prompts.pop(conversation_id, None)
+        return Response(content={"id": conversation_id, "deleted": bool(deleted)})
+    except ProxyError as exc:
+        return error_response(exc)
+
+
+CONVERSATION_ROUTES = [list_conversations, conversation_history, export_conversation, delete_conversation]
