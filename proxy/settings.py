@@ -63,6 +63,37 @@ class Settings:
         default=600.0, metadata=_doc("Seconds to wait for upstream bytes (504 past it).", min=0.001)
     )
     upstream_max_connections: int = field(default=1024, metadata=_doc("Connection pool size to the upstream.", min=1))
+    max_messages: int = field(
+        default=10000, metadata=_doc("Most messages in one chat request (400 with param 'messages' above; 0: no limit).", min=0)
+    )
+    rate_limit_rps: float = field(
+        default=0.0, metadata=_doc("Requests per second each tenant may send (token bucket; 0: no limit).", min=0.0)
+    )
+    rate_limit_burst: int = field(
+        default=0, metadata=_doc("Token bucket size of the per-tenant rate (0: the rate rounded up, at least 1).", min=0)
+    )
+    max_concurrent_streams_per_tenant: int = field(
+        default=0, metadata=_doc("Streaming chat requests one tenant may have open at once (429 above; 0: no limit).", min=0)
+    )
+    upstream_max_inflight: int = field(
+        default=512,
+        metadata=_doc("Requests this process has in flight to the upstream at once; more wait in a bounded queue "
+                      "(0: no limit).", min=0),
+    )
+    upstream_max_queue: int = field(
+        default=1024, metadata=_doc("Requests that may wait for an upstream slot; past it 429 at once.", min=0)
+    )
+    upstream_queue_timeout_ms: int = field(
+        default=2000, metadata=_doc("Milliseconds a request waits for an upstream slot before 429 with Retry-After.", min=0)
+    )
+    upstream_down_after_errors: int = field(
+        default=3,
+        metadata=_doc("Consecutive 5xx answers after which an upstream worker is skipped (a connection failure "
+                      "skips it at once).", min=1),
+    )
+    upstream_down_seconds: float = field(
+        default=10.0, metadata=_doc("Seconds a failed upstream worker is skipped before it is tried again.", min=0.0)
+    )
 
     # --- context engine ------------------------------------------------------------------------
     manage_context: bool = field(
@@ -153,6 +184,25 @@ class Settings:
     memory_budget_tokens: int = field(default=2048, metadata=_doc("Token budget of the injected memory.", min=0))
     memory_max_hits: int = field(default=5, metadata=_doc("Most memory hits injected per turn.", min=0, max=50))
     memory_cut_chars: int = field(default=300, metadata=_doc("Each memory hit is cut to this many characters.", min=20))
+
+    # --- tenancy and auth ----------------------------------------------------------------------
+    auth_mode: str = field(
+        default="passthrough",
+        metadata=_doc("passthrough: the tenant is a hash of the client's bearer key and the key goes upstream; "
+                      "virtual_keys: only the keys in virtual_keys are accepted (401 otherwise), each mapped to a "
+                      "tenant and an upstream key, and the client's key never goes upstream.",
+                      choices=("passthrough", "virtual_keys")),
+    )
+    virtual_keys: str = field(
+        default="",
+        metadata=_doc("The virtual keys: a JSON or TOML table {\"<client key>\": {\"tenant\": ..., \"upstream_key\": "
+                      "...}} given inline, or the path of a .json/.toml file holding it."),
+    )
+    cache_salt_per_tenant: bool = field(
+        default=False,
+        metadata=_doc("Add SGLang's cache_salt (a hash of the tenant) to chat and completion requests, so tenants "
+                      "never share prefix cache entries."),
+    )
 
     # --- admin ---------------------------------------------------------------------------------
     admin_key: str = field(default="", metadata=_doc("Bearer key for /memci/ admin endpoints (empty: admin API off)."))
