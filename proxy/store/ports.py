@@ -10,6 +10,7 @@ Two ports:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -151,6 +152,27 @@ class ConversationRepository(Protocol):
         """Remove every row of the conversation (events included); False when there was none."""
 
     async def ping(self) -> bool: ...
+
+
+@runtime_checkable
+class PageVectorStore(Protocol):
+    """Page embeddings (pgvector), scoped by tenant like the repository."""
+
+    async def put_page_vectors(
+        self, tenant: str, conversation_id: str, model: str, vectors: Sequence[tuple[str, str, Sequence[float]]]
+    ) -> int:
+        """Upsert (page number, digest of the embedded text, vector); returns rows written."""
+
+    async def page_vector_digests(self, tenant: str, conversation_id: str, model: str) -> dict[str, str]:
+        """Page number -> digest of the text whose vector is stored for ``model``."""
+
+    async def nearest_pages(
+        self, tenant: str, conversation_id: str, model: str, query: Sequence[float], k: int = 10, exact: bool = True
+    ) -> list[tuple[str, float]]:
+        """(page number, cosine similarity) of the k nearest pages of the conversation, best first."""
+
+    async def ensure_vector_index(self, dim: int) -> str:
+        """Create the HNSW index for vectors of this dimension when missing; returns its name."""
 
 
 @runtime_checkable

@@ -23,7 +23,9 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
+from sqlalchemy.dialects.postgresql import base as postgresql_base
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import UserDefinedType
 
 # Text-search configuration of pages.tsv; queries must use the same one (to_tsquery(TSV_CONFIG, ...)).
 TSV_CONFIG = "simple"
@@ -37,6 +39,19 @@ NAMING = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+class Vector(UserDefinedType):
+    """pgvector's ``vector`` without a fixed dimension (values are bound as text: '[1,2,3]')."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "vector"
+
+
+# Reflection (Alembic's schema comparison) then knows the column type instead of warning about it.
+postgresql_base.ischema_names.setdefault("vector", Vector)
 
 
 class Base(DeclarativeBase):
@@ -163,3 +178,19 @@ class Event(Base):
         Index("ix_events_conversation_id_created_at", "conversation_id", "created_at"),
         Index("ix_events_kind", "kind"),
     )
+
+
+class MemoryVector(Base):
+    """A page's embedding by one model (migration 0003; HNSW indexes per dimension are made at run time)."""
+
+    __tablename__ = "memory_vectors"
+
+    conversation_id: Mapped[str] = _conversation_fk()
+    number: Mapped[str] = mapped_column(Text, primary_key=True)
+    model: Mapped[str] = mapped_column(Text, primary_key=True)
+    dim: Mapped[int] = mapped_column(Integer, nullable=False)
+    digest: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+    embedding: Mapped[Any] = mapped_column(Vector(), nullable=False)
+    created_at: Mapped[datetime] = _created_at()
+
+    __table_args__ = (CheckConstraint("dim = vector_dims(embedding)", name="dim"),)

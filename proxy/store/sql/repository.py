@@ -23,6 +23,7 @@ from proxy.store.sql.admin_queries import ConversationAdminQueries
 from proxy.store.sql.models import Conversation, Entry, Event, Fingerprint, HiddenMessage, Page
 from proxy.store.sql.search_queries import PageSearchQueries
 from proxy.store.sql.urls import to_async_url
+from proxy.store.sql.vector_queries import PageVectorQueries
 
 _json_encoder = msgspec.json.Encoder()
 
@@ -89,8 +90,9 @@ def _page_row(row: Any) -> PageRow:
     )
 
 
-class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries):
-    """Implements proxy.store.ports.ConversationRepository and ConversationAdmin; full-text page search."""
+class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, PageVectorQueries):
+    """Implements proxy.store.ports.ConversationRepository, ConversationAdmin and PageVectorStore; full-text
+    page search."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
