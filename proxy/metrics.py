@@ -61,6 +61,27 @@ class Metrics:
         self.engine_errors = Counter(
             "memci_engine_errors", "Engine or store failures; the request went upstream unchanged.", ["stage"], registry=r
         )
+        self.lock_wait = Histogram(
+            "memci_lock_wait_seconds", "Time a managed request waited for its conversation's session lock.",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.lock_timeouts = Counter(
+            "memci_lock_timeouts", "Managed requests refused because the session lock stayed taken.", registry=r
+        )
+        self.hot_state_degraded = Gauge(
+            "memci_hot_state_degraded", "1 while Redis is unreachable and hot state and locks are in-process.",
+            registry=r,
+        )
+        self.store_write_failures = Counter(
+            "memci_store_write_failures",
+            "Turns PostgreSQL could not store, by stage; the client resends them and the next turn stores them.",
+            ["stage"], registry=r,
+        )
+        self.trimmed_requests = Counter(
+            "memci_trimmed_requests",
+            "Requests sent without context management and trimmed to the prompt budget (store or engine failure).",
+            registry=r,
+        )
         self.conversations = Counter(
             "memci_conversations", "Conversations seen, by how they were identified.", ["how"], registry=r
         )

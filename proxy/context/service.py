@@ -30,6 +30,7 @@ from proxy.context.identity import (
     tenant_of,
 )
 from proxy.context.persist import turn_rows
+from proxy.context.trimming import trim_to_budget
 from proxy.context.window import ContextWindow
 from proxy.context.recall_path import RecallPath
 from proxy.context.volatile import VolatileContext
@@ -49,12 +50,19 @@ from proxy.engine import (
     record_recall,
 )
 from proxy.recall.rounds import LoopRecord
-from proxy.store.ports import LockTimeout
+from proxy.store.ports import LockTimeout, StaleState
 from proxy.wire.errors import ProxyError
 
 log = logging.getLogger("memci.context")
 _encode = msgspec.json.Encoder().encode
 _HOT_TTL = 24 * 3600.0
+# The session lock: the longest wait for a conversation's previous request, and the lease (renewed while held).
+LOCK_WAIT_S = 30.0
+LOCK_LEASE_S = 60.0
+
+
+class StoreUnavailable(Exception):
+    """The store of truth refused a read or write the turn needs before the upstream call."""
 
 
 class _RawMessages(msgspec.Struct):
@@ -113,6 +121,8 @@ class ContextService:
         self.recall = RecallPath(services, self.resolver) if services.settings.recall_enabled else None
         self.volatile = VolatileContext(services.settings, services.metrics, self.resolver, services.upstream.session)
         self.last_prompts: OrderedDict[str, LastPrompt] = OrderedDict()
+        # The upstream's tokens per estimated token, as the last planned turn learned it (trimming uses it).
+        self.fallback_ratio = 1.0
 
     async def close(self) -> None:
         await self.volatile.close()
@@ -128,18 +138,26 @@ class ContextService:
             hashes = entry_hashes(messages)
             conversation_id, how, known = await self._identify(tenant, session_key, hashes)
         except Exception:
-            log.exception("conversation lookup failed; forwarding unchanged")
+            log.exception("conversation lookup failed; forwarding without context management")
             self.metrics.engine_errors.labels("identify").inc()
-            return await self._unchanged(request, body, started, stream)
+            return await self._fallback(request, data, body, started, stream, system, messages)
 
-        lock = self.store.hot.lock(conversation_id)
+        lock = self.store.hot.lock(conversation_id, LOCK_WAIT_S, LOCK_LEASE_S)
+        waiting = time.perf_counter()
         try:
             await lock.__aenter__()
         except LockTimeout:
+            self.metrics.lock_wait.observe(time.perf_counter() - waiting)
+            self.metrics.lock_timeouts.inc()
             raise ProxyError(
                 409, "another request of this conversation is still running", "conflict_error", "session_locked",
                 headers={"Retry-After": "1"},
             ) from None
+        except Exception:
+            log.exception("session lock failed; forwarding without context management")
+            self.metrics.engine_errors.labels("lock").inc()
+            return await self._fallback(request, data, body, started, stream, system, messages)
+        self.metrics.lock_wait.observe(time.perf_counter() - waiting)
         released = False
 
         async def release() -> None:
@@ -151,25 +169,34 @@ class ContextService:
 
         try:
             turn = await self._plan(tenant, conversation_id, how, known, data, system, messages, hashes, body, headers)
+        except StoreUnavailable:  # nothing may leave the prompt unstored: no archiving, a trimmed request
+            await release()
+            self.metrics.store_write_failures.labels("plan").inc()
+            return await self._fallback(request, data, body, started, stream, system, messages)
         except Exception:
             await release()
             log.exception("planning failed; forwarding unchanged")
             self.metrics.engine_errors.labels("plan").inc()
-            return await self._unchanged(request, body, started, stream)
-
-        if turn is None:  # durable write failed: nothing may leave the prompt unstored
-            await release()
-            return await self._unchanged(request, body, started, stream)
+            return await self._fallback(request, data, body, started, stream, system, messages)
 
         extra_headers = self._response_headers(turn)
         if self.recall is not None:
             turn.record = LoopRecord()
             try:
                 response = await self.recall.run(request, data, turn, stream, started, extra_headers)
-            except BaseException:
+            except (ProxyError, asyncio.CancelledError):
                 await self._finish(turn)
                 await release()
                 raise
+            except BaseException as exc:
+                await self._finish(turn)
+                await release()
+                if not isinstance(exc, Exception):
+                    raise
+                log.exception("the recall rounds failed")
+                self.metrics.engine_errors.labels("recall").inc()
+                raise ProxyError(502, f"the upstream's answer could not be read: {type(exc).__name__}",
+                                 "upstream_error", "upstream_malformed") from None
             if isinstance(response, Stream):
                 response.iterator = self._finish_after(response.iterator, turn, release)
                 return response
@@ -233,11 +260,18 @@ class ContextService:
             return new_conversation_id(), "new", 0
         return found[0], "prefix", found[1]
 
-    async def _load_state(self, tenant: str, conversation_id: str) -> tuple[ConversationState | None, int]:
-        hot = await self.store.hot.get_snapshot(conversation_id)
-        if hot is not None:
-            return ConversationState.from_bytes(hot[0]), hot[1]
-        stored = await self.store.repo.load_snapshot(tenant, conversation_id)
+    async def _load_state(self, tenant: str, conversation_id: str, fresh: bool = False
+                          ) -> tuple[ConversationState | None, int]:
+        """The newest state: the hot copy, else (or with ``fresh``) the store of truth's."""
+        if not fresh:
+            hot = await self.store.hot.get_snapshot(conversation_id)
+            if hot is not None:
+                return ConversationState.from_bytes(hot[0]), hot[1]
+        try:
+            stored = await self.store.repo.load_snapshot(tenant, conversation_id)
+        except Exception as exc:
+            log.warning("could not load conversation %s from the database: %s", conversation_id, exc)
+            raise StoreUnavailable(str(exc)) from exc
         if stored is None or stored[0] is None:
             return None, 0
         return ConversationState.from_bytes(stored[0]), stored[1]
@@ -254,24 +288,62 @@ class ContextService:
         hashes: list[str],
         body: bytes,
         headers: Any,
-    ) -> Turn | None:
+    ) -> Turn:
+        """Load, plan, and store what must be durable before the upstream sees the prompt.
+
+        Raises StoreUnavailable when the store of truth cannot take it. A stored version newer than the one loaded
+        (another replica wrote meanwhile: StaleState) reloads the state from the database and plans once more.
+        """
+        first_how = how
+        for attempt in (0, 1):
+            turn = await self._plan_once(tenant, conversation_id, first_how, known, data, system, messages, hashes,
+                                         body, headers, fresh=attempt > 0)
+            if not turn.plan.archived:
+                break
+            # The archived pages leave the prompt now: they must be durable first.
+            try:
+                await self._save(turn, turn.plan.state)
+                turn.durable_saved = True
+                break
+            except StaleState:
+                if attempt:
+                    raise StoreUnavailable("the stored state kept changing") from None
+                log.warning("conversation %s: a newer state was stored meanwhile; planning again from it",
+                            conversation_id)
+                self.metrics.engine_errors.labels("stale_state").inc()
+            except Exception as exc:
+                log.warning("could not store archived pages (%s): no archiving this turn", exc)
+                raise StoreUnavailable(str(exc)) from exc
+        self._remember_prompt(turn.conversation_id, turn.plan)
+        return turn
+
+    async def _plan_once(
+        self, tenant: str, conversation_id: str, how: str, known: int, data: dict[str, Any],
+        system: list[dict[str, Any]], messages: list[dict[str, Any]], hashes: list[str], body: bytes, headers: Any,
+        fresh: bool = False,
+    ) -> Turn:
         repo = self.store.repo
         state: ConversationState | None = None
         version = 0
         parent_id: str | None = None
         if how != "new":
-            state, version = await self._load_state(tenant, conversation_id)
+            state, version = await self._load_state(tenant, conversation_id, fresh)
             if how == "prefix" and state is not None and known < len(state.hashes):
                 # An edit or a regeneration: continue in a fork, leaving the original untouched.
                 parent_id, conversation_id, how, version = conversation_id, new_conversation_id(), "fork", 0
-        if state is None and how in ("new", "fork", "session_key"):
-            await repo.create_conversation(
-                tenant, conversation_id, session_key=None if how != "session_key" else conversation_id,
-                parent_id=parent_id, forked_at=known if how == "fork" else None,
-            )
-        elif how == "fork":
-            await repo.create_conversation(tenant, conversation_id, parent_id=parent_id, forked_at=known)
-        self.metrics.conversations.labels(how).inc()
+        try:
+            if state is None and how in ("new", "fork", "session_key"):
+                await repo.create_conversation(
+                    tenant, conversation_id, session_key=None if how != "session_key" else conversation_id,
+                    parent_id=parent_id, forked_at=known if how == "fork" else None,
+                )
+            elif how == "fork":
+                await repo.create_conversation(tenant, conversation_id, parent_id=parent_id, forked_at=known)
+        except Exception as exc:
+            log.warning("could not create conversation %s in the database: %s", conversation_id, exc)
+            raise StoreUnavailable(str(exc)) from exc
+        if not fresh:
+            self.metrics.conversations.labels(how).inc()
 
         window = await self.window.tokens()
         config = EngineConfig.from_settings(self.settings, window)
@@ -293,17 +365,10 @@ class ContextService:
             chains=chain_hashes(hashes) if how != "session_key" else [], known_prefix=max(known, 0),
             parent_id=parent_id, version=version, last_index=len(messages) - 1, messages=messages,
         )
+        turn.extra["input"] = turn_input
+        self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
+        turn.extra["config"] = config
         self._count_plan(result)
-        if result.archived:
-            # The archived pages leave the prompt now: they must be durable first.
-            try:
-                await self._save(turn, result.state)
-                turn.durable_saved = True
-            except Exception:
-                log.exception("could not store archived pages; sending the request unchanged")
-                self.metrics.engine_errors.labels("store").inc()
-                return None
-        self._remember_prompt(conversation_id, result)
         return turn
 
     async def _save(self, turn: Turn, state: ConversationState, hidden: list[dict[str, Any]] = (),
@@ -355,9 +420,31 @@ class ContextService:
                     self.metrics.engine_errors.labels("feedback").inc()
         try:
             await self._save(turn, state, hidden, recalled)
+        except StaleState:
+            await self._save_over_newer(turn)
+        except Exception as exc:
+            # The hot copy keeps the last stored state: the client resends these messages with its next request,
+            # whose plan starts from that state and stores them then.
+            log.warning("could not store the turn of %s (%s); the next turn stores its messages",
+                        turn.conversation_id, exc)
+            self.metrics.store_write_failures.labels("finish").inc()
+
+    async def _save_over_newer(self, turn: Turn) -> None:
+        """Another writer stored a newer state meanwhile: plan this turn's messages again on top of it."""
+        log.warning("conversation %s: a newer state was stored meanwhile; planning the turn again on top of it",
+                    turn.conversation_id)
+        self.metrics.engine_errors.labels("stale_state").inc()
+        try:
+            stored = await self.store.repo.load_snapshot(turn.tenant, turn.conversation_id)
+            if stored is None or stored[0] is None:
+                return
+            newer = ConversationState.from_bytes(stored[0])
+            turn.plan = plan(newer, turn.extra["input"], turn.extra["config"], self.counter)
+            turn.version = stored[1]
+            await self._save(turn, turn.plan.state)
         except Exception:
-            log.exception("could not store the turn of %s", turn.conversation_id)
-            self.metrics.engine_errors.labels("store").inc()
+            log.exception("could not store the turn of %s over the newer state", turn.conversation_id)
+            self.metrics.store_write_failures.labels("stale").inc()
 
     # ------------------------------------------------------------------------------------------------
     async def _unchanged(self, request: Request, body: bytes, started: float, stream: bool) -> Response:
@@ -365,6 +452,29 @@ class ContextService:
             self.services, "chat", "POST", "/chat/completions", request.url.query, request.headers, body, started,
             expect_stream=stream,
         )
+
+    async def _fallback(
+        self, request: Request, data: dict[str, Any], body: bytes, started: float, stream: bool,
+        system: list[dict[str, Any]], messages: list[dict[str, Any]],
+    ) -> Response:
+        """Without context management: the request unchanged, or trimmed to the prompt budget when it would not
+        fit (nothing is archived; the client keeps every message and resends it)."""
+        try:
+            window = await self.window.tokens()
+            max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
+            budget = EngineConfig.from_settings(self.settings, window).budget(
+                max_tokens if isinstance(max_tokens, int) else None)
+            budget = int(budget / (1.03 * self.fallback_ratio))  # in the upstream's tokens, with a 3% margin
+            tools = data.get("tools")
+            fixed = self.counter.count_text(_encode(tools).decode()) if tools else 0
+            trimmed = trim_to_budget(system, messages, budget, self.counter, fixed)
+        except Exception:
+            log.exception("could not trim the request; forwarding it unchanged")
+            trimmed = None
+        if trimmed is not None:
+            self.metrics.trimmed_requests.inc()
+            body = _encode({**data, "messages": trimmed})
+        return await self._unchanged(request, body, started, stream)
 
     def _count_plan(self, p: Plan) -> None:
         m = self.metrics
@@ -416,6 +526,9 @@ async def start_context(services: Services) -> None:
     services.notes["database"] = services.store.kind_db
     services.notes["hot_state"] = services.store.kind_hot
     services.context = ContextService(services)
+    hot = services.store.hot
+    if hasattr(hot, "degraded"):
+        services.metrics.hot_state_degraded.set_function(lambda: 1.0 if hot.degraded else 0.0)
     log.info(
         "context management on: database %s, hot state %s, upstream %s",
         services.store.kind_db, services.store.kind_hot, services.settings.upstream_url,
