@@ -4,7 +4,7 @@ condense the open page as a last resort. Works in place on a copied state."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,11 +54,11 @@ class _Budgeter:
 
 def _condense_entry(
     s: ConversationState, messages: Sequence[dict[str, Any]], entry: int, page_index: int, cfg: EngineConfig,
-    counter: TokenCounter, condensed_set: set[int],
+    counter: TokenCounter, condensed_set: set[int], image_texts: Mapping[str, str] | None = None,
 ) -> bool:
     if entry in condensed_set:
         return False
-    c = condense_message(messages[entry], cfg.condense_tool_chars)
+    c = condense_message(messages[entry], cfg.condense_tool_chars, image_texts)
     if c is None:
         return False
     new_tokens = counter.count_message(c)
@@ -100,8 +100,11 @@ def run_epoch(
     ratio: float,
     target: float,
     contents_max_tokens: int,
+    image_texts: Mapping[str, str] | None = None,
 ) -> EpochResult:
-    """Bring the estimated prompt (raw x ratio) under `target` tokens if the pages allow it."""
+    """Bring the estimated prompt (raw x ratio) under `target` tokens if the pages allow it. With
+    `image_texts` (image key -> description), condensing decays images to their descriptions and the contents
+    page describes them; without it images are kept as they are."""
     result = EpochResult()
     recall_tool = cfg.recall_tool_name if cfg.recall_enabled else None
     budgeter = _Budgeter(s, counter, recall_tool, fixed_tokens)
@@ -117,7 +120,7 @@ def run_epoch(
     for pi in range(s.first_active_page, max(s.first_active_page, last + 1 - max(1, cfg.condense_keep_pages))):
         record = s.pages[pi]
         for entry in range(record.start, record.end):
-            if _condense_entry(s, messages, entry, pi, cfg, counter, condensed_set):
+            if _condense_entry(s, messages, entry, pi, cfg, counter, condensed_set, image_texts):
                 note_condensed(entry)
         hidden_count = _condense_hidden(s, pi, cfg, counter)
         if hidden_count:
@@ -135,7 +138,7 @@ def run_epoch(
     while estimate_after_eviction() > target and s.first_active_page < last:
         pi = s.first_active_page
         record = s.pages[pi]
-        body = page_entry_body(messages[record.start : record.end], cfg.summary_line_chars)
+        body = page_entry_body(messages[record.start : record.end], cfg.summary_line_chars, image_texts)
         archived = replace(record, status=ARCHIVED, archived_turn=s.turn, contents=body)
         archived = replace(archived, contents_tokens=counter.count_text(entry_header(archived) + "\n" + body) + 1)
         s.pages[pi] = archived
@@ -163,7 +166,7 @@ def run_epoch(
             for entry in range(record.start, record.end):
                 if budgeter.raw() * ratio <= target:
                     break
-                if _condense_entry(s, messages, entry, pi, cfg, counter, condensed_set):
+                if _condense_entry(s, messages, entry, pi, cfg, counter, condensed_set, image_texts):
                     note_condensed(entry)
             if budgeter.raw() * ratio <= target:
                 break

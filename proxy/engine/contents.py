@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .condense import image_reference, image_text
 from .state import ARCHIVED, PageRecord
 
 
@@ -17,13 +18,16 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(1, limit - 1)].rstrip() + "…"
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: Any, image_descriptions: Mapping[str, str] | None = None) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         pieces: list[str] = []
         for part in content:
-            if isinstance(part, dict):
+            ref = image_reference(part) if image_descriptions is not None else None
+            if ref is not None:
+                pieces.append(image_text(ref, image_descriptions, with_reference=False))
+            elif isinstance(part, dict):
                 if isinstance(part.get("text"), str):
                     if part.get("type") not in ("thinking", "reasoning"):
                         pieces.append(part["text"])
@@ -42,10 +46,11 @@ def _call_text(call: Any, limit: int) -> str:
     return f"called {fn.get('name') or '?'}({_one_line(str(fn.get('arguments') or '')[: 8 * limit])})"
 
 
-def summary_line(message: dict[str, Any], limit: int) -> str:
-    """`role: text` cut to `limit` characters; tool calls as `called name(args)`."""
+def summary_line(message: dict[str, Any], limit: int, image_descriptions: Mapping[str, str] | None = None) -> str:
+    """`role: text` cut to `limit` characters; tool calls as `called name(args)`. With `image_descriptions`
+    an image shows as `[image: <description>]` (see `condense.image_text`), else as `[image_url]`."""
     role = str(message.get("role") or "?")
-    text = _one_line(_content_text(message.get("content"))[: 8 * limit])  # only the start can show
+    text = _one_line(_content_text(message.get("content"), image_descriptions)[: 8 * limit])  # only the start can show
     calls = message.get("tool_calls")
     if isinstance(calls, list) and calls:
         called = "; ".join(_call_text(c, limit) for c in calls)
@@ -55,9 +60,11 @@ def summary_line(message: dict[str, Any], limit: int) -> str:
     return _cut(f"{role}: {text or '(empty)'}", limit)
 
 
-def page_entry_body(messages: Sequence[dict[str, Any]], limit: int) -> str:
+def page_entry_body(
+    messages: Sequence[dict[str, Any]], limit: int, image_descriptions: Mapping[str, str] | None = None
+) -> str:
     """The per-message lines of one contents entry (stored with the page when it is archived)."""
-    return "\n".join("  - " + summary_line(m, limit) for m in messages)
+    return "\n".join("  - " + summary_line(m, limit, image_descriptions) for m in messages)
 
 
 def utc_date(timestamp: float) -> str:

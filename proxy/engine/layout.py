@@ -4,7 +4,7 @@ last user message."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .condense import condense_message, condense_messages
@@ -67,8 +67,10 @@ def render_active(
     tool_chars: int,
     volatile_entry: int,
     volatile_text: str,
+    image_texts: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """B6: entries [start, len(messages)) verbatim, condensed where flagged, hidden groups spliced in place."""
+    """B6: entries [start, len(messages)) verbatim, condensed where flagged (images decayed to `image_texts`
+    when given), hidden groups spliced in place."""
     cond = condensed[bisect.bisect_left(condensed, start) :]
     cond_set = set(cond)
     by_after: dict[int, list[HiddenGroup]] = {}
@@ -86,7 +88,7 @@ def render_active(
             out.extend(messages[pos:p])
         msg = messages[p]
         if p in cond_set:
-            msg = condense_message(msg, tool_chars) or msg
+            msg = condense_message(msg, tool_chars, image_texts) or msg
         if p == volatile_entry and volatile_text:
             msg = with_volatile(msg, volatile_text)
         out.append(msg)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import ChainMap
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import xxhash
 
 from .compaction import EpochResult, run_epoch
+from .condense import message_images
 from .config import EngineConfig
 from .contents import render_contents
 from .fingerprint import advance_prefix, encode_messages, entry_digest
@@ -45,6 +47,10 @@ class TurnInput:
     # messages included), e.g. a `msgspec.Raw` of that field. With it the engine checks the known prefix by
     # hashing those bytes instead of re-encoding every message (several times faster on long histories).
     raw_messages: bytes | None = None
+    # Descriptions of images, keyed by `condense.ImageRef.key` (sha256 of the image bytes, or of a remote URL),
+    # as far as they are ready. Read only at epochs: an image that decays then takes its description (or the
+    # placeholder with its type and size when none is ready), and keeps that text until its page is archived.
+    image_descriptions: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -199,9 +205,12 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     result = EpochResult()
     first_active_before = s.first_active_page
     if reason is not None:
+        image_texts = ChainMap(s.image_texts, turn.image_descriptions)  # texts already sent win
         result = run_epoch(
-            s, msgs, cfg, counter, fixed, ratio, cfg.low_watermark * budget, cfg.contents_limit(budget)
+            s, msgs, cfg, counter, fixed, ratio, cfg.low_watermark * budget, cfg.contents_limit(budget),
+            image_texts,
         )
+        s.image_texts = _frozen_image_texts(s, msgs, image_texts)
         refresh = turn.profile != s.profile or turn.summary != s.summary
         if result.archived or result.evicted or refresh:
             s.profile, s.summary = turn.profile, turn.summary
@@ -230,7 +239,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     else:
         upstream = [] if s.system_text is None else [{"role": "system", "content": s.system_text}]
         upstream.extend(render_active(msgs, start, s.condensed, s.hidden, cfg.condense_tool_chars,
-                                      volatile_entry, volatile))
+                                      volatile_entry, volatile, s.image_texts))
         blocks = []
         if system_count:
             blocks.append(("system", 0, 1))
@@ -305,6 +314,19 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         stable_prefix_messages=stable,
         dropped_pages=dropped,
     )
+
+
+def _frozen_image_texts(
+    s: ConversationState, messages: Sequence[dict[str, Any]], texts: Mapping[str, str]
+) -> dict[str, str]:
+    """The description each image of the active condensed entries decayed to ("" = the placeholder)."""
+    start = s.active_start_entry()
+    frozen: dict[str, str] = {}
+    for entry in s.condensed:
+        if start <= entry < len(messages):
+            for ref in message_images(messages[entry]):
+                frozen[ref.key] = texts.get(ref.key) or ""
+    return frozen
 
 
 def _first_new_hidden_position(s: ConversationState, since_turn: int, start: int, system_count: int) -> int:

@@ -54,6 +54,9 @@ class ConversationState(msgspec.Struct, kw_only=True):
     pages: list[PageRecord] = msgspec.field(default_factory=list)
     first_active_page: int = 0  # index into `pages`; pages from here on are active
     condensed: list[int] = msgspec.field(default_factory=list)  # sorted entry indices rendered condensed
+    # Image key -> description an active condensed entry's image decayed to at an epoch ("" = the placeholder):
+    # frozen so that a description arriving later does not change text already sent upstream.
+    image_texts: dict[str, str] = msgspec.field(default_factory=dict)
     hidden: list[HiddenGroup] = msgspec.field(default_factory=list)  # sorted by `after`
     next_page: int = 1
     # System message of the current epoch: B1 digest, B2a profile, B4 summary and contents page.
@@ -100,6 +103,7 @@ class ConversationState(msgspec.Struct, kw_only=True):
             pages=list(self.pages),
             condensed=list(self.condensed),
             hidden=list(self.hidden),
+            image_texts=dict(self.image_texts),
         )
 
     # --- read helpers used by the proxy ---------------------------------------------------------
