@@ -10,13 +10,16 @@ from typing import Any
 from proxy.engine import ACTIVE, ConversationState, TokenCounter, page_entry_range, page_hidden_messages
 from proxy.engine.state import STATUS_NAMES, find_page
 from proxy.recall.bm25 import BM25Index
+from proxy.recall.fusion import fuse_lexical_and_vector
 from proxy.recall.pagetext import excerpt, index_text, page_messages_with_hidden, render_page
 from proxy.recall.text import tokenize
 from proxy.recall.tool import RecallArgs
+from proxy.recall.vector_index import PageVectors, VectorSearchFailed
 from proxy.store.ports import ConversationRepository
 
 SEARCH_HITS = 5
 MIN_SCORE = 0.2
+FUSION_CANDIDATES = 4  # each ranking contributes up to k * this candidates to the fusion
 
 
 @dataclass
@@ -57,7 +60,9 @@ class SearchIndexes:
         self.capacity = capacity
         self._indexes: OrderedDict[str, tuple[BM25Index, dict[str, int]]] = OrderedDict()
 
-    async def index_for(self, ctx: RecallContext) -> BM25Index:
+    async def index_for(self, ctx: RecallContext, added: dict[str, str] | None = None) -> BM25Index:
+        """The conversation's index, brought up to date; ``added`` receives page label -> text of the pages
+        (re)indexed by this call (the vector half embeds them)."""
         entry = self._indexes.get(ctx.conversation_id)
         if entry is None:
             entry = (BM25Index(), {})
@@ -78,6 +83,8 @@ class SearchIndexes:
                 index.remove(record.label)
             index.add(record.label, text)
             indexed[record.label] = record.start
+            if added is not None:
+                added[record.label] = text
         return index
 
     def forget(self, conversation_id: str) -> None:
@@ -85,11 +92,29 @@ class SearchIndexes:
 
 
 class RecallResolver:
-    def __init__(self, repo: ConversationRepository, counter: TokenCounter, max_tokens: int) -> None:
+    def __init__(
+        self,
+        repo: ConversationRepository,
+        counter: TokenCounter,
+        max_tokens: int,
+        vectors: PageVectors | None = None,
+        metrics: Any = None,
+        lexical_weight: float = 1.0,
+        vector_weight: float = 1.0,
+        min_cosine: float | None = None,
+    ) -> None:
+        """``vectors``: the vector half of the search (None: lexical only). ``metrics``: a proxy.metrics.Metrics
+        (``recall_fallbacks`` counts searches that went lexical only). The weights and ``min_cosine`` tune the
+        fusion (proxy.recall.fusion.fuse_lexical_and_vector)."""
         self.source = PageSource(repo)
         self.indexes = SearchIndexes(self.source)
         self.counter = counter
         self.max_tokens = max_tokens
+        self.vectors = vectors
+        self.metrics = metrics
+        self.lexical_weight = lexical_weight
+        self.vector_weight = vector_weight
+        self.min_cosine = min_cosine
 
     async def resolve(self, ctx: RecallContext, args: RecallArgs, limit: int | None = None) -> RecallOutcome:
         """``limit``: tokens the answer may take (the room left in the prompt budget); at most recall_max_tokens."""
@@ -114,9 +139,35 @@ class RecallResolver:
             return RecallOutcome(text, kind, [], hits, seconds)
         return RecallOutcome(self._cut("\n\n".join(parts), cap), kind, returned, hits, seconds)
 
-    async def search(self, ctx: RecallContext, query: str, k: int) -> list[tuple[str, float]]:
-        index = await self.indexes.index_for(ctx)
-        return [(str(label), score) for label, score in index.search(query, k=k, min_score=MIN_SCORE)]
+    async def search(
+        self, ctx: RecallContext, query: str, k: int, use_vectors: bool = True
+    ) -> list[tuple[str, float]]:
+        """Best-first (page label, score): BM25 scores when lexical only, reciprocal-rank-fusion scores when
+        fused with the vector ranking. Each page at most once."""
+        added: dict[str, str] = {}
+        index = await self.indexes.index_for(ctx, added)
+        if self.vectors is not None:
+            self.vectors.remember(ctx.conversation_id, added)
+        if self.vectors is None or not use_vectors:
+            if self.vectors is None and use_vectors:
+                self._fallback("not_configured")
+            return [(str(label), score) for label, score in index.search(query, k=k, min_score=MIN_SCORE)]
+        candidates = max(k * FUSION_CANDIDATES, k)
+        lexical = [(str(label), score) for label, score in index.search(query, k=candidates, min_score=MIN_SCORE)]
+        try:
+            nearest = await self.vectors.nearest(ctx.tenant, ctx.conversation_id, query, candidates)
+        except VectorSearchFailed as failure:
+            self._fallback(failure.reason)
+            return lexical[:k]
+        vector = [(label, cosine) for label, cosine in nearest if label in index]  # archived pages of this state
+        return fuse_lexical_and_vector(
+            lexical, vector, limit=k, lexical_weight=self.lexical_weight, vector_weight=self.vector_weight,
+            min_cosine=self.min_cosine,
+        )
+
+    def _fallback(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.recall_fallbacks.labels(reason).inc()
 
     async def _pages(self, ctx: RecallContext, labels: list[str], returned: list[str]) -> list[str]:
         out: list[str] = []
