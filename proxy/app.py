@@ -8,8 +8,11 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException
+from litestar.middleware import DefineMiddleware
 
 from proxy.api.admin import ADMIN_ROUTES
+from proxy.api.auth import AuthMiddleware, Authenticator
+from proxy.api.limits import Limits, LimitsMiddleware
 from proxy.api.conversations import CONVERSATION_ROUTES
 from proxy.api.routes import ROUTES
 from proxy.api.rewrite import REWRITE_ROUTES
@@ -36,7 +39,10 @@ def _internal_error(request: Request, exc: Exception) -> Response:
 
 def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or load_settings()
-    services = Services(settings=settings, metrics=Metrics(), upstream=UpstreamClient(settings))
+    metrics = Metrics()
+    services = Services(settings=settings, metrics=metrics, upstream=UpstreamClient(settings, metrics.registry))
+    authenticator = Authenticator(settings)  # a bad virtual_keys setting fails here, at start
+    limits = Limits(settings, metrics.registry)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -55,16 +61,21 @@ def create_app(settings: Settings | None = None) -> Litestar:
             if services.store is not None:
                 await services.store.close()
             await services.upstream.close()
+            await limits.close()
 
     app = Litestar(
         route_handlers=[*ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES, *REWRITE_ROUTES, *CONVERSATION_ROUTES],
         lifespan=[lifespan],
+        # Auth first: it decides the tenant the limits and every handler use.
+        middleware=[DefineMiddleware(AuthMiddleware, authenticator=authenticator),
+                    DefineMiddleware(LimitsMiddleware, limits=limits)],
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         request_max_body_size=settings.max_body_bytes,
         openapi_config=None,
         debug=False,
     )
     app.state.services = services
+    app.state.limits = limits
     return app
 
 

@@ -6,7 +6,11 @@ import time
 
 from litestar import Request, Response, get, post, route
 
+from proxy.api.auth import with_cache_salt
 from proxy.api.forwarding import error_response, forward, services_of
+from proxy.api.limits import admit_stream
+from proxy.context.identity import tenant_of
+from proxy.upstream.routing import pass_through_route_key
 from proxy.wire.errors import ProxyError
 from proxy.wire.validate import parse_json_object, validate_chat_request
 
@@ -21,12 +25,19 @@ async def chat_completions(request: Request) -> Response:
         body = await request.body()
         data = parse_json_object(body)
         validate_chat_request(data)
+        limits = request.app.state.limits
+        limits.check_messages(data)
         stream = data.get("stream") is True
+        tenant = tenant_of(request.headers)
+        if stream:
+            await admit_stream(request.scope, limits, tenant)
+        if services.settings.cache_salt_per_tenant:
+            body, data = with_cache_salt(body, data, tenant)
         if services.context is not None:
             return await services.context.handle(request, data, body, started)
         return await forward(
             services, "chat", "POST", "/chat/completions", request.url.query, request.headers, body, started,
-            expect_stream=stream,
+            expect_stream=stream, route_key=pass_through_route_key(tenant, request.headers, data),
         )
     except ProxyError as exc:
         services.metrics.requests.labels("chat", str(exc.status)).inc()
@@ -39,6 +50,10 @@ async def forward_other(request: Request, path: str) -> Response:
     services = services_of(request)
     try:
         body = await request.body() if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
+        if body and services.settings.cache_salt_per_tenant and request.method == "POST" and path.strip("/") in (
+            "completions", "chat/completions"
+        ):
+            body, _ = with_cache_salt(body, parse_json_object(body), tenant_of(request.headers))
         stream = False
         if body and b'"stream"' in body:
             try:
@@ -47,7 +62,7 @@ async def forward_other(request: Request, path: str) -> Response:
                 stream = False
         return await forward(
             services, "other", request.method, path, request.url.query, request.headers, body or None, started,
-            expect_stream=stream,
+            expect_stream=stream, route_key=tenant_of(request.headers),
         )
     except ProxyError as exc:
         services.metrics.requests.labels("other", str(exc.status)).inc()

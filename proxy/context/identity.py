@@ -10,12 +10,24 @@ import xxhash
 
 ANONYMOUS = "anonymous"
 _SYSTEM_ROLES = ("system", "developer")
+# Set by proxy.api.auth.AuthMiddleware on every /v1 and /memci request (a client's own copy is dropped there).
+AUTH_TENANT_HEADER = "x-memci-auth-tenant"
 
 
 def tenant_of(headers: Mapping[str, str]) -> str:
-    """Pass-through bearer mode: the tenant is a hash of the client's API key (never the key itself)."""
+    """The request's tenant as proxy.api.auth resolved it (auth mode, virtual keys).
+
+    Without that header (a caller outside the HTTP app), pass-through bearer mode: a hash of the client's key.
+    """
+    resolved = headers.get(AUTH_TENANT_HEADER) or headers.get("X-Memci-Auth-Tenant")
+    if resolved:
+        return resolved
     auth = headers.get("authorization") or headers.get("Authorization") or ""
-    key = auth[7:].strip() if auth[:7].lower() == "bearer " else auth.strip()
+    return key_tenant(auth[7:].strip() if auth[:7].lower() == "bearer " else auth.strip())
+
+
+def key_tenant(key: str) -> str:
+    """Pass-through bearer mode: the tenant is a hash of the client's API key (never the key itself)."""
     if not key:
         return ANONYMOUS
     return "t" + xxhash.xxh3_128_hexdigest(key.encode())[:24]
