@@ -2,30 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from proxy.engine.condense import image_reference, image_text
 from proxy.engine.contents import utc_date
 
 
-def content_text(content: Any) -> str:
+def content_text(content: Any, image_descriptions: Mapping[str, str] | None = None) -> str:
+    """Text parts as they are; each image as `[image <blob reference or URL>: <description>]` (the placeholder
+    with its type and size when no description is known)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         parts = []
         for part in content:
-            if isinstance(part, dict):
-                if isinstance(part.get("text"), str):
-                    parts.append(part["text"])
-                elif part.get("type") == "image_url":
-                    parts.append("[image]")
+            ref = image_reference(part)
+            if ref is not None:
+                parts.append(image_text(ref, image_descriptions or {}))
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
         return "\n".join(parts)
     return ""
 
 
-def message_text(message: dict[str, Any]) -> str:
-    """One message as role-labelled text (tool calls spelled out)."""
+def message_text(message: dict[str, Any], image_descriptions: Mapping[str, str] | None = None) -> str:
+    """One message as role-labelled text (tool calls spelled out, images described)."""
     role = str(message.get("role", "?"))
-    text = content_text(message.get("content"))
+    text = content_text(message.get("content"), image_descriptions)
     lines = [f"{role}: {text}"] if text else []
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {} if isinstance(call, dict) else {}
@@ -49,13 +53,16 @@ def page_messages_with_hidden(
     return out
 
 
-def render_page(label: str, first_seen: float, status: str, messages: list[dict[str, Any]]) -> str:
+def render_page(
+    label: str, first_seen: float, status: str, messages: list[dict[str, Any]],
+    image_descriptions: Mapping[str, str] | None = None,
+) -> str:
     header = f"[Page {label}] {utc_date(first_seen)}, {len(messages)} message{'s' if len(messages) != 1 else ''} ({status})"
-    return header + "\n" + "\n".join(message_text(m) for m in messages)
+    return header + "\n" + "\n".join(message_text(m, image_descriptions) for m in messages)
 
 
-def index_text(messages: list[dict[str, Any]]) -> str:
-    return "\n".join(message_text(m) for m in messages)
+def index_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str, str] | None = None) -> str:
+    return "\n".join(message_text(m, image_descriptions) for m in messages)
 
 
 def excerpt(text: str, terms: list[str], limit: int = 300) -> str:
