@@ -20,6 +20,7 @@ from proxy.store.ports import (
 )
 from proxy.store.sql import turn_statements as turn
 from proxy.store.sql.admin_queries import ConversationAdminQueries
+from proxy.store.sql.memory_queries import MemoryQueries
 from proxy.store.sql.models import Conversation, Entry, Event, Fingerprint, HiddenMessage, Page
 from proxy.store.sql.search_queries import PageSearchQueries
 from proxy.store.sql.urls import to_async_url
@@ -90,7 +91,7 @@ def _page_row(row: Any) -> PageRow:
     )
 
 
-class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, PageVectorQueries):
+class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, PageVectorQueries, MemoryQueries):
     """Implements proxy.store.ports.ConversationRepository, ConversationAdmin and PageVectorStore; full-text
     page search."""
 

@@ -1,0 +1,178 @@
+"""The memory worker: consumes the job queue, retries what is due, sweeps archival by age, and serves the
+latest summary and profile to the managed turn (cached).
+
+    worker = MemoryWorker(repo, summarizer, queue, config)          # clock: injected, UTC datetimes
+    await worker.start()                                            # queue consumer + periodic sweep
+    await worker.notify(tenant, conversation_id)                    # after a turn that archived pages
+    summary = await worker.latest_summary(tenant, conversation_id)  # TurnInput.summary (B4)
+    profile = await worker.latest_profile(tenant)                   # TurnInput.profile (B2a)
+    await worker.stop()
+
+Tests drive it without tasks: ``handle(job, now)``, ``run_due(now)``, ``sweep_all(now)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from proxy.workers.archival import ArchiveSweep, SweepReport
+from proxy.workers.config import MemoryConfig
+from proxy.workers.queue import ARCHIVE_JOB, PROFILE_JOB, SUMMARY_JOB, Job, JobQueue
+from proxy.workers.summaries import render_profile, update_conversation_summary, update_profile
+from proxy.workers.summarizer import Summarizer
+
+log = logging.getLogger("memci.workers")
+
+Clock = Callable[[], dt.datetime]
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class MemoryWorker:
+    def __init__(
+        self,
+        repo: Any,
+        summarizer: Summarizer,
+        queue: JobQueue,
+        config: MemoryConfig | None = None,
+        clock: Clock = utc_now,
+    ) -> None:
+        self.repo, self.summarizer, self.queue = repo, summarizer, queue
+        self.config = config or MemoryConfig()
+        self.clock = clock
+        self.sweep = ArchiveSweep(repo, summarizer, self.config)
+        self._summaries: dict[tuple[str, str], tuple[float, str]] = {}
+        self._profiles: dict[str, tuple[float, str]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.outcomes: dict[str, int] = {}
+
+    # --- what the managed turn calls ----------------------------------------------------------
+    async def notify(self, tenant: str, conversation_id: str) -> None:
+        """Pages of the conversation were archived: bring its summary and the tenant's profile up to date."""
+        await self.queue.put(Job(SUMMARY_JOB, tenant, conversation_id))
+        await self.queue.put(Job(PROFILE_JOB, tenant, conversation_id))
+
+    async def latest_summary(self, tenant: str, conversation_id: str) -> str:
+        """The conversation's summary by the model, '' until one exists (the contents lines serve meanwhile)."""
+        key = (tenant, conversation_id)
+        cached = self._summaries.get(key)
+        if cached is not None and time.monotonic() - cached[0] < self.config.cache_ttl_s:
+            return cached[1]
+        try:
+            row = await self.repo.get_summary(tenant, conversation_id, "conversation")
+        except Exception as exc:
+            log.warning("could not read the summary of %s: %s", conversation_id, exc)
+            return cached[1] if cached is not None else ""
+        text = row.text if row is not None and row.status == "done" else ""
+        self._summaries[key] = (time.monotonic(), text)
+        if len(self._summaries) > 10_000:
+            self._summaries.pop(next(iter(self._summaries)))
+        return text
+
+    async def latest_profile(self, tenant: str) -> str:
+        """The tenant's stable facts as '- fact' lines, '' when none."""
+        cached = self._profiles.get(tenant)
+        if cached is not None and time.monotonic() - cached[0] < self.config.cache_ttl_s:
+            return cached[1]
+        try:
+            text = render_profile(await self.repo.profile_facts(tenant, self.config.profile_max_facts))
+        except Exception as exc:
+            log.warning("could not read the profile of a tenant: %s", exc)
+            return cached[1] if cached is not None else ""
+        self._profiles[tenant] = (time.monotonic(), text)
+        if len(self._profiles) > 10_000:
+            self._profiles.pop(next(iter(self._profiles)))
+        return text
+
+    def forget(self, tenant: str, conversation_id: str) -> None:
+        """Drop cached values (after a delete)."""
+        self._summaries.pop((tenant, conversation_id), None)
+        self._profiles.pop(tenant, None)
+
+    # --- the jobs -----------------------------------------------------------------------------
+    async def handle(self, job: Job, now: dt.datetime | None = None) -> str | SweepReport:
+        now = now or self.clock()
+        result: str | SweepReport
+        if job.kind == SUMMARY_JOB:
+            result = await update_conversation_summary(self.repo, self.summarizer, self.config, job.tenant,
+                                                       job.conversation_id, now)
+            self._summaries.pop((job.tenant, job.conversation_id), None)
+        elif job.kind == PROFILE_JOB:
+            result = await update_profile(self.repo, self.summarizer, self.config, job.tenant, job.conversation_id, now)
+            self._profiles.pop(job.tenant, None)
+        elif job.kind == ARCHIVE_JOB:
+            result = await self.sweep.run(job.tenant, job.conversation_id, now)
+        else:
+            log.warning("unknown background job kind %r", job.kind)
+            return "unknown"
+        label = result if isinstance(result, str) else "archive"
+        self.outcomes[f"{job.kind}:{label}"] = self.outcomes.get(f"{job.kind}:{label}", 0) + 1
+        return result
+
+    async def run_due(self, now: dt.datetime | None = None) -> int:
+        """Retry every summary whose back-off has run out; returns how many jobs ran."""
+        now = now or self.clock()
+        jobs: dict[Job, None] = {}
+        for tenant, row in await self.repo.due_summaries(now):
+            kind = {"conversation": SUMMARY_JOB, "profile": PROFILE_JOB}.get(row.kind, ARCHIVE_JOB)
+            jobs[Job(kind, tenant, row.conversation_id)] = None
+        for job in jobs:
+            await self._safe_handle(job, now)
+        return len(jobs)
+
+    async def sweep_all(self, now: dt.datetime | None = None) -> int:
+        """Archival by age for every conversation holding messages; returns how many were swept."""
+        now = now or self.clock()
+        done, after = 0, ""
+        while True:
+            page = await self.repo.conversations_with_entries(after)
+            if not page:
+                return done
+            for tenant, conversation_id in page:
+                await self._safe_handle(Job(ARCHIVE_JOB, tenant, conversation_id), now)
+                done += 1
+            after = page[-1][1]
+
+    async def _safe_handle(self, job: Job, now: dt.datetime) -> None:
+        try:
+            await self.handle(job, now)
+        except Exception:
+            log.exception("background job %s of %s failed", job.kind, job.conversation_id)
+
+    # --- life cycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self.queue.run(self.handle), name="memci-memory-jobs"),
+            asyncio.create_task(self._periodic(), name="memci-memory-sweep"),
+        ]
+
+    async def _periodic(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.sweep_interval_s)
+            try:
+                await self.run_due()
+                await self.sweep_all()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("memory maintenance sweep failed")
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        await self.queue.close()
+        close = getattr(self.summarizer, "aclose", None)
+        if close is not None:
+            await close()

@@ -1,0 +1,157 @@
+"""The conversation summary (B4), its topics, and the tenant profile's facts (B2a), from archived pages.
+
+Each job takes the archived (or evicted) pages not yet taken in (``first_seq`` after the row's ``last_seq``),
+in batches of ``batch_chars``; progress is stored after every batch. The summary is merged with the previous
+one and re-compressed when over ``max_summary_tokens`` (seed 003): the old summary is compressed to about a
+third, merged with the new part, and the whole compressed once more if still over (then cut). A failure
+records the attempt with its back-off (``backoff.after_failure``); the fifth records ``archive_backlog``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.recall.text import keywords
+from proxy.workers.backoff import BACKLOG_EVENT, after_failure
+from proxy.workers.config import MemoryConfig
+from proxy.workers.summarizer import COMPRESS_PROMPT, PAGES_PROMPT, PROFILE_PROMPT, Summarizer, SummaryFailed
+from proxy.workers.text import batches, cut_to_tokens, estimate_tokens, fact_digest, messages_text, parse_facts
+
+log = logging.getLogger("memci.workers")
+
+DONE, NOTHING, BACKING_OFF, FAILED = "done", "nothing", "backing_off", "failed"
+
+
+@dataclass
+class PageText:
+    number: str
+    first_seq: int
+    last_seq: int
+    messages: int
+    text: str
+
+
+async def new_archived_pages(repo: Any, tenant: str, conversation_id: str, after_seq: int, message_chars: int) -> list[PageText]:
+    pages = [p for p in await repo.load_pages(tenant, conversation_id) if p.first_seq > after_seq]
+    if not pages:
+        return []
+    entries = await repo.load_entries(tenant, conversation_id, pages[0].first_seq, pages[-1].last_seq)
+    by_seq = {e.seq: e.message for e in entries}
+    out = []
+    for p in pages:
+        messages = [by_seq[s] for s in range(p.first_seq, p.last_seq + 1) if s in by_seq]
+        out.append(PageText(p.number, p.first_seq, p.last_seq, len(messages), messages_text(messages, message_chars)))
+    return out
+
+
+def _words(tokens: int) -> int:
+    return max(10, (tokens * 3) // 4)
+
+
+async def merge_summaries(summarizer: Summarizer, old: str, new: str, max_tokens: int) -> tuple[str, int]:
+    """(merged text, compressions made). Seed 003: old to ~1/3, merged, the whole once more if still over."""
+    merged = f"{old}\n\n{new}".strip()
+    if estimate_tokens(merged) <= max_tokens:
+        return merged, 0
+    compressions = 0
+    if old:
+        target = max(16, estimate_tokens(old) // 3)
+        old = await summarizer.complete(COMPRESS_PROMPT.format(words=_words(target)), old, target)
+        compressions += 1
+        merged = f"{old}\n\n{new}".strip()
+    if estimate_tokens(merged) > max_tokens:
+        merged = await summarizer.complete(COMPRESS_PROMPT.format(words=_words(max_tokens)), merged, max_tokens)
+        compressions += 1
+    return cut_to_tokens(merged, max_tokens), compressions
+
+
+async def record_failure(repo: Any, tenant: str, conversation_id: str, kind: str, period: str, attempts: int,
+                         now: dt.datetime, error: str) -> None:
+    retry = after_failure(attempts, now)
+    await repo.record_summary_failure(tenant, conversation_id, kind, period, retry.attempts, retry.next_attempt_at, error)
+    log.warning("%s summary of %s %s failed (attempt %d, next at %s): %s", kind, conversation_id, period or "",
+                retry.attempts, retry.next_attempt_at.isoformat(), error)
+    if retry.backlog:
+        await repo.add_event(tenant, conversation_id, BACKLOG_EVENT,
+                             {"kind": kind, "period": period, "attempts": retry.attempts, "error": error[:200]})
+
+
+def backing_off(row: Any, now: dt.datetime) -> bool:
+    return row is not None and row.next_attempt_at is not None and row.next_attempt_at > now
+
+
+async def update_conversation_summary(
+    repo: Any, summarizer: Summarizer, config: MemoryConfig, tenant: str, conversation_id: str, now: dt.datetime
+) -> str:
+    row = await repo.get_summary(tenant, conversation_id, "conversation")
+    if backing_off(row, now):
+        return BACKING_OFF
+    watermark = row.last_seq if row is not None else -1
+    pages = await new_archived_pages(repo, tenant, conversation_id, watermark, config.message_chars)
+    if not pages:
+        return NOTHING
+    await _store_topics(repo, config, tenant, conversation_id, pages, row.text if row is not None else "")
+    text = row.text if row is not None else ""
+    first = row.first_seq if row is not None and row.status == "done" else pages[0].first_seq
+    count = row.message_count if row is not None else 0
+    compressions = row.compressions if row is not None else 0
+    for batch in batches([(p, p.text) for p in pages], config.batch_chars):
+        body = "\n\n".join(f"[page {p.number}]\n{t}" for p, t in batch)
+        try:
+            part = await summarizer.complete(PAGES_PROMPT, body, max(32, config.max_summary_tokens // 2))
+            text, made = await merge_summaries(summarizer, text, part, config.max_summary_tokens)
+        except SummaryFailed as exc:
+            latest = await repo.get_summary(tenant, conversation_id, "conversation")
+            await record_failure(repo, tenant, conversation_id, "conversation", "",
+                                 latest.attempts if latest is not None else 0, now, str(exc))
+            return FAILED
+        compressions += made
+        count += sum(p.messages for p, _ in batch)
+        await repo.put_summary(tenant, conversation_id, "conversation", "", text, estimate_tokens(text), first,
+                               batch[-1][0].last_seq, count, compressions)
+    return DONE
+
+
+async def _store_topics(repo: Any, config: MemoryConfig, tenant: str, conversation_id: str, pages: list[PageText],
+                        summary: str) -> None:
+    """Seed 001 keywords per page, and for the conversation over its summary and the new pages."""
+    topics = {p.number: keywords(p.text, config.topics_per_page) for p in pages}
+    known = await repo.load_topics(tenant, conversation_id)
+    whole = " ".join([summary, *(p.text for p in pages)])
+    merged = list(dict.fromkeys([*keywords(whole, config.topics_per_conversation), *known.get("", [])]))
+    topics[""] = merged[: config.topics_per_conversation]
+    await repo.put_topics(tenant, conversation_id, {k: v for k, v in topics.items() if v or k == ""})
+
+
+async def update_profile(
+    repo: Any, summarizer: Summarizer, config: MemoryConfig, tenant: str, conversation_id: str, now: dt.datetime
+) -> str:
+    """Stable facts about the tenant's user from the conversation's newly archived pages."""
+    row = await repo.get_summary(tenant, conversation_id, "profile")
+    if backing_off(row, now):
+        return BACKING_OFF
+    pages = await new_archived_pages(repo, tenant, conversation_id, row.last_seq if row else -1, config.message_chars)
+    if not pages:
+        return NOTHING
+    count = row.message_count if row is not None else 0
+    for batch in batches([(p, p.text) for p in pages], config.batch_chars):
+        try:
+            answer = await summarizer.complete(PROFILE_PROMPT, "\n\n".join(t for _, t in batch), 256)
+        except SummaryFailed as exc:
+            latest = await repo.get_summary(tenant, conversation_id, "profile")
+            await record_failure(repo, tenant, conversation_id, "profile", "",
+                                 latest.attempts if latest is not None else 0, now, str(exc))
+            return FAILED
+        facts = parse_facts(answer)
+        await repo.add_profile_facts(tenant, conversation_id, [(fact_digest(f), f) for f in facts])
+        count += sum(p.messages for p, _ in batch)
+        await repo.put_summary(tenant, conversation_id, "profile", "", "", 0, pages[0].first_seq,
+                               batch[-1][0].last_seq, count)
+    return DONE
+
+
+def render_profile(facts: list[str]) -> str:
+    return "\n".join(f"- {f}" for f in facts)

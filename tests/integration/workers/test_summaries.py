@@ -1,0 +1,153 @@
+"""Summaries by the model (the emulator), re-compression, back-off with an injected clock, topics, profile,
+deletion of every memory row with the conversation."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from proxy.store.sql.repository import SqlConversationRepository
+from proxy.workers.backoff import BACKLOG_EVENT
+from proxy.workers.config import MemoryConfig
+from proxy.workers.queue import PROFILE_JOB, SUMMARY_JOB, InProcessJobQueue, Job
+from proxy.workers.summarizer import ModelSummarizer
+from proxy.workers.runner import MemoryWorker
+from proxy.workers.text import estimate_tokens
+from tests.integration.workers.conftest import TENANT, History, rows_of
+
+T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
+PAGES = [
+    ("How do I configure PostgreSQL replication for the billing database?", "Use streaming replication."),
+    ("Which port does the billing PostgreSQL listen on?", "Port 5433 on the primary."),
+]
+
+
+@pytest.fixture
+async def worker(repo: SqlConversationRepository, emulator_url: str):
+    summarizer = ModelSummarizer(emulator_url, model="emu-summariser", timeout_s=10)
+    w = MemoryWorker(repo, summarizer, InProcessJobQueue(), MemoryConfig(max_summary_tokens=1000, cache_ttl_s=0),
+                     clock=lambda: T0)
+    yield w
+    await summarizer.aclose()
+
+
+async def test_summary_is_made_by_the_model_and_served(repo: SqlConversationRepository, worker: MemoryWorker) -> None:
+    history = await History(repo, "c1").create()
+    await history.add_pages(PAGES)
+    assert await worker.latest_summary(TENANT, "c1") == ""  # nothing yet: the contents lines serve
+
+    await worker.notify(TENANT, "c1")
+    assert worker.queue.pending() == 2
+    await worker.queue.drain(worker.handle)
+
+    row = await repo.get_summary(TENANT, "c1", "conversation")
+    assert row is not None and row.status == "done" and row.text
+    assert row.last_seq == 3 and row.message_count == 4 and row.attempts == 0
+    assert await worker.latest_summary(TENANT, "c1") == row.text
+    assert await worker.latest_summary("tenant-b", "c1") == ""  # scoped by tenant
+
+    topics = await repo.load_topics(TENANT, "c1")
+    assert "postgresql" in topics["1"] and "billing" in topics[""]
+    assert ("c1", "") in await repo.find_by_topic(TENANT, "billing")
+    assert await repo.find_by_topic("tenant-b", "billing") == []
+
+    # Nothing new archived: nothing to do, the summary stays.
+    assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c1")) == "nothing"
+
+
+async def test_only_archived_pages_are_summarised(repo: SqlConversationRepository, worker: MemoryWorker) -> None:
+    history = await History(repo, "c1").create()
+    await history.add_pages(PAGES, state="active")
+    assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c1")) == "nothing"
+    await history.set_state(["1"], "archived")
+    assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c1")) == "done"
+    row = await repo.get_summary(TENANT, "c1", "conversation")
+    assert row.last_seq == 1 and row.message_count == 2
+
+
+async def test_summary_is_recompressed_when_over_its_budget(repo: SqlConversationRepository, emulator_url: str) -> None:
+    summarizer = ModelSummarizer(emulator_url, model="emu-summariser", timeout_s=10)
+    worker = MemoryWorker(repo, summarizer, InProcessJobQueue(),
+                          MemoryConfig(max_summary_tokens=120, batch_chars=200, cache_ttl_s=0), clock=lambda: T0)
+    try:
+        history = await History(repo, "c2").create()
+        for i in range(6):
+            await history.add_pages([(f"Question {i} about the deployment of service {i} [[len:40]]", "ok")])
+            assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c2")) == "done"
+        row = await repo.get_summary(TENANT, "c2", "conversation")
+        assert row.compressions >= 1
+        assert estimate_tokens(row.text) <= 120 and row.tokens <= 120
+        assert row.message_count == 12 and row.last_seq == 11
+    finally:
+        await summarizer.aclose()
+
+
+async def test_failures_back_off_then_backlog(repo: SqlConversationRepository, worker: MemoryWorker) -> None:
+    history = await History(repo, "c3").create()
+    await history.add_pages([("Tell me about the outage [[status:500]]", "It was the disk.")])
+
+    assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c3"), T0) == "failed"
+    row = await repo.get_summary(TENANT, "c3", "conversation")
+    assert row.attempts == 1 and row.next_attempt_at == T0 + dt.timedelta(minutes=10)
+    assert row.status == "pending" and await worker.latest_summary(TENANT, "c3") == ""
+
+    # Before the retry time nothing runs; the queue nudging it early changes nothing.
+    assert await worker.run_due(T0 + dt.timedelta(minutes=9)) == 0
+    assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c3"), T0 + dt.timedelta(minutes=9)) == "backing_off"
+
+    now = T0 + dt.timedelta(minutes=10)
+    expected = [dt.timedelta(minutes=30), dt.timedelta(hours=2), dt.timedelta(hours=6), dt.timedelta(hours=12),
+                dt.timedelta(hours=12)]
+    for attempt, step in enumerate(expected, start=2):
+        assert await worker.run_due(now) == 1
+        row = await repo.get_summary(TENANT, "c3", "conversation")
+        assert row.attempts == attempt and row.next_attempt_at == now + step
+        backlog = await repo.load_events(TENANT, "c3", kinds=(BACKLOG_EVENT,))
+        assert len(backlog) == (1 if attempt >= 5 else 0)
+        now = row.next_attempt_at
+    assert backlog[0].payload["attempts"] == 5 and "500" in backlog[0].payload["error"]
+
+
+async def test_recovers_after_a_failure(repo: SqlConversationRepository, worker: MemoryWorker) -> None:
+    history = await History(repo, "c4").create()
+    await history.add_pages([("First question [[status:503]]", "answer")])
+    assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c4"), T0) == "failed"
+    # The page that made the summariser fail is rewritten (an edited history); the retry then succeeds.
+    async with repo.engine.begin() as connection:
+        from sqlalchemy import text
+
+        await connection.execute(text(
+            "UPDATE entries SET message = '{\"role\": \"user\", \"content\": \"First question\"}'::jsonb "
+            "WHERE conversation_id = 'c4' AND seq = 0"))
+    assert await worker.run_due(T0 + dt.timedelta(minutes=10)) == 1
+    row = await repo.get_summary(TENANT, "c4", "conversation")
+    assert row.status == "done" and row.attempts == 0 and row.next_attempt_at is None and row.text
+
+
+async def test_profile_facts_from_archived_pages(repo: SqlConversationRepository, worker: MemoryWorker) -> None:
+    history = await History(repo, "c5").create()
+    await history.add_pages([("[[say:- The user is called Ada]] hello", "hi Ada")])
+    assert await worker.handle(Job(PROFILE_JOB, TENANT, "c5")) == "done"
+    other = await History(repo, "c6").create()
+    await other.add_pages([("[[say:- The user is called Ada]] again", "hi")])
+    assert await worker.handle(Job(PROFILE_JOB, TENANT, "c6")) == "done"
+    assert await worker.latest_profile(TENANT) == "- The user is called Ada"  # once, though learnt twice
+    assert await worker.latest_profile("tenant-b") == ""
+    assert await worker.handle(Job(PROFILE_JOB, TENANT, "c5")) == "nothing"
+
+
+async def test_deleting_the_conversation_removes_its_memory_rows(
+    repo: SqlConversationRepository, worker: MemoryWorker
+) -> None:
+    history = await History(repo, "c7").create()
+    await history.add_pages([("[[say:- Works on the billing service]] PostgreSQL question", "answer")])
+    await worker.notify(TENANT, "c7")
+    await worker.queue.drain(worker.handle)
+    for table in ("memory_summaries", "memory_topics", "memory_profile_facts"):
+        assert await rows_of(repo, table, "c7"), table
+    assert await repo.delete_conversation(TENANT, "c7")
+    for table in ("memory_summaries", "memory_topics", "memory_profile_facts"):
+        assert await rows_of(repo, table, "c7") == [], table
+    worker.forget(TENANT, "c7")
+    assert await worker.latest_profile(TENANT) == ""
