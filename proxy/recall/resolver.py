@@ -165,6 +165,10 @@ class RecallResolver:
             min_cosine=self.min_cosine,
         )
 
+    async def close(self) -> None:
+        if self.vectors is not None:
+            await self.vectors.close()
+
     def _fallback(self, reason: str) -> None:
         if self.metrics is not None:
             self.metrics.recall_fallbacks.labels(reason).inc()

@@ -25,7 +25,7 @@ from proxy.store.ports import PageVectorStore
 
 log = logging.getLogger("memci.recall")
 
-__all__ = ["Embedder", "PageVectors", "text_digest"]
+__all__ = ["Embedder", "PageVectors", "VectorSearchFailed", "build_page_vectors", "text_digest"]
 
 
 class Embedder(Protocol):
@@ -184,8 +184,41 @@ class PageVectors:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
+    async def close(self) -> None:
+        """Stop background embedding and close the embedder's connections."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        close = getattr(self.embedder, "close", None)
+        if close is not None:
+            await close()
+
     def forget(self, conversation_id: str) -> None:
         self._arrived.pop(conversation_id, None)
         dropped = self._conversations.pop(conversation_id, None)
         if dropped is not None and dropped.backlog_task is not None:
             dropped.backlog_task.cancel()
+
+
+def build_page_vectors(
+    store: PageVectorStore,
+    embeddings_url: str,
+    upstream_url: str = "",
+    model: str = "",
+    api_key: str = "",
+    timeout_s: float = 5.0,
+    inline_pages: int = 32,
+) -> PageVectors | None:
+    """The vector half of the search, or None (lexical only) when ``embeddings_url`` is empty.
+
+    ``embeddings_url``: an OpenAI base URL serving ``/embeddings``, or "upstream" for the upstream's own
+    (the first of ``upstream_url``'s comma-separated URLs)."""
+    from proxy.recall.embeddings import EmbeddingsClient
+
+    url = embeddings_url.strip()
+    if url.lower() == "upstream":
+        url = upstream_url.split(",")[0].strip()
+    if not url:
+        return None
+    return PageVectors(store, EmbeddingsClient(url, model=model, timeout_s=timeout_s, api_key=api_key),
+                       inline_pages=inline_pages)

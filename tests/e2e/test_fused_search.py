@@ -1,0 +1,94 @@
+"""The fused recall search end to end: proxy with an embeddings endpoint (the emulator's deterministic
+bag-of-words /v1/embeddings), and with a dead one (lexical fallback, counted)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import httpx
+import openai
+import pytest
+
+from proxy.emulator.testing import free_port
+from proxy.settings import Settings
+from tests.e2e.conftest import EmulatorProcess
+from tests.e2e.proxyproc import ProxyProcess
+
+if "embeddings_url" not in {f.name for f in dataclasses.fields(Settings)}:
+    pytest.skip("the embeddings settings are not wired yet (Settings.embeddings_url)", allow_module_level=True)
+
+FACT = "My locker code is 7349 and my cat is called Brioche."
+KEY = "Bearer sk-fused"
+
+
+@pytest.fixture(scope="module")
+def emu():
+    e = EmulatorProcess(["--max-model-len", "4096"]).start()
+    yield e
+    e.stop()
+
+
+def _proxy(emu, tmp_path_factory, name: str, embeddings_url: str):
+    env = {"MEMCI_EMBEDDINGS_URL": embeddings_url, "MEMCI_EMBEDDINGS_MODEL": "emu-embed",
+           "MEMCI_EMBEDDINGS_TIMEOUT": "2"}
+    return ProxyProcess(emu.base_url, tmp_path_factory.mktemp(name), env=env).start()
+
+
+def _conversation(proxy) -> str:
+    """60 turns; the fact only in turn 3, archived long before the search."""
+    client = openai.OpenAI(base_url=proxy.base_url, api_key=KEY.split()[1], max_retries=0, timeout=30)
+    messages: list[dict] = []
+    headers = {}
+    try:
+        for turn in range(1, 61):
+            text = FACT if turn == 3 else f"Chit-chat number {turn} about the weather and the news."
+            messages.append({"role": "user", "content": text + " [[len:80]]"})
+            raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=200)
+            messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+            headers = raw.headers
+    finally:
+        client.close()
+    assert int(headers["x-memci-pages-archived"]) > 10
+    return headers["x-memci-conversation-id"]
+
+
+def _search(proxy, conversation: str, query: str, k: int = 3) -> list[dict]:
+    r = httpx.post(proxy.url + "/memci/search", json={"conversation_id": conversation, "query": query, "k": k},
+                   headers={"Authorization": KEY}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["hits"]
+
+
+def _fallbacks(proxy) -> dict[str, float]:
+    text = httpx.get(proxy.url + "/metrics", timeout=10).text
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r'memci_recall_fallbacks_total\{reason="([^"]+)"\} ([0-9.e+]+)', text)}
+
+
+def test_search_is_fused_with_the_embeddings(emu, tmp_path_factory):
+    proxy = _proxy(emu, tmp_path_factory, "fused", emu.base_url)
+    try:
+        conversation = _conversation(proxy)
+        before = emu.stats()["embeddings"]
+        hits = _search(proxy, conversation, "locker code")
+        assert hits and hits[0]["page"] == "3" and "7349" in hits[0]["excerpt"]
+        assert len({h["page"] for h in hits}) == len(hits)
+        assert emu.stats()["embeddings"] > before  # pages and query were embedded
+        again = emu.stats()["embeddings"]
+        assert _search(proxy, conversation, "cat called Brioche")[0]["page"] == "3"
+        assert emu.stats()["embeddings"] == again + 1  # the query alone: pages are embedded once
+        assert sum(_fallbacks(proxy).values()) == 0
+    finally:
+        proxy.stop()
+
+
+def test_dead_endpoint_falls_back_to_lexical(emu, tmp_path_factory):
+    proxy = _proxy(emu, tmp_path_factory, "dead", f"http://127.0.0.1:{free_port()}/v1")
+    try:
+        conversation = _conversation(proxy)
+        hits = _search(proxy, conversation, "locker code")
+        assert hits and hits[0]["page"] == "3"
+        assert _fallbacks(proxy).get("unreachable", 0) >= 1
+    finally:
+        proxy.stop()
