@@ -1,0 +1,204 @@
+"""Two proxy replicas sharing one Redis and one PostgreSQL, turns alternating between them (client-side round
+robin): every upstream prompt must be identical to the one a single replica sends for the same conversation.
+
+    python -m loadtests.replicas --conversations 50 --turns 12
+
+Starts an emulator (8k window), an embedded PostgreSQL (pgserver, passed to the proxies as DATABASE_URL), a
+redis-server and the proxies. Run A: one replica; run B: two replicas, turn i of every conversation on replica
+i % 2. The emulator's request log is polled during each run and the prompts are matched by (conversation, turn).
+Prints JSON: mismatches, statuses, lock timeouts and the lock wait p99 of run B.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+MAX_TOKENS = 128
+FILLER = "river stone cloud maple lantern orbit copper meadow signal harbor velvet ember".split()
+_TURN = re.compile(r"Turn (\d+) of (conv-\d+):")
+
+
+def user_text(name: str, turn: int, pad: int) -> str:
+    filler = " ".join(FILLER[(turn + i) % len(FILLER)] for i in range(pad))
+    return f"Turn {turn} of {name}: remember item {turn}. {filler} Tell me more. [[len:60]]"
+
+
+@dataclass
+class RunResult:
+    statuses: Counter = field(default_factory=Counter)
+    prompts: dict[tuple[str, int], Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class PromptRecorder:
+    """Polls the emulator's request log (a ring of 200) and keeps every request body by its id."""
+
+    def __init__(self, emulator_root: str, interval_s: float = 0.3) -> None:
+        self.url = emulator_root + "/emulator/requests"
+        self.interval_s = interval_s
+        self.bodies: dict[str, dict[str, Any]] = {}
+        self._task: asyncio.Task | None = None
+
+    async def _poll_once(self, client: httpx.AsyncClient) -> None:
+        r = await client.get(self.url, params={"n": 200}, timeout=10)
+        for item in r.json()["data"]:
+            self.bodies.setdefault(str(item.get("request_id")), item["body"])
+
+    async def _loop(self) -> None:
+        async with httpx.AsyncClient() as client:
+            while True:
+                await self._poll_once(client)
+                await asyncio.sleep(self.interval_s)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> dict[tuple[str, int], Any]:
+        assert self._task is not None
+        self._task.cancel()
+        async with httpx.AsyncClient() as client:
+            await self._poll_once(client)
+        out: dict[tuple[str, int], Any] = {}
+        for body in self.bodies.values():
+            last_user = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), None)
+            match = _TURN.search(str(last_user.get("content"))) if last_user else None
+            if match:
+                out[(match.group(2), int(match.group(1)))] = {"messages": body["messages"], "tools": body.get("tools")}
+        return out
+
+
+async def _conversation(client: httpx.AsyncClient, proxies: list[str], api_key: str, name: str, turns: int,
+                        pad: int, result: RunResult) -> None:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
+    headers = {"Authorization": f"Bearer {api_key}"}
+    for turn in range(turns):
+        base = proxies[turn % len(proxies)]
+        text = user_text(name, turn, pad)
+        body = {"model": "m", "messages": [*messages, {"role": "user", "content": text}], "max_tokens": MAX_TOKENS}
+        r = await client.post(base + "/v1/chat/completions", json=body, headers=headers, timeout=120)
+        result.statuses[r.status_code] += 1
+        if r.status_code != 200:
+            return
+        messages += [{"role": "user", "content": text},
+                     {"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]}]
+
+
+async def run(proxies: list[str], emulator_root: str, api_key: str, conversations: int, turns: int,
+              pad: int) -> RunResult:
+    httpx.post(emulator_root + "/emulator/reset", timeout=10).raise_for_status()
+    result = RunResult()
+    recorder = PromptRecorder(emulator_root)
+    recorder.start()
+    started = time.perf_counter()
+    limits = httpx.Limits(max_connections=conversations + 8)
+    async with httpx.AsyncClient(limits=limits) as client:
+        await asyncio.gather(*(_conversation(client, proxies, api_key, f"conv-{i}", turns, pad, result)
+                               for i in range(conversations)))
+    result.seconds = time.perf_counter() - started
+    result.prompts = await recorder.stop()
+    return result
+
+
+def compare(one: RunResult, two: RunResult) -> list[tuple[str, int]]:
+    """The (conversation, turn) keys whose upstream prompts differ (or are missing from either run)."""
+    keys = set(one.prompts) | set(two.prompts)
+    return sorted(k for k in keys if one.prompts.get(k) != two.prompts.get(k))
+
+
+def histogram_quantile(metrics_texts: list[str], name: str, q: float) -> float | None:
+    """The q-quantile (upper bucket bound) of a histogram summed over several /metrics pages."""
+    buckets: Counter = Counter()
+    for text in metrics_texts:
+        for line in text.splitlines():
+            if line.startswith(name + "_bucket{"):
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                buckets[float("inf") if le == "+Inf" else float(le)] += float(line.rsplit(" ", 1)[1])
+    if not buckets:
+        return None
+    total = buckets[float("inf")]
+    if total == 0:
+        return None
+    for bound in sorted(buckets):
+        if buckets[bound] >= q * total:
+            return bound
+    return None
+
+
+def metric_sum(metrics_texts: list[str], name: str) -> float:
+    total = 0.0
+    for text in metrics_texts:
+        for line in text.splitlines():
+            if line.split("{")[0].split(" ")[0] == name:
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def replica_report(proxies: list[str]) -> dict[str, Any]:
+    texts = [httpx.get(p + "/metrics", timeout=10).text for p in proxies]
+    return {
+        "lock_wait_p99_s": histogram_quantile(texts, "memci_lock_wait_seconds", 0.99),
+        "lock_wait_p50_s": histogram_quantile(texts, "memci_lock_wait_seconds", 0.50),
+        "lock_waits": metric_sum(texts, "memci_lock_wait_seconds_count"),
+        "lock_timeouts": metric_sum(texts, "memci_lock_timeouts_total"),
+        "engine_errors": metric_sum(texts, "memci_engine_errors_total"),
+    }
+
+
+def main() -> None:
+    from proxy.emulator.config import EmulatorConfig
+    from proxy.emulator.testing import running_emulator
+    from tests.e2e.proxyproc import ProxyProcess
+    from tests.resilience.conftest import PostgresProcess, RedisProcess
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conversations", type=int, default=50)
+    parser.add_argument("--turns", type=int, default=12)
+    parser.add_argument("--pad", type=int, default=300, help="filler words per user message (epochs come sooner)")
+    args = parser.parse_args()
+
+    pg = PostgresProcess().start()
+    redis = RedisProcess().start()
+    home = Path(tempfile.mkdtemp(prefix="memci-replicas-"))
+    proxies: list[ProxyProcess] = []
+    try:
+        database = pg.create_database("replicas")
+        with running_emulator(EmulatorConfig(max_model_len=8192)) as upstream:
+            root = upstream.removesuffix("/v1")
+            env = {"DATABASE_URL": database, "REDIS_URL": redis.url}
+            for i in range(2):
+                proxies.append(ProxyProcess(upstream, home / f"r{i}", env).start())
+            urls = [p.url for p in proxies]
+            one = asyncio.run(run(urls[:1], root, "sk-one-replica", args.conversations, args.turns, args.pad))
+            for p in proxies:  # the lock figures below are run B's alone
+                p.stop()
+                p.start()
+            two = asyncio.run(run(urls, root, "sk-two-replicas", args.conversations, args.turns, args.pad))
+            report = {
+                "conversations": args.conversations, "turns": args.turns, "pad_words": args.pad,
+                "prompts_compared": len(set(one.prompts) | set(two.prompts)),
+                "mismatches": len(compare(one, two)),
+                "statuses_one": dict(one.statuses), "statuses_two": dict(two.statuses),
+                "seconds_one": round(one.seconds, 2), "seconds_two": round(two.seconds, 2),
+                **replica_report(urls),
+            }
+            print(json.dumps(report, indent=2))
+    finally:
+        for p in proxies:
+            p.stop()
+        redis.kill()
+        pg.close()
+
+
+if __name__ == "__main__":
+    main()
