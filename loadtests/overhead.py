@@ -1,7 +1,7 @@
 """Proxy overhead benchmark: the same request mix sent straight to the upstream emulator and through the
 proxy, side by side in one run.
 
-Starts the emulator (`memci-proxy emulate`) and, one after the other, the proxy in pass-through mode
+Starts the emulator (`memci-proxy emulate`), the proxy in pass-through mode
 (MEMCI_MANAGE_CONTEXT=false), the proxy with context management (defaults; embedded database in a temporary
 home) and, when installed in a separate virtualenv, a LiteLLM proxy as a peer. Each cell (target x streaming x
 concurrency) runs for a bounded time with an aiohttp client that records per-request latency (and time to
@@ -57,31 +57,73 @@ _TOOLS = [
 ]
 
 
-def request_mix(client: int, stream: bool) -> list[bytes]:
-    """Three conversation shapes, tagged per client so that each client is its own conversation."""
-    tag = f"[client {client}]"
-    system = {"role": "system", "content": "You are a concise assistant for a software team. " * 4}
-    short = [system, {"role": "user", "content": f"{tag} What does HTTP status 429 mean?"}]
-    chat = [system, {"role": "user", "content": f"{tag} We are planning the Q3 release of the billing service."}]
-    for turn in range(6):
-        chat.append({"role": "assistant", "content": f"Noted point {turn}: " + "the migration needs a rollback plan. " * 6})
-        chat.append({"role": "user", "content": f"And what about item {turn}? " + "Please keep it brief. " * 3})
-    agent = [
+TURNS = 8  # requests per conversation before a client starts a new one
+TAG = b"@@TAG@@"
+
+
+def _body(messages: list[dict[str, Any]], stream: bool, tools: list[dict[str, Any]] | None = None) -> bytes:
+    body: dict[str, Any] = {"model": MODEL, "messages": messages, "max_tokens": 32, "temperature": 0}
+    if tools:
+        body["tools"] = tools
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return json.dumps(body).encode()
+
+
+def conversation_templates(stream: bool) -> list[list[bytes]]:
+    """Two conversation shapes, each as its TURNS successive request bodies (each the previous one plus the
+    next exchange, as a chat client or an agent sends them), with TAG standing for the conversation's id.
+
+    chat: a team chat, user and assistant turns alternating. agent: a coding agent's loop, each request
+    ending with the tool result of the assistant's previous tool call (1.6 KB each)."""
+    tag = TAG.decode()
+    system = {"role": "system", "content": "You are a concise assistant for a software team. " * 8}
+    chat: list[bytes] = []
+    messages: list[dict[str, Any]] = [system, {"role": "user", "content": f"[{tag}] We plan the Q3 release of billing."}]
+    for turn in range(TURNS):
+        chat.append(_body(messages, stream))
+        messages = messages + [
+            {"role": "assistant", "content": f"Point {turn}: " + "the migration needs a rollback plan and an owner. " * 6},
+            {"role": "user", "content": f"What about item {turn + 1}? " + "Please keep it brief. " * 3},
+        ]
+    agent: list[bytes] = []
+    messages = [
         {"role": "system", "content": "You are a coding agent. Use the tools to inspect the repository. " * 6},
-        {"role": "user", "content": f"{tag} The test test_refund_rounding fails; find out why."},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-            "name": "read_file", "arguments": json.dumps({"path": "billing/refunds.py"})}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "def refund(amount):\n    return round(amount * 0.97, 1)\n" * 40},
-        {"role": "user", "content": "Is the rounding the cause?"},
+        {"role": "user", "content": f"[{tag}] The test test_refund_rounding fails; find out why."},
     ]
-    bodies = []
-    for messages, extra in ((short, {}), (chat, {}), (agent, {"tools": _TOOLS})):
-        body: dict[str, Any] = {"model": MODEL, "messages": messages, "max_tokens": 32, "temperature": 0, **extra}
-        if stream:
-            body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
-        bodies.append(json.dumps(body).encode())
-    return bodies
+    for turn in range(TURNS):
+        agent.append(_body(messages, stream, _TOOLS))
+        call_id = f"call_{turn}"
+        messages = messages + [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": {
+                "name": "read_file", "arguments": json.dumps({"path": f"billing/module_{turn}.py"})}}]},
+            {"role": "tool", "tool_call_id": call_id,
+             "content": f"# module {turn}\n" + "def refund(amount):\n    return round(amount * 0.97, 1)\n" * 30},
+        ]
+    return [chat, agent]
+
+
+class ClientScript:
+    """The requests one simulated client sends: conversation after conversation, TURNS requests each,
+    shapes alternating; identical whichever target it is sent to."""
+
+    def __init__(self, client: int, templates: list[list[bytes]]) -> None:
+        self.client, self.templates = client, templates
+        self.conversation = self.turn = 0
+        self.tag = self._tag()
+
+    def _tag(self) -> bytes:
+        return f"client {self.client} conversation {self.conversation}".encode()
+
+    def next_body(self) -> bytes:
+        shape = self.templates[self.conversation % len(self.templates)]
+        body = shape[self.turn].replace(TAG, self.tag)
+        self.turn += 1
+        if self.turn == TURNS:
+            self.turn, self.conversation = 0, self.conversation + 1
+            self.tag = self._tag()
+        return body
 
 
 # --- processes ---------------------------------------------------------------------------------------
@@ -176,7 +218,7 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
 
 
 async def run_cell(url: str, target: str, stream: bool, clients: int, duration: float, warmup: float) -> Cell:
-    bodies = [request_mix(c, stream) for c in range(clients)]
+    templates = conversation_templates(stream)
     latencies: list[float] = []
     ttfbs: list[float] = []
     errors = 0
@@ -185,12 +227,10 @@ async def run_cell(url: str, target: str, stream: bool, clients: int, duration: 
     measure_from, stop_at = t0 + warmup, t0 + warmup + duration
     headers = {"Content-Type": "application/json", "Authorization": "Bearer overhead-bench"}
 
-    async def worker(session: aiohttp.ClientSession, mine: list[bytes]) -> None:
+    async def worker(session: aiohttp.ClientSession, script: ClientScript) -> None:
         nonlocal errors, first_error
-        i = 0
         while (start := time.perf_counter()) < stop_at:
-            body = mine[i % len(mine)]
-            i += 1
+            body = script.next_body()
             first = None
             try:
                 async with session.post(url, data=body, headers=headers) as resp:
@@ -218,7 +258,7 @@ async def run_cell(url: str, target: str, stream: bool, clients: int, duration: 
     connector = aiohttp.TCPConnector(limit=clients, limit_per_host=clients, force_close=False)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        await asyncio.gather(*(worker(session, bodies[c]) for c in range(clients)))
+        await asyncio.gather(*(worker(session, ClientScript(c, templates)) for c in range(clients)))
     latencies.sort()
     ttfbs.sort()
     ms = lambda v: None if v is None else v * 1000.0  # noqa: E731
@@ -237,7 +277,7 @@ _WRK_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 
 def run_wrk(url: str, target: str, clients: int, duration: float, workdir: Path) -> Cell:
     script = workdir / "post.lua"
-    body = request_mix(0, stream=False)[1].decode()
+    body = conversation_templates(stream=False)[0][3].replace(TAG, b"wrk").decode()  # a 7-message chat
     script.write_text(
         'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
         'wrk.headers["Authorization"] = "Bearer overhead-bench"\n'
