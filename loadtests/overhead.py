@@ -258,7 +258,12 @@ async def run_cell(url: str, target: str, stream: bool, clients: int, duration: 
     connector = aiohttp.TCPConnector(limit=clients, limit_per_host=clients, force_close=False)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        await asyncio.gather(*(worker(session, ClientScript(c, templates)) for c in range(clients)))
+        tasks = [asyncio.ensure_future(worker(session, ClientScript(c, templates))) for c in range(clients)]
+        # requests still open 2 s after the window would not count: cancel them rather than wait
+        _, pending = await asyncio.wait(tasks, timeout=stop_at + 2.0 - time.perf_counter())
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
     latencies.sort()
     ttfbs.sort()
     ms = lambda v: None if v is None else v * 1000.0  # noqa: E731
