@@ -1,0 +1,81 @@
+"""Summaries by the model end to end: openai SDK -> proxy -> emulator, the emulator also being the summariser.
+
+The summary of archived pages is made in the background (in-process queue) and reaches the leading system
+message only at compaction epochs: between epochs the system message stays byte for byte the same.
+Skipped until the managed turn reads ``latest_summary`` and the app starts the memory worker.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import EmulatorProcess
+from tests.e2e.proxyproc import REPO, ProxyProcess
+
+WINDOW = 4096
+SUMMARY_HEADING = "## Conversation summary"
+
+
+def _wired() -> bool:
+    service = (Path(REPO) / "proxy/context/service.py").read_text()
+    app = (Path(REPO) / "proxy/app.py").read_text()
+    return "latest_summary" in service and "start_memory_worker" in app
+
+
+pytestmark = pytest.mark.skipif(not _wired(), reason="the memory worker is not wired into the managed turn yet")
+
+
+@pytest.fixture(scope="module")
+def emulator_4k():
+    emu = EmulatorProcess(["--max-model-len", str(WINDOW)]).start()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy_with_memory(emulator_4k, tmp_path_factory):
+    env = {"MEMCI_CONTEXT_WINDOW": str(WINDOW), "MEMCI_SUMMARY_CACHE_TTL_S": "0", "MEMCI_CACHE_TTL_S": "0"}
+    p = ProxyProcess(emulator_4k.base_url, tmp_path_factory.mktemp("memory"), env).start()
+    yield p
+    p.stop()
+
+
+def _chat_request(emulator: EmulatorProcess, text: str) -> dict:
+    """The last request the proxy sent for the client's turn (summariser calls are skipped)."""
+    for item in reversed(emulator.requests(50)):
+        messages = item["body"]["messages"]
+        last = messages[-1].get("content")
+        if isinstance(last, str) and last.startswith(text):
+            return item["body"]
+    raise AssertionError(f"no upstream request for {text!r}")
+
+
+def test_summary_reaches_the_prompt_only_at_epochs(proxy_with_memory, emulator_4k, client_for):
+    client = client_for(proxy_with_memory)
+    messages: list[dict] = [{"role": "system", "content": "You are a patient tutor."}]
+    systems: list[tuple[bool, str]] = []
+    for turn in range(80):
+        text = f"Question {turn}: explain idea number {turn} of the billing design. [[len:120]]"
+        messages.append({"role": "user", "content": text})
+        raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=200)
+        answer = raw.parse().choices[0].message.content
+        messages.append({"role": "assistant", "content": answer})
+        system = _chat_request(emulator_4k, text)["messages"][0]["content"]
+        systems.append((raw.headers["x-memci-epoch"] == "true", system))
+        if sum(SUMMARY_HEADING in s for _, s in systems) >= 3 and systems[-1][0]:
+            break
+        time.sleep(0.05)  # the background summary job runs meanwhile
+    with_summary = [i for i, (_, s) in enumerate(systems) if SUMMARY_HEADING in s]
+    assert with_summary, "no summary reached the prompt"
+    first = with_summary[0]
+    assert systems[first][0], "the summary appeared outside an epoch"
+    for i in range(1, len(systems)):
+        epoch, system = systems[i]
+        if not epoch:
+            assert system == systems[i - 1][1], f"turn {i}: the system message changed without an epoch"
+    # The summary is the model's text, not the extractive contents lines.
+    summary = systems[-1][1].split(SUMMARY_HEADING, 1)[1]
+    assert "Question 0" not in summary.split("##", 1)[0]
