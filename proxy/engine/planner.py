@@ -205,6 +205,10 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     result = EpochResult()
     first_active_before = s.first_active_page
     if reason is not None:
+        if ratio < 1.0 and _active_images(s, msgs):
+            # The ratio was learned with images in the prompt (a flat estimate per image); once they decay to
+            # text it no longer holds, and below 1 it would under-count the text: start again from 1.
+            ratio = s.correction_ratio = 1.0
         image_texts = ChainMap(s.image_texts, turn.image_descriptions)  # texts already sent win
         result = run_epoch(
             s, msgs, cfg, counter, fixed, ratio, cfg.low_watermark * budget, cfg.contents_limit(budget),
@@ -313,6 +317,15 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         forked_at=forked_at,
         stable_prefix_messages=stable,
         dropped_pages=dropped,
+    )
+
+
+def _active_images(s: ConversationState, messages: Sequence[dict[str, Any]]) -> bool:
+    """Whether an active entry not yet condensed holds an image part."""
+    condensed = set(s.condensed)
+    return any(
+        isinstance(messages[entry].get("content"), list) and entry not in condensed and message_images(messages[entry])
+        for entry in range(s.active_start_entry(), len(messages))
     )
 
 

@@ -101,9 +101,12 @@ def test_fifty_turns_with_images(proxy, emulator, client_for):
         epoch = raw.headers["x-memci-epoch"] == "true"
         if previous is not None and not epoch:
             assert sent[: len(previous)] == previous, f"turn {turn}: the prompt changed without an epoch"
+        active_decayed = "[image memci-blob://sha256/" in json.dumps(sent[1:])
         if epoch:
             epochs += 1
-            decayed_at_epoch += "[image memci-blob://sha256/" in json.dumps(sent) or "[image: " in sent[0]["content"]
+            decayed_at_epoch += active_decayed
+        elif epochs == 0:
+            assert not active_decayed and image_parts(sent) == turn + 1, "images decay only at epochs"
         previous = sent
     assert epochs >= 2 and decayed_at_epoch >= 1
 
