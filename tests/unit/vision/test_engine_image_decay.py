@@ -126,3 +126,14 @@ def test_frozen_texts_cover_only_active_decayed_images() -> None:
     keys = {r.key for e in state.condensed if e >= start for r in message_images(msgs[e])}
     assert set(state.image_texts) == keys
     assert all(state.image_texts[k] == descriptions[k] for k in keys)
+
+
+def test_an_epoch_with_images_restarts_a_ratio_below_one() -> None:
+    from proxy.engine import observe_usage
+
+    plans, state, msgs = run(8, {})
+    state = observe_usage(state, 100, None, plans[-1].estimated_tokens, T0 + 8)  # images cost far less than estimated
+    assert state.correction_ratio < 1.0
+    later, state, _ = run(40, {}, state=state, start=8, msgs=msgs)
+    first_epoch = next(p for p in later if p.epoch)
+    assert first_epoch.state.correction_ratio == 1.0
