@@ -154,12 +154,19 @@ class UpstreamGate:
             if waiter.done() and not waiter.cancelled():
                 self.release()  # handed a slot while being cancelled: pass it on
             else:
-                waiter.cancel()
+                self._forget(waiter)
             raise
         if waiter.done() and not waiter.cancelled():
             return None  # release() handed its slot over
-        waiter.cancel()
+        self._forget(waiter)
         return "upstream_queue_timeout"
+
+    def _forget(self, waiter: asyncio.Future[None]) -> None:
+        waiter.cancel()
+        try:
+            self._waiters.remove(waiter)
+        except ValueError:
+            pass
 
     def release(self) -> None:
         while self._waiters:

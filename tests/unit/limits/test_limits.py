@@ -138,3 +138,11 @@ async def test_redis_down_falls_back_to_in_process_limits():
         assert limits.backend_errors._value.get() == 2
     finally:
         await limits.close()
+
+
+async def test_gate_timeouts_leave_nothing_queued():
+    gate = UpstreamGate(limit=1, max_queue=8, timeout=0.001)
+    await gate.acquire()
+    for _ in range(20):
+        assert await gate.acquire() == "upstream_queue_timeout"
+    assert len(gate._waiters) == 0
