@@ -16,7 +16,9 @@ Usage::
 
     python loadtests/eval_recall.py                       # lexical, every query strategy
     python loadtests/eval_recall.py --strategy weighted   # one strategy
-    python loadtests/eval_recall.py --embeddings-url http://127.0.0.1:8001   # adds vector and fused runs
+    python loadtests/eval_recall.py --embeddings-url http://127.0.0.1:8011   # adds vector and fused runs
+    python loadtests/eval_recall.py --embeddings-url http://127.0.0.1:8011 --split dev --vector-weight 0.5 1 2
+    (an embeddings server over a real model: loadtests/embeddings_server.py)
     python loadtests/eval_recall.py --memorybank          # MemoryBank probing questions (unlabelled)
 """
 
@@ -41,6 +43,9 @@ __all__ = [
     "EmbedFn",
     "RetrievalMetrics",
     "STRATEGIES",
+    "VECTOR_QUERIES",
+    "caching",
+    "vector_query_text",
     "build_query",
     "evaluate_madial",
     "score_ranking",
@@ -132,8 +137,32 @@ def build_query(dialogue: MadialDialogue, strategy: str = DEFAULT_STRATEGY) -> d
     return dict(weights)
 
 
-def _query_text(dialogue: MadialDialogue) -> str:
-    return "\n".join(t.text for t in dialogue.turns_before(dialogue.test_turns[0]) if t.text)
+VECTOR_QUERIES = ("context", "user", "recent-3")
+
+
+def vector_query_text(dialogue: MadialDialogue, mode: str = "context") -> str:
+    """The text embedded as the query: every turn before the test turn, the user's turns only, or the last 3."""
+    turns = [t for t in dialogue.turns_before(dialogue.test_turns[0]) if t.text]
+    if mode == "user":
+        turns = [t for t in turns if t.speaker not in (None, "Assistant")] or turns
+    elif mode == "recent-3":
+        turns = turns[-3:]
+    elif mode != "context":
+        raise ValueError(f"unknown vector query {mode!r}; one of {', '.join(VECTOR_QUERIES)}")
+    return "\n".join(t.text for t in turns)
+
+
+def caching(embed: EmbedFn) -> EmbedFn:
+    """An EmbedFn that asks ``embed`` only for texts it has not seen (several runs over the same data)."""
+    memo: dict[str, list[float]] = {}
+
+    def cached(texts: list[str]) -> list[list[float]]:
+        missing = list(dict.fromkeys(t for t in texts if t not in memo))
+        if missing:
+            memo.update(zip(missing, embed(missing), strict=True))
+        return [memo[t] for t in texts]
+
+    return cached
 
 
 def evaluate_madial(
@@ -143,10 +172,14 @@ def evaluate_madial(
     embed: EmbedFn | None = None,
     min_score: float = DEFAULT_MIN_SCORE,
     vector_weight: float = 1.0,
+    lexical_weight: float = 1.0,
+    min_cosine: float | None = None,
+    vector_query: str = "context",
 ) -> dict[str, RetrievalMetrics]:
     """Metrics of lexical search (and of vector and fused search when ``embed`` is given).
 
-    ``limit`` evaluates only the first dialogues (a quick slice for CI).
+    ``limit`` evaluates only the first dialogues (a quick slice for CI). The fusion is the recall search's
+    (proxy.recall.fusion.fuse_lexical_and_vector) with the given weights and ``min_cosine``.
     """
     dialogues = bench.dialogues[:limit] if limit is not None else bench.dialogues
     users = sorted({d.user_id for d in dialogues})
@@ -161,7 +194,8 @@ def evaluate_madial(
         if embed is not None:
             vectors = embed([m.event for m in memories])
             memory_vectors[user_id] = {m.id: v for m, v in zip(memories, vectors, strict=True)}
-    query_vectors: list[list[float]] = embed([_query_text(d) for d in dialogues]) if embed is not None else []
+    query_texts = [vector_query_text(d, vector_query) for d in dialogues]
+    query_vectors: list[list[float]] = embed(query_texts) if embed is not None else []
 
     rows: dict[str, list[tuple[float, float, float, float, float]]] = {"lexical": []}
     if embed is not None:
@@ -173,7 +207,10 @@ def evaluate_madial(
         if embed is not None:
             pool = memory_vectors[dialogue.user_id]
             vector = rank_by_cosine(query_vectors[position], pool, k=len(pool))
-            fused = fuse_lexical_and_vector(lexical, vector, limit=len(pool), vector_weight=vector_weight)
+            fused = fuse_lexical_and_vector(
+                lexical, vector, limit=len(pool), lexical_weight=lexical_weight, vector_weight=vector_weight,
+                min_cosine=min_cosine,
+            )
             rows["vector"].append(score_ranking([doc_id for doc_id, _ in vector], dialogue.relevant_ids))
             rows["fused"].append(score_ranking([doc_id for doc_id, _ in fused], dialogue.relevant_ids))
     return {name: _mean_metrics(r) for name, r in rows.items()}
@@ -235,7 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-score", type=float, default=DEFAULT_MIN_SCORE)
     parser.add_argument("--embeddings-url", default=None, help="OpenAI-compatible base URL serving /v1/embeddings")
     parser.add_argument("--embeddings-model", default="embedding")
-    parser.add_argument("--vector-weight", type=float, default=1.0, help="weight of the vector ranking in the fusion")
+    parser.add_argument("--vector-weight", type=float, nargs="+", default=[1.0],
+                        help="weight(s) of the vector ranking in the fusion (several: one fused run each)")
+    parser.add_argument("--lexical-weight", type=float, default=1.0, help="weight of the BM25 ranking in the fusion")
+    parser.add_argument("--min-cosine", type=float, default=None, help="vector candidates below it are not fused")
+    parser.add_argument("--vector-query", choices=VECTOR_QUERIES, default="context", help="text embedded as the query")
     parser.add_argument("--memorybank", action="store_true", help="print MemoryBank probing-question results")
     args = parser.parse_args(argv)
 
@@ -253,23 +294,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.split != "all":
         bench = MadialBench(bench.dialogues[0 if args.split == "dev" else 1 :: 2], bench.memories)
-    embed = http_embedder(args.embeddings_url, model=args.embeddings_model) if args.embeddings_url else None
+    embed = caching(http_embedder(args.embeddings_url, model=args.embeddings_model)) if args.embeddings_url else None
     strategies = STRATEGIES if args.strategy == "all" else (args.strategy,)
     print(
         f"MADial-Bench en ({args.split}): {len(bench.dialogues)} dialogues, {len(bench.memories)} memories, "
         f"min_score={args.min_score}"
     )
     for strategy in strategies:
-        results = evaluate_madial(
-            bench,
-            strategy=strategy,
-            limit=args.limit,
-            embed=embed,
-            min_score=args.min_score,
-            vector_weight=args.vector_weight,
-        )
-        for name, metrics in results.items():
-            print(metrics.line(f"{name} [{strategy}]"))
+        for position, vector_weight in enumerate(args.vector_weight if embed is not None else [1.0]):
+            results = evaluate_madial(
+                bench,
+                strategy=strategy,
+                limit=args.limit,
+                embed=embed,
+                min_score=args.min_score,
+                vector_weight=vector_weight,
+                lexical_weight=args.lexical_weight,
+                min_cosine=args.min_cosine,
+                vector_query=args.vector_query,
+            )
+            for name, metrics in results.items():
+                if position and name != "fused":
+                    continue  # lexical and vector runs do not depend on the weight
+                label = f"{name} [{strategy}]" if name != "fused" else f"fused [{strategy}] w={vector_weight:g}"
+                print(metrics.line(label))
     return 0
 
 
