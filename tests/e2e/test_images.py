@@ -116,6 +116,13 @@ def test_fifty_turns_with_images(proxy, emulator, client_for):
     stored = sorted(p.name for p in (proxy.home / "blobs" / "images").rglob("*") if p.is_file())
     assert stored == sorted(image(i)[1] for i in range(DISTINCT))
 
+    # the entries rows keep blob references, never the image bytes
+    conversation = raw.headers["x-memci-conversation-id"]
+    export = httpx.get(f"{proxy.url}/memci/conversations/{conversation}/export",
+                       headers={"Authorization": "Bearer sk-test"}, timeout=30)
+    assert export.status_code == 200
+    assert "memci-blob://sha256/" in export.text and ";base64," not in export.text
+
     # the contents page describes archived images; recalling page 1 returns the description and the reference
     description = expected_description(emulator)
     system = last_chat_request(emulator)["messages"][0]["content"]
@@ -130,11 +137,13 @@ def test_fifty_turns_with_images(proxy, emulator, client_for):
     assert any(f"[image memci-blob://sha256/{first}: {description}]" in c for c in recall_results), recall_results
 
 
-def test_openai_sdk_reads_answers_to_image_requests_within_budget(proxy, client_for):
-    """A URL image (not a data URI) passes through unchanged and is not stored."""
+def test_a_url_image_passes_through_and_is_not_stored(proxy, emulator, client_for):
     client = client_for(proxy)
-    url = "https://example.org/chart.png"
+    part = {"type": "image_url", "image_url": {"url": "https://example.org/chart.png"}}
     r = client.chat.completions.create(model="m", max_tokens=32, messages=[
-        {"role": "user", "content": [{"type": "text", "text": "chart?"}, {"type": "image_url", "image_url": {"url": url}}]},
+        {"role": "user", "content": [{"type": "text", "text": "chart?"}, part]},
     ])
     assert r.choices[0].message.content
+    assert last_chat_request(emulator)["messages"][-1]["content"][1] == part
+    files = [p for p in (proxy.home / "blobs" / "images").rglob("*") if p.is_file()] if (proxy.home / "blobs").exists() else []
+    assert all(p.name != hashlib.sha256(b"https://example.org/chart.png").hexdigest() for p in files)
