@@ -197,3 +197,26 @@ def test_concurrent_streams_per_tenant_and_message_count(emulator, tmp_path):
         assert info.value.status_code == 400 and info.value.param == "messages"
     finally:
         proxy.stop()
+
+
+def test_two_replicas_share_the_rate_and_stream_limits_in_redis(emulator, tmp_path, redis_url):
+    env = {"MEMCI_MANAGE_CONTEXT": "false", "REDIS_URL": redis_url, "MEMCI_RATE_LIMIT_RPS": "0.01",
+           "MEMCI_RATE_LIMIT_BURST": "3", "MEMCI_MAX_CONCURRENT_STREAMS_PER_TENANT": "1"}
+    one = ProxyProcess(emulator.base_url, tmp_path / "one", env).start()
+    two = ProxyProcess(emulator.base_url, tmp_path / "two", env).start()
+    try:
+        a, b = sdk(one, "sk-shared"), sdk(two, "sk-shared")
+        stream = ask(a, "a slow stream [[slow:0.2]] [[len:6]]", stream=True)
+        next(iter(stream))
+        with pytest.raises(openai.RateLimitError) as info:
+            ask(b, "a second stream on the other replica", stream=True)
+        assert info.value.code == "too_many_concurrent_streams"
+        assert [c for c in stream]
+        ask(b, "third request of the tenant, on the other replica")
+        with pytest.raises(openai.RateLimitError) as info:
+            ask(a, "fourth: the shared bucket is empty")
+        assert info.value.code == "rate_limit_exceeded" and int(info.value.response.headers["Retry-After"]) > 60
+        assert "memci_limit_backend_errors_total 0.0" in httpx.get(one.url + "/metrics").text
+    finally:
+        one.stop()
+        two.stop()
