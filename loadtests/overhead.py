@@ -162,6 +162,10 @@ class Server:
         self.stop()
         raise RuntimeError(f"{self.name} not healthy after {timeout:.0f} s; see {self.log_path}:\n{self.tail()}")
 
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid  # also the process group id (start_new_session)
+
     def tracebacks(self) -> int:
         try:
             return self.log_path.read_text(errors="replace").count("Traceback (most recent call last)")
@@ -208,6 +212,8 @@ class Cell:
     added_ttfb_p50_ms: float | None = None
     added_ttfb_p99_ms: float | None = None
     rps_ratio: float | None = None
+    cpu_ms_per_request: float | None = None  # CPU time of the target's processes / requests it answered
+    completed: int = 0  # requests answered in the whole cell, warm-up included (the CPU figure's divisor)
     note: str = ""
 
 
@@ -221,14 +227,14 @@ async def run_cell(url: str, target: str, stream: bool, clients: int, duration: 
     templates = conversation_templates(stream)
     latencies: list[float] = []
     ttfbs: list[float] = []
-    errors = 0
+    errors = completed = 0
     first_error = ""
     t0 = time.perf_counter()
     measure_from, stop_at = t0 + warmup, t0 + warmup + duration
     headers = {"Content-Type": "application/json", "Authorization": "Bearer overhead-bench"}
 
     async def worker(session: aiohttp.ClientSession, script: ClientScript) -> None:
-        nonlocal errors, first_error
+        nonlocal errors, first_error, completed
         while (start := time.perf_counter()) < stop_at:
             body = script.next_body()
             first = None
@@ -245,6 +251,8 @@ async def run_cell(url: str, target: str, stream: bool, clients: int, duration: 
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 ok, status = False, type(exc).__name__
             end = time.perf_counter()
+            if ok:
+                completed += 1
             if not measure_from <= end <= stop_at:
                 continue  # completions inside the measured window count, whenever they started
             if not ok:
@@ -273,7 +281,7 @@ async def run_cell(url: str, target: str, stream: bool, clients: int, duration: 
         p50_ms=ms(percentile(latencies, 0.50)), p99_ms=ms(percentile(latencies, 0.99)),
         ttfb_p50_ms=ms(percentile(ttfbs, 0.50)) if stream else None,
         ttfb_p99_ms=ms(percentile(ttfbs, 0.99)) if stream else None,
-        note=f"first error: {first_error}" if errors else "",
+        completed=completed, note=f"first error: {first_error}" if errors else "",
     )
 
 
@@ -305,6 +313,9 @@ def run_wrk(url: str, target: str, clients: int, duration: float, workdir: Path)
             setattr(cell, attr, float(m.group(1)) * _WRK_UNITS[m.group(2)])
     if m := re.search(r"Socket errors:.*", out):
         cell.note = m.group(0)
+    cell.completed = cell.requests - cell.errors
+    if cell.requests == 0:
+        cell.p50_ms = cell.p99_ms = None
     return cell
 
 
@@ -322,6 +333,7 @@ class Plan:
     cells: list[Cell] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    pgids: dict[str, int] = field(default_factory=dict)  # target -> process group of its server
 
 
 DIRECT = "emulator (direct)"
@@ -388,18 +400,41 @@ def merge_rounds(cells: list[Cell]) -> list[Cell]:
                     requests=sum(c.requests for c in group), errors=sum(c.errors for c in group),
                     seconds=sum(c.seconds for c in group), rps=statistics.median(c.rps for c in group),
                     note="; ".join(sorted({c.note for c in group if c.note})))
-        for attr in ("p50_ms", "p99_ms", "ttfb_p50_ms", "ttfb_p99_ms"):
+        cell.completed = sum(c.completed for c in group)
+        for attr in ("p50_ms", "p99_ms", "ttfb_p50_ms", "ttfb_p99_ms", "cpu_ms_per_request"):
             values = [getattr(c, attr) for c in group if getattr(c, attr) is not None]
             setattr(cell, attr, statistics.median(values) if values else None)
         merged.append(cell)
     return merged
 
 
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU seconds of the live processes of a process group (a server and its workers)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def with_cpu(pgid: int | None, measure_cell: Any) -> Cell:
+    before = group_cpu_seconds(pgid) if pgid else 0.0
+    cell = measure_cell()
+    if pgid and cell.completed:
+        cell.cpu_ms_per_request = (group_cpu_seconds(pgid) - before) * 1000.0 / cell.completed
+    return cell
+
+
 def measure_round(plan: Plan, bases: dict[str, str], workdir: Path) -> None:
     for stream in plan.streams:
         for clients in plan.clients:
             for target, base in bases.items():
-                cell = run_async(run_cell(base + "/chat/completions", target, stream, clients, plan.duration, plan.warmup))
+                cell = with_cpu(plan.pgids.get(target), lambda: run_async(run_cell(
+                    base + "/chat/completions", target, stream, clients, plan.duration, plan.warmup)))
                 plan.cells.append(cell)
                 print(f"  {target:<22} stream={stream!s:<5} clients={clients:<4} {cell.rps:8.0f} req/s "
                       f"p50={fmt(cell.p50_ms)} p99={fmt(cell.p99_ms)} errors={cell.errors}", file=sys.stderr)
@@ -409,7 +444,8 @@ def measure_round(plan: Plan, bases: dict[str, str], workdir: Path) -> None:
         for target, base in bases.items():
             if target == "proxy (managed)":
                 continue  # one wrk body is one conversation: its session lock would serialise the connections
-            cell = run_wrk(base + "/chat/completions", target, clients, plan.duration, workdir)
+            cell = with_cpu(plan.pgids.get(target),
+                            lambda: run_wrk(base + "/chat/completions", target, clients, plan.duration, workdir))
             plan.cells.append(cell)
             print(f"  {target:<22} wrk clients={clients:<4} {cell.rps:8.0f} req/s", file=sys.stderr)
 
@@ -438,6 +474,7 @@ def run(plan: Plan, python: str) -> None:
     servers: dict[str, tuple[Server, str]] = {}
     try:
         servers = start_servers(plan, python, upstream, workdir)
+        plan.pgids = {DIRECT: emulator.pid(), **{t: server.pid() for t, (server, _) in servers.items()}}
         measure(plan, {DIRECT: upstream, **{t: base for t, (_, base) in servers.items()}}, workdir)
     finally:
         for target, (server, _) in servers.items():
@@ -475,13 +512,14 @@ def fmt(v: float | None, digits: int = 2) -> str:
 
 def markdown(cells: list[Cell]) -> str:
     head = ("| target | stream | clients | client | req/s | p50 ms | p99 ms | TTFB p50 ms | TTFB p99 ms "
-            "| added p50 ms | added p99 ms | added TTFB p50 ms | req/s ratio | errors |")
+            "| added p50 ms | added p99 ms | added TTFB p50 ms | req/s ratio | server CPU ms/req | errors |")
     rows = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for c in cells:
         rows.append(
             f"| {c.target} | {'yes' if c.stream else 'no'} | {c.clients} | {c.tool} | {c.rps:.0f} | {fmt(c.p50_ms)} "
             f"| {fmt(c.p99_ms)} | {fmt(c.ttfb_p50_ms)} | {fmt(c.ttfb_p99_ms)} | {fmt(c.added_p50_ms)} "
-            f"| {fmt(c.added_p99_ms)} | {fmt(c.added_ttfb_p50_ms)} | {fmt(c.rps_ratio)} | {c.errors} |"
+            f"| {fmt(c.added_p99_ms)} | {fmt(c.added_ttfb_p50_ms)} | {fmt(c.rps_ratio)} | {fmt(c.cpu_ms_per_request)} "
+            f"| {c.errors} |"
         )
     return "\n".join(rows)
 
@@ -501,6 +539,12 @@ def target_checks(cells: list[Cell]) -> list[str]:
             value = getattr(cell, attr) if cell else None
             if value is not None:
                 out.append(f"- {target}: {label} = {value:.2f} ms (target <= {limit:g} ms): {'met' if value <= limit else 'NOT met'}")
+        cpu = [c.cpu_ms_per_request for c in cells if c.target == target and not c.stream and c.clients > 1
+               and c.cpu_ms_per_request]
+        if cpu:
+            low = min(cpu)
+            out.append(f"- {target}: proxy CPU per non-streaming request (concurrent cells) {low:.2f} to {max(cpu):.2f} ms: "
+                       f"one fully busy core would serve at most {1000 / low:.0f} req/s (load-independent estimate)")
         best = max((c for c in cells if c.target == target and not c.stream), key=lambda c: c.rps, default=None)
         if best:
             out.append(f"- {target}: best non-streaming req/s = {best.rps:.0f} ({best.tool}, {best.clients} clients) "
