@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -22,5 +22,17 @@ class MemoryConfig:
 
     @classmethod
     def from_settings(cls, settings: Any) -> "MemoryConfig":
-        values = {f.name: getattr(settings, f.name) for f in fields(cls) if hasattr(settings, f.name)}
+        values = {field: getattr(settings, name) for field, name in SETTING_NAMES.items() if hasattr(settings, name)}
         return cls(**values)
+
+
+# MemoryConfig field -> name of the proxy setting (env MEMCI_<NAME upper>) that sets it.
+SETTING_NAMES = {
+    "max_summary_tokens": "max_summary_tokens",
+    "verbatim_days": "archive_verbatim_days",
+    "history_soft_limit": "history_soft_limit",
+    "history_hard_limit": "history_hard_limit",
+    "profile_max_facts": "profile_max_facts",
+    "sweep_interval_s": "memory_sweep_interval_s",
+    "cache_ttl_s": "summary_cache_ttl_s",
+}

@@ -46,6 +46,9 @@ class JobQueue(Protocol):
         """Consume until cancelled: call ``handler`` for each job; a job whose handler raised is still
         acknowledged (its retry is the store's back-off, not a redelivery)."""
 
+    async def claim(self, name: str, ttl_s: float) -> bool:
+        """True for one caller among the replicas per ``name`` within ``ttl_s`` (periodic work done once)."""
+
     async def close(self) -> None: ...
 
 
@@ -90,6 +93,9 @@ class InProcessJobQueue:
         while True:
             job = await self.get()
             await _safely(handler, job)
+
+    async def claim(self, name: str, ttl_s: float) -> bool:
+        return True  # one replica only
 
     async def close(self) -> None:
         return None

@@ -123,6 +123,12 @@ class RedisStreamJobQueue:
                 self._group_ready = False
                 await asyncio.sleep(5.0)
 
+    async def claim(self, name: str, ttl_s: float) -> bool:
+        try:
+            return bool(await self.redis.set(f"{self.stream}:claim:{name}", self.name, nx=True, px=max(1, int(ttl_s * 1000))))
+        except (RedisError, OSError):
+            return False
+
     async def close(self) -> None:
         if self._owns_client:
             await self.redis.aclose()

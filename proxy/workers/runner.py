@@ -53,12 +53,15 @@ class MemoryWorker:
         self._profiles: dict[str, tuple[float, str]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.outcomes: dict[str, int] = {}
+        self._swept_on = ""
 
     # --- what the managed turn calls ----------------------------------------------------------
     async def notify(self, tenant: str, conversation_id: str) -> None:
-        """Pages of the conversation were archived: bring its summary and the tenant's profile up to date."""
+        """Pages of the conversation were archived: bring its summary, the tenant's profile and its archival by
+        age (limits included) up to date."""
         await self.queue.put(Job(SUMMARY_JOB, tenant, conversation_id))
         await self.queue.put(Job(PROFILE_JOB, tenant, conversation_id))
+        await self.queue.put(Job(ARCHIVE_JOB, tenant, conversation_id))
 
     async def latest_summary(self, tenant: str, conversation_id: str) -> str:
         """The conversation's summary by the model, '' until one exists (the contents lines serve meanwhile)."""
@@ -128,8 +131,9 @@ class MemoryWorker:
             await self._safe_handle(job, now)
         return len(jobs)
 
-    async def sweep_all(self, now: dt.datetime | None = None) -> int:
-        """Archival by age for every conversation holding messages; returns how many were swept."""
+    async def sweep_all(self, now: dt.datetime | None = None, enqueue: bool = False) -> int:
+        """Archival by age for every conversation holding messages, at once or (``enqueue``) as queued jobs
+        that the replicas share; returns how many conversations."""
         now = now or self.clock()
         done, after = 0, ""
         while True:
@@ -137,9 +141,25 @@ class MemoryWorker:
             if not page:
                 return done
             for tenant, conversation_id in page:
-                await self._safe_handle(Job(ARCHIVE_JOB, tenant, conversation_id), now)
+                job = Job(ARCHIVE_JOB, tenant, conversation_id)
+                if enqueue:
+                    await self.queue.put(job)
+                else:
+                    await self._safe_handle(job, now)
                 done += 1
             after = page[-1][1]
+
+    async def tick(self) -> None:
+        """One round of the periodic maintenance: due retries (one replica per interval), and once per UTC day
+        the archival sweep of every conversation (ages change by the day; one replica enqueues it)."""
+        interval = self.config.sweep_interval_s
+        if await self.queue.claim("due", 0.9 * interval):
+            await self.run_due()
+        today = self.clock().date().isoformat()
+        if today != self._swept_on:
+            if await self.queue.claim(f"sweep:{today}", 2 * 86400):
+                await self.sweep_all(enqueue=True)
+            self._swept_on = today
 
     async def _safe_handle(self, job: Job, now: dt.datetime) -> None:
         try:
@@ -156,14 +176,13 @@ class MemoryWorker:
 
     async def _periodic(self) -> None:
         while True:
-            await asyncio.sleep(self.config.sweep_interval_s)
             try:
-                await self.run_due()
-                await self.sweep_all()
+                await self.tick()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("memory maintenance sweep failed")
+            await asyncio.sleep(self.config.sweep_interval_s)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -59,3 +59,15 @@ async def test_put_never_raises_when_redis_is_down() -> None:
         await queue.put(Job(SUMMARY_JOB, "t", "c"))
     finally:
         await queue.close()
+
+
+async def test_periodic_work_is_claimed_by_one_replica(redis_url: str) -> None:
+    one = RedisStreamJobQueue(redis_url, name="replica-1")
+    two = RedisStreamJobQueue(redis_url, name="replica-2")
+    try:
+        assert await one.claim("sweep:2026-03-01", 60)
+        assert not await two.claim("sweep:2026-03-01", 60)
+        assert await two.claim("sweep:2026-03-02", 60)
+    finally:
+        await one.close()
+        await two.close()

@@ -38,7 +38,7 @@ async def test_summary_is_made_by_the_model_and_served(repo: SqlConversationRepo
     assert await worker.latest_summary(TENANT, "c1") == ""  # nothing yet: the contents lines serve
 
     await worker.notify(TENANT, "c1")
-    assert worker.queue.pending() == 2
+    assert worker.queue.pending() == 3  # summary, profile, archival by age
     await worker.queue.drain(worker.handle)
 
     row = await repo.get_summary(TENANT, "c1", "conversation")

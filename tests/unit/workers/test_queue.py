@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from proxy.workers.queue import ARCHIVE_JOB, PROFILE_JOB, SUMMARY_JOB, InProcessJobQueue, Job
 from proxy.workers.runner import MemoryWorker
 
@@ -36,7 +38,9 @@ async def test_notify_queues_the_summary_and_the_profile() -> None:
     queue = InProcessJobQueue()
     worker = MemoryWorker(repo=None, summarizer=None, queue=queue)  # type: ignore[arg-type]
     await worker.notify("t", "c")
-    assert [await queue.get(), await queue.get()] == [Job(SUMMARY_JOB, "t", "c"), Job(PROFILE_JOB, "t", "c")]
+    assert [await queue.get() for _ in range(3)] == [
+        Job(SUMMARY_JOB, "t", "c"), Job(PROFILE_JOB, "t", "c"), Job(ARCHIVE_JOB, "t", "c")
+    ]
     assert Job.from_fields(Job(ARCHIVE_JOB, "t", "c").fields()) == Job(ARCHIVE_JOB, "t", "c")
 
 
@@ -52,3 +56,52 @@ class FakeRepo:
 async def test_latest_summary_is_empty_when_the_store_fails() -> None:
     worker = MemoryWorker(FakeRepo(), None, InProcessJobQueue())  # type: ignore[arg-type]
     assert await worker.latest_summary("t", "c") == ""
+
+
+def test_config_reads_only_its_own_settings() -> None:
+    from types import SimpleNamespace
+
+    from proxy.workers.config import MemoryConfig
+
+    settings = SimpleNamespace(max_summary_tokens=500, archive_verbatim_days=3, summary_cache_ttl_s=0.0,
+                               cache_ttl=300.0, history_soft_limit=200)
+    config = MemoryConfig.from_settings(settings)
+    assert (config.max_summary_tokens, config.verbatim_days, config.cache_ttl_s) == (500, 3, 0.0)
+    assert config.history_soft_limit == 200 and config.history_hard_limit == 0
+
+
+class SweepRepo:
+    def __init__(self) -> None:
+        self.due_reads = 0
+
+    async def due_summaries(self, now, limit: int = 100):
+        self.due_reads += 1
+        return [("t", SimpleNamespace(kind="day", conversation_id="c1"))]
+
+    async def conversations_with_entries(self, after_id: str = "", limit: int = 200):
+        rows = [("t", "c1"), ("t", "c2")]
+        return [r for r in rows if r[1] > after_id]
+
+
+async def test_tick_retries_due_work_and_enqueues_the_daily_sweep_once() -> None:
+    import datetime as dt
+
+    now = [dt.datetime(2026, 3, 1, 23, 0, tzinfo=dt.timezone.utc)]
+    queue = InProcessJobQueue()
+    worker = MemoryWorker(SweepRepo(), None, queue, clock=lambda: now[0])  # type: ignore[arg-type]
+    handled: list[Job] = []
+
+    async def handle(job: Job, when=None) -> str:
+        handled.append(job)
+        return "done"
+
+    worker.handle = handle  # type: ignore[method-assign]
+    await worker.tick()
+    assert handled == [Job(ARCHIVE_JOB, "t", "c1")]  # the due retry, at once
+    assert queue.pending() == 2  # the day's sweep, queued
+    await queue.drain(handle)
+    await worker.tick()
+    assert queue.pending() == 0  # same day: no second sweep
+    now[0] += dt.timedelta(hours=2)
+    await worker.tick()
+    assert queue.pending() == 2  # a new UTC day
