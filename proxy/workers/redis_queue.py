@@ -88,9 +88,8 @@ class RedisStreamJobQueue:
     async def read(self, count: int = 10, block_ms: int | None = None) -> list[tuple[str, Job]]:
         """New entries for this consumer (they stay pending until ``ack``)."""
         await self.ensure_group()
-        reply = await self.redis.xreadgroup(
-            self.group, self.name, {self.stream: ">"}, count=count, block=self.block_ms if block_ms is None else block_ms
-        )
+        block = self.block_ms if block_ms is None else block_ms
+        reply = await self.redis.xreadgroup(self.group, self.name, {self.stream: ">"}, count=count, block=block)
         return [(i, Job.from_fields(f)) for i, f in _entries(reply)]
 
     async def reclaim(self, count: int = 50) -> list[tuple[str, Job]]:
@@ -125,7 +124,8 @@ class RedisStreamJobQueue:
 
     async def claim(self, name: str, ttl_s: float) -> bool:
         try:
-            return bool(await self.redis.set(f"{self.stream}:claim:{name}", self.name, nx=True, px=max(1, int(ttl_s * 1000))))
+            key = f"{self.stream}:claim:{name}"
+            return bool(await self.redis.set(key, self.name, nx=True, px=max(1, int(ttl_s * 1000))))
         except (RedisError, OSError):
             return False
 

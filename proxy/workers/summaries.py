@@ -34,7 +34,9 @@ class PageText:
     text: str
 
 
-async def new_archived_pages(repo: Any, tenant: str, conversation_id: str, after_seq: int, message_chars: int) -> list[PageText]:
+async def new_archived_pages(
+    repo: Any, tenant: str, conversation_id: str, after_seq: int, message_chars: int
+) -> list[PageText]:
     pages = [p for p in await repo.load_pages(tenant, conversation_id) if p.first_seq > after_seq]
     if not pages:
         return []
@@ -71,7 +73,9 @@ async def merge_summaries(summarizer: Summarizer, old: str, new: str, max_tokens
 async def record_failure(repo: Any, tenant: str, conversation_id: str, kind: str, period: str, attempts: int,
                          now: dt.datetime, error: str) -> None:
     retry = after_failure(attempts, now)
-    await repo.record_summary_failure(tenant, conversation_id, kind, period, retry.attempts, retry.next_attempt_at, error)
+    await repo.record_summary_failure(
+        tenant, conversation_id, kind, period, retry.attempts, retry.next_attempt_at, error
+    )
     log.warning("%s summary of %s %s failed (attempt %d, next at %s): %s", kind, conversation_id, period or "",
                 retry.attempts, retry.next_attempt_at.isoformat(), error)
     if retry.backlog:

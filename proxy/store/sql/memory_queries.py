@@ -1,7 +1,7 @@
 """Long-term memory over PostgreSQL (migration 0004): summaries by conversation, day and month, topics, the
 tenant profile's facts, and the archive maintenance reads (messages per day, archive flags, pruning).
 
-The table models live here (on the shared ``Base``) so that they are known wherever the repository is.
+The table models are in ``memory_models`` (imported here, so known wherever the repository is).
 Every method is scoped by tenant like the rest of the repository; ``due_summaries`` and
 ``conversations_with_entries`` are the workers' cross-tenant scans.
 """
@@ -12,87 +12,18 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    CheckConstraint,
-    DateTime,
-    ForeignKey,
-    Index,
-    Integer,
-    Text,
-    and_,
-    delete,
-    exists,
-    func,
-    literal,
-    select,
-    update,
-)
+from sqlalchemy import and_, delete, exists, func, literal, select, update
 from sqlalchemy import text as sql_text
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.orm import Mapped, mapped_column
 
-from proxy.store.sql.models import Base, Conversation, Entry, Event, Page
+from proxy.store.sql.memory_models import MemoryProfileFact, MemorySummary, MemoryTopics
+from proxy.store.sql.models import Conversation, Entry, Event, Page
 
 SUMMARY_KINDS = ("conversation", "day", "month", "profile")
 PENDING, DONE = "pending", "done"
 # Archive flag of a stored message (seed 001's tri-state): no row for its day / month, a pending row, a done row.
 FLAG_FALSE, FLAG_PENDING, FLAG_TRUE = "false", "pending", "true"
-
-
-class MemorySummary(Base):
-    __tablename__ = "memory_summaries"
-
-    conversation_id: Mapped[str] = mapped_column(
-        Text, ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
-    )
-    kind: Mapped[str] = mapped_column(Text, primary_key=True)
-    period: Mapped[str] = mapped_column(Text, primary_key=True, server_default=sql_text("''"))
-    status: Mapped[str] = mapped_column(Text, nullable=False)
-    text: Mapped[str] = mapped_column(Text, nullable=False, server_default=sql_text("''"))
-    tokens: Mapped[int] = mapped_column(Integer, nullable=False, server_default=sql_text("0"))
-    first_seq: Mapped[int] = mapped_column(Integer, nullable=False, server_default=sql_text("0"))
-    last_seq: Mapped[int] = mapped_column(Integer, nullable=False, server_default=sql_text("-1"))
-    message_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=sql_text("0"))
-    compressions: Mapped[int] = mapped_column(Integer, nullable=False, server_default=sql_text("0"))
-    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=sql_text("0"))
-    next_attempt_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
-    last_error: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
-    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
-
-    __table_args__ = (
-        CheckConstraint("kind IN ('conversation', 'day', 'month', 'profile')", name="kind"),
-        CheckConstraint("status IN ('pending', 'done')", name="status"),
-        Index("ix_memory_summaries_next_attempt_at", "next_attempt_at"),
-    )
-
-
-class MemoryTopics(Base):
-    __tablename__ = "memory_topics"
-
-    conversation_id: Mapped[str] = mapped_column(
-        Text, ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
-    )
-    number: Mapped[str] = mapped_column(Text, primary_key=True, server_default=sql_text("''"))
-    topics: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default=sql_text("'{}'::text[]"))
-    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
-
-    __table_args__ = (Index("ix_memory_topics_topics", "topics", postgresql_using="gin"),)
-
-
-class MemoryProfileFact(Base):
-    __tablename__ = "memory_profile_facts"
-
-    conversation_id: Mapped[str] = mapped_column(
-        Text, ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
-    )
-    digest: Mapped[str] = mapped_column(Text, primary_key=True)
-    tenant: Mapped[str] = mapped_column(Text, nullable=False)
-    fact: Mapped[str] = mapped_column(Text, nullable=False)
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
-
-    __table_args__ = (Index("ix_memory_profile_facts_tenant_created_at", "tenant", "created_at"),)
 
 
 summaries_t = MemorySummary.__table__
@@ -157,7 +88,9 @@ class MemoryQueries:
     engine: AsyncEngine
 
     # --- summaries ----------------------------------------------------------------------------
-    async def get_summary(self, tenant: str, conversation_id: str, kind: str, period: str = "") -> SummaryRecord | None:
+    async def get_summary(
+        self, tenant: str, conversation_id: str, kind: str, period: str = ""
+    ) -> SummaryRecord | None:
         stmt = select(summaries_t).where(
             summaries_t.c.conversation_id == conversation_id, summaries_t.c.kind == kind,
             summaries_t.c.period == period, _owned(tenant, conversation_id),
@@ -315,7 +248,9 @@ class MemoryQueries:
                 return 0
             stmt = (
                 insert(facts_t)
-                .values([{"conversation_id": conversation_id, "digest": d, "tenant": tenant, "fact": f} for d, f in facts])
+                .values([
+                    {"conversation_id": conversation_id, "digest": d, "tenant": tenant, "fact": f} for d, f in facts
+                ])
                 .on_conflict_do_nothing()
                 .returning(facts_t.c.digest)
             )
@@ -357,7 +292,9 @@ class MemoryQueries:
         async with self.engine.connect() as connection:
             return [DayStats(*r) for r in (await connection.execute(stmt)).all()]
 
-    async def load_entries_of_days(self, tenant: str, conversation_id: str, days: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    async def load_entries_of_days(
+        self, tenant: str, conversation_id: str, days: list[str]
+    ) -> list[tuple[int, dict[str, Any]]]:
         """(seq, message) of the messages stored on those UTC days, in order."""
         stmt = (
             select(entries_t.c.seq, entries_t.c.message)
@@ -375,7 +312,8 @@ class MemoryQueries:
                 for r in (
                     await connection.execute(
                         select(summaries_t.c.kind, summaries_t.c.period, summaries_t.c.status).where(
-                            summaries_t.c.conversation_id == conversation_id, summaries_t.c.kind.in_(["day", "month"]),
+                            summaries_t.c.conversation_id == conversation_id,
+                            summaries_t.c.kind.in_(["day", "month"]),
                             _owned(tenant, conversation_id),
                         )
                     )

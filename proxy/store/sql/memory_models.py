@@ -1,0 +1,70 @@
+"""Table models of the long-term memory (migration 0004): summaries, topics, the tenant profile's facts.
+
+They are declared on the shared ``Base`` so that the schema test compares them with the migrations; the
+repository imports them through ``memory_queries``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, Text, func
+from sqlalchemy import text as sql_text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.orm import Mapped, mapped_column
+
+from proxy.store.sql.models import Base
+
+class MemorySummary(Base):
+    __tablename__ = "memory_summaries"
+
+    conversation_id: Mapped[str] = mapped_column(
+        Text, ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[str] = mapped_column(Text, primary_key=True)
+    period: Mapped[str] = mapped_column(Text, primary_key=True, server_default=sql_text("''"))
+    status: Mapped[str] = mapped_column(Text, nullable=False)
+    text: Mapped[str] = mapped_column(Text, nullable=False, server_default=sql_text("''"))
+    tokens: Mapped[int] = mapped_column(Integer, nullable=False, server_default=sql_text("0"))
+    first_seq: Mapped[int] = mapped_column(Integer, nullable=False, server_default=sql_text("0"))
+    last_seq: Mapped[int] = mapped_column(Integer, nullable=False, server_default=sql_text("-1"))
+    message_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=sql_text("0"))
+    compressions: Mapped[int] = mapped_column(Integer, nullable=False, server_default=sql_text("0"))
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=sql_text("0"))
+    next_attempt_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+    __table_args__ = (
+        CheckConstraint("kind IN ('conversation', 'day', 'month', 'profile')", name="kind"),
+        CheckConstraint("status IN ('pending', 'done')", name="status"),
+        Index("ix_memory_summaries_next_attempt_at", "next_attempt_at"),
+    )
+
+
+class MemoryTopics(Base):
+    __tablename__ = "memory_topics"
+
+    conversation_id: Mapped[str] = mapped_column(
+        Text, ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    number: Mapped[str] = mapped_column(Text, primary_key=True, server_default=sql_text("''"))
+    topics: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default=sql_text("'{}'::text[]"))
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+    __table_args__ = (Index("ix_memory_topics_topics", "topics", postgresql_using="gin"),)
+
+
+class MemoryProfileFact(Base):
+    __tablename__ = "memory_profile_facts"
+
+    conversation_id: Mapped[str] = mapped_column(
+        Text, ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    digest: Mapped[str] = mapped_column(Text, primary_key=True)
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    fact: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+    __table_args__ = (Index("ix_memory_profile_facts_tenant_created_at", "tenant", "created_at"),)
