@@ -4,7 +4,8 @@ Each user keeps one conversation going: it sends the whole history every turn (a
 streams the answer with ``stream_options.include_usage``, appends it, thinks, and asks again; after
 ``LOCUST_TURNS`` turns it starts a new conversation. Point ``--host`` at the proxy, or straight at the
 upstream (emulator or SGLang) for the pass-through reference; ``LOCUST_STRATEGY`` trims the history on the
-client first with one of the baselines (``sliding`` = seed 002, ``three-tier`` = seed 003).
+client first with one of the baselines (``sliding`` = seed 002, ``three-tier`` = seed 003), their chars/4
+budget corrected by the largest ratio of reported prompt tokens to estimate seen in the conversation.
 
 Stats rows: ``POST chat`` (time to response headers, failures), ``TTFT first token`` (time to the first
 content or tool-call delta), ``STREAM complete`` (whole answer). At the end: the cache hit rate seen in the
@@ -33,7 +34,7 @@ from locust import HttpUser, between, events, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.baselines import SlidingWindow, ThreeTier  # noqa: E402
+from loadtests.baselines import SlidingWindow, ThreeTier, estimate_tokens  # noqa: E402
 from loadtests.workloads import chat  # noqa: E402
 
 
@@ -112,11 +113,17 @@ class ConversationUser(HttpUser):
         self.history: list[dict] = [{"role": "system", "content": f"You are a helpful assistant (session {seed})."}]
         self.turn = 0
         self.trimmer = {"sliding": SlidingWindow, "three-tier": ThreeTier}.get(STRATEGY, lambda: None)()
+        self.ratio = 1.0  # largest reported prompt tokens / chars-4 estimate (the baselines' budget correction)
 
     def _body(self) -> dict:
-        messages = self.trimmer.prepare(self.history, BUDGET) if self.trimmer else self.history
+        messages = self.trimmer.prepare(self.history, int(BUDGET / self.ratio)) if self.trimmer else self.history
         return {"model": MODEL, "messages": messages, "max_tokens": MAX_TOKENS, "stream": True,
                 "stream_options": {"include_usage": True}}
+
+    def _calibrate(self, messages: list[dict], usage: dict | None) -> None:
+        if self.trimmer and usage and usage.get("prompt_tokens"):
+            estimate = max(1, sum(estimate_tokens(m) for m in messages))
+            self.ratio = max(self.ratio, usage["prompt_tokens"] / estimate)
 
     @task
     def converse(self) -> None:
@@ -124,7 +131,8 @@ class ConversationUser(HttpUser):
             self._new_conversation()
         text = self.script[self.turn] + " " + (FILLER * (USER_CHARS // len(FILLER) + 1))[:USER_CHARS]
         self.history.append({"role": "user", "content": f"{text.strip()} [[len:{ANSWER_TOKENS}]]"})
-        answer, ok = self._stream(self._body())
+        body = self._body()
+        answer, ok = self._stream(body)
         if ok:
             self.history.append({"role": "assistant", "content": answer})
             self.turn += 1
@@ -173,6 +181,7 @@ class ConversationUser(HttpUser):
         env.events.request.fire(request_type="STREAM", name="complete", response_time=(ended - started) * 1000,
                                 response_length=len("".join(parts)), exception=None, context={})
         TOTALS.add(self.turn, ttft_ms, usage, ended - first)
+        self._calibrate(body["messages"], usage)
         return "".join(parts), True
 
 
