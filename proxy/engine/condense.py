@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
+
+import xxhash
 
 REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 THINKING_PART_TYPES = ("thinking", "reasoning", "redacted_thinking")
@@ -61,14 +63,27 @@ def parse_data_uri(uri: str) -> tuple[str, bytes] | None:
     return media_type, data
 
 
-@lru_cache(maxsize=1024)
+_DATA_REFS: OrderedDict[tuple[int, bytes], ImageRef | None] = OrderedDict()
+_DATA_REFS_SIZE = 4096
+
+
 def _data_uri_ref(uri: str) -> ImageRef | None:
+    """Memoised by a fast digest of the URI text (not the text itself: images may be megabytes), so a decayed
+    image rendered again each turn is not decoded and hashed again."""
+    fingerprint = (len(uri), xxhash.xxh3_128_digest(uri.encode("utf-8", "surrogatepass")))
+    if fingerprint in _DATA_REFS:
+        _DATA_REFS.move_to_end(fingerprint)
+        return _DATA_REFS[fingerprint]
     parsed = parse_data_uri(uri)
-    if parsed is None:
-        return None
-    media_type, data = parsed
-    key = hashlib.sha256(data).hexdigest()
-    return ImageRef(key, media_type, len(data), "data", BLOB_URL_PREFIX + key)
+    ref = None
+    if parsed is not None:
+        media_type, data = parsed
+        key = hashlib.sha256(data).hexdigest()
+        ref = ImageRef(key, media_type, len(data), "data", BLOB_URL_PREFIX + key)
+    _DATA_REFS[fingerprint] = ref
+    while len(_DATA_REFS) > _DATA_REFS_SIZE:
+        _DATA_REFS.popitem(last=False)
+    return ref
 
 
 def image_reference(part: Any) -> ImageRef | None:
