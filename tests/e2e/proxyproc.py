@@ -54,7 +54,7 @@ class ProxyProcess:
     def base_url(self) -> str:
         return self.url + "/v1"
 
-    def start(self, timeout: float = 90.0) -> "ProxyProcess":
+    def start(self, timeout: float = 180.0) -> "ProxyProcess":
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCI_")}
         env.update({"MEMCI_HOME": str(self.home), "MEMCI_CONFIG": "", "PYTHONUNBUFFERED": "1"})
         env.update(self.extra_env)
