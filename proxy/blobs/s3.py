@@ -60,7 +60,9 @@ class S3BlobStore:
         url = f"{self.scheme}://{self.host}{canonical_uri(path)}"
         session = await self._session_()
         try:
-            async with session.request(method, url, data=data or None, headers=signed, skip_auto_headers=("Content-Type",)) as r:
+            async with session.request(
+                method, url, data=data or None, headers=signed, skip_auto_headers=("Content-Type",)
+            ) as r:
                 return r.status, await r.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise BlobStoreError(f"S3 {method} {name}: {exc}") from exc

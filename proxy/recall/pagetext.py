@@ -57,7 +57,8 @@ def render_page(
     label: str, first_seen: float, status: str, messages: list[dict[str, Any]],
     image_descriptions: Mapping[str, str] | None = None,
 ) -> str:
-    header = f"[Page {label}] {utc_date(first_seen)}, {len(messages)} message{'s' if len(messages) != 1 else ''} ({status})"
+    count = f"{len(messages)} message{'s' if len(messages) != 1 else ''}"
+    header = f"[Page {label}] {utc_date(first_seen)}, {count} ({status})"
     return header + "\n" + "\n".join(message_text(m, image_descriptions) for m in messages)
 
 

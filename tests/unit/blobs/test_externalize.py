@@ -12,7 +12,8 @@ KEY = hashlib.sha256(DATA).hexdigest()
 
 
 def message(*urls: str) -> dict:
-    parts = [{"type": "text", "text": "look"}] + [{"type": "image_url", "image_url": {"url": u, "detail": "low"}} for u in urls]
+    images = [{"type": "image_url", "image_url": {"url": u, "detail": "low"}} for u in urls]
+    parts = [{"type": "text", "text": "look"}, *images]
     return {"role": "user", "content": parts}
 
 
@@ -30,7 +31,9 @@ def test_data_uris_become_blob_references_once_per_hash() -> None:
 
 
 def test_messages_without_data_images_come_back_as_they_are() -> None:
-    for m in ({"role": "user", "content": "hi"}, message("https://example.org/x.png"), {"role": "assistant", "content": None}):
+    plain = ({"role": "user", "content": "hi"}, message("https://example.org/x.png"),
+             {"role": "assistant", "content": None})
+    for m in plain:
         stored, blobs = externalize_images(m)
         assert stored is m and blobs == []
 

@@ -20,7 +20,9 @@ def fake_s3(secret: str) -> tuple[web.Application, dict[str, bytes], list[str]]:
 
     async def handle(request: web.Request) -> web.Response:
         auth = request.headers.get("Authorization", "")
-        match = re.match(r"AWS4-HMAC-SHA256 Credential=(\w+)/\d{8}/([\w-]+)/s3/aws4_request, SignedHeaders=([\w;-]+), ", auth)
+        match = re.match(
+            r"AWS4-HMAC-SHA256 Credential=(\w+)/\d{8}/([\w-]+)/s3/aws4_request, SignedHeaders=([\w;-]+), ", auth
+        )
         if not match:
             return web.Response(status=403)
         names = match.group(3).split(";")

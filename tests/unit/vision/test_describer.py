@@ -18,7 +18,8 @@ KEY = hashlib.sha256(DATA).hexdigest()
 
 
 def message(url: str = URI) -> dict:
-    return {"role": "user", "content": [{"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": url}}]}
+    image_part = {"type": "image_url", "image_url": {"url": url}}
+    return {"role": "user", "content": [{"type": "text", "text": "what is this?"}, image_part]}
 
 
 class FakeClient:

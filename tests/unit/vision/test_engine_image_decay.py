@@ -28,7 +28,8 @@ def png(i: int, size: int = 300) -> tuple[str, str]:
 
 
 def image_message(text: str, uri: str) -> dict:
-    return {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": uri}}]}
+    image_part = {"type": "image_url", "image_url": {"url": uri}}
+    return {"role": "user", "content": [{"type": "text", "text": text}, image_part]}
 
 
 def has_image_part(message: dict) -> bool:
@@ -42,7 +43,8 @@ def test_image_reference_of_data_uri_blob_reference_and_url() -> None:
     ref = image_reference({"type": "image_url", "image_url": {"url": uri}})
     assert (ref.key, ref.media_type, ref.size, ref.source) == (key, "image/png", 64, "data")
     assert ref.url == BLOB_URL_PREFIX + key
-    blob = image_reference({"type": "image_url", "image_url": {"url": f"{BLOB_URL_PREFIX}{key}?type=image/png&size=64"}})
+    reference = f"{BLOB_URL_PREFIX}{key}?type=image/png&size=64"
+    blob = image_reference({"type": "image_url", "image_url": {"url": reference}})
     assert (blob.key, blob.media_type, blob.size, blob.source) == (key, "image/png", 64, "blob")
     remote = image_reference({"type": "image_url", "image_url": "https://example.org/a.png"})
     assert remote.source == "url" and remote.key == hashlib.sha256(b"https://example.org/a.png").hexdigest()
@@ -54,7 +56,8 @@ def test_condensing_decays_images_only_when_descriptions_are_given() -> None:
     msg = image_message("what is this?", uri)
     assert condense_message(msg, 200) is None  # unchanged without descriptions: images are kept
     out = condense_message(msg, 200, {key: "A red square with the word ALPHA."})
-    assert out["content"][1] == {"type": "text", "text": f"[image {BLOB_URL_PREFIX}{key}: A red square with the word ALPHA.]"}
+    text = f"[image {BLOB_URL_PREFIX}{key}: A red square with the word ALPHA.]"
+    assert out["content"][1] == {"type": "text", "text": text}
     assert msg["content"][1]["type"] == "image_url"  # never mutated
     placeholder = decay_images(msg, {})["content"][1]["text"]
     assert placeholder == f"[image {BLOB_URL_PREFIX}{key}: image/png, 2.0 KB, no description available]"
@@ -64,7 +67,8 @@ def test_condensing_decays_images_only_when_descriptions_are_given() -> None:
 
 def test_contents_line_shows_the_description() -> None:
     uri, key = png(3)
-    assert summary_line(image_message("see", uri), 80, {key: "a chart of sales"}) == "user: see [image: a chart of sales]"
+    described = summary_line(image_message("see", uri), 80, {key: "a chart of sales"})
+    assert described == "user: see [image: a chart of sales]"
     assert summary_line(image_message("see", uri), 80) == "user: see [image_url]"
 
 
@@ -97,7 +101,8 @@ def test_images_stay_verbatim_between_epochs_and_decay_at_epochs() -> None:
     decayed = [m for m in last.messages[1:] if m["role"] == "user" and not has_image_part(m)]
     assert decayed, "older active pages decay their images at epochs"
     for m in decayed:
-        assert "picture number" in m["content"][1]["text"] and m["content"][1]["text"].startswith("[image memci-blob://")
+        text = m["content"][1]["text"]
+        assert "picture number" in text and text.startswith("[image memci-blob://")
     archived = [p for p in state.pages if p.status == ARCHIVED]
     assert archived and all("[image: picture number" in p.contents for p in archived)
     assert "[image: picture number" in last.messages[0]["content"]
