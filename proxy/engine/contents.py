@@ -6,7 +6,7 @@ import datetime as _dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .condense import image_reference, image_text
+from .condense import image_reference, image_text, message_images
 from .state import ARCHIVED, PageRecord
 
 
@@ -18,16 +18,15 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(1, limit - 1)].rstrip() + "…"
 
 
-def _content_text(content: Any, image_descriptions: Mapping[str, str] | None = None) -> str:
+def _content_text(content: Any, skip_images: bool = False) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         pieces: list[str] = []
         for part in content:
-            ref = image_reference(part) if image_descriptions is not None else None
-            if ref is not None:
-                pieces.append(image_text(ref, image_descriptions, with_reference=False))
-            elif isinstance(part, dict):
+            if skip_images and image_reference(part) is not None:
+                continue
+            if isinstance(part, dict):
                 if isinstance(part.get("text"), str):
                     if part.get("type") not in ("thinking", "reasoning"):
                         pieces.append(part["text"])
@@ -48,9 +47,14 @@ def _call_text(call: Any, limit: int) -> str:
 
 def summary_line(message: dict[str, Any], limit: int, image_descriptions: Mapping[str, str] | None = None) -> str:
     """`role: text` cut to `limit` characters; tool calls as `called name(args)`. With `image_descriptions`
-    an image shows as `[image: <description>]` (see `condense.image_text`), else as `[image_url]`."""
+    images show as `[image: <description>]` after the first third of the text (the description is the recall
+    anchor of a screenshot), else as `[image_url]` in place."""
     role = str(message.get("role") or "?")
-    text = _one_line(_content_text(message.get("content"), image_descriptions)[: 8 * limit])  # only the start can show
+    images = message_images(message) if image_descriptions is not None else []
+    text = _one_line(_content_text(message.get("content"), skip_images=bool(images))[: 8 * limit])
+    if images:
+        described = " ".join(image_text(ref, image_descriptions, with_reference=False) for ref in images)
+        text = f"{_cut(text, max(8, limit // 3))} {described}" if text else described  # only the start can show
     calls = message.get("tool_calls")
     if isinstance(calls, list) and calls:
         called = "; ".join(_call_text(c, limit) for c in calls)

@@ -142,3 +142,10 @@ def test_an_epoch_with_images_restarts_a_ratio_below_one() -> None:
     later, state, _ = run(40, {}, state=state, start=8, msgs=msgs)
     first_epoch = next(p for p in later if p.epoch)
     assert first_epoch.state.correction_ratio == 1.0
+
+
+def test_contents_line_keeps_the_description_of_a_long_message() -> None:
+    uri, key = png(4)
+    msg = image_message("Here is the error I get when I build the project, can you tell me what is wrong?", uri)
+    line = summary_line(msg, 80, {key: "terminal: ERROR linker cannot find -lssl"})
+    assert len(line) <= 80 and line.startswith("user: Here is the error") and "[image: terminal: ERROR" in line
