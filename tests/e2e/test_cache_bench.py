@@ -30,6 +30,8 @@ def test_every_strategy_ran_the_whole_workload(chat_rows):
 def test_the_proxy_never_exceeds_the_budget(chat_rows):
     budget = cache_bench.budget_of(4096, 256)
     proxy = chat_rows["this proxy"]
+    bad = [r for r in proxy["per_request"] if r["error"] or r["prompt_largest"] > budget]
+    assert not bad, f"requests over the budget {budget} or failed: {bad}"
     assert proxy["errors"] == 0
     assert proxy["over_budget"] == 0
     assert proxy["prompt_max"] <= budget
