@@ -23,10 +23,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger("memci.store")
 
+_OWNED = text("SELECT 1 FROM conversations WHERE id = :conversation_id AND tenant = :tenant FOR SHARE")
+
 _UPSERT = text(
     "INSERT INTO memory_vectors (conversation_id, number, model, dim, digest, embedding) "
-    "SELECT :conversation_id, :number, :model, :dim, :digest, CAST(CAST(:embedding AS text) AS vector) "
-    "WHERE EXISTS (SELECT 1 FROM conversations c WHERE c.id = :conversation_id AND c.tenant = :tenant) "
+    "VALUES (:conversation_id, :number, :model, :dim, :digest, CAST(CAST(:embedding AS text) AS vector)) "
     "ON CONFLICT (conversation_id, number, model) DO UPDATE SET "
     "dim = EXCLUDED.dim, digest = EXCLUDED.digest, embedding = EXCLUDED.embedding, created_at = now()"
 )
@@ -59,7 +60,8 @@ def vector_literal(vector: Sequence[float]) -> str:
 def _nearest_sql(dim: int, exact: bool) -> str:
     # Exact: the distance expression does not match the HNSW index's, so the planner scans the conversation.
     column = "v.embedding" if exact else f"(v.embedding::vector({dim}))"
-    query = f"CAST(CAST(:query AS text) AS vector({dim}))" if not exact else "CAST(CAST(:query AS text) AS vector)"
+    # A scalar subquery: the text is parsed once (an InitPlan), not once per row as a cast of a parameter would be.
+    query = f"(SELECT CAST(CAST(:query AS text) AS vector({dim})))" if not exact else "(SELECT CAST(CAST(:query AS text) AS vector))"
     order = "distance, v.number" if exact else "distance"  # an HNSW scan orders by the distance alone
     return (
         f"SELECT v.number, {column} <=> {query} AS distance FROM memory_vectors v "
@@ -83,7 +85,6 @@ class PageVectorQueries:
             return 0
         params = [
             {
-                "tenant": tenant,
                 "conversation_id": conversation_id,
                 "number": number,
                 "model": model,
@@ -94,10 +95,12 @@ class PageVectorQueries:
             for number, digest, vector in vectors
         ]
         async with self.engine.begin() as connection:
-            written = 0
-            for row in params:  # one statement per row: rowcount tells whether the tenant owned it
-                written += (await connection.execute(_UPSERT, row)).rowcount or 0
-        return written
+            # The conversation row is locked (shared) for the transaction: it cannot be deleted in between.
+            owned = (await connection.execute(_OWNED, {"tenant": tenant, "conversation_id": conversation_id})).first()
+            if owned is None:
+                return 0
+            await connection.execute(_UPSERT, params)  # executemany
+        return len(params)
 
     async def page_vector_digests(self, tenant: str, conversation_id: str, model: str) -> dict[str, str]:
         """Page number -> digest of the text whose vector is stored for ``model``."""
