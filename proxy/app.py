@@ -52,10 +52,15 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 from proxy.context.service import start_context  # imported here: pass-through needs none of it
 
                 await start_context(services)
+                from proxy.workers.wiring import start_memory_worker
+
+                await start_memory_worker(services)
             else:
                 log.info("context management off: pure pass-through to %s", settings.upstream_url)
             yield
         finally:
+            if services.memory is not None:
+                await services.memory.stop()
             if services.context is not None:
                 await services.context.close()
             if services.store is not None:

@@ -185,6 +185,41 @@ class Settings:
     memory_max_hits: int = field(default=5, metadata=_doc("Most memory hits injected per turn.", min=0, max=50))
     memory_cut_chars: int = field(default=300, metadata=_doc("Each memory hit is cut to this many characters.", min=20))
 
+    # --- long-term memory (background workers) ------------------------------------------------
+    memory_workers: bool = field(
+        default=True, metadata=_doc("Run the memory workers: conversation summaries (B4), the tenant profile (B2a), "
+                                    "archival by age. Off: the extractive contents lines only.")
+    )
+    summary_model_url: str = field(
+        default="", metadata=_doc("OpenAI base URL of the summariser (empty: the first upstream URL).")
+    )
+    summary_model: str = field(default="", metadata=_doc("Model name for summaries (empty: the summariser's first model)."))
+    summary_model_api_key: str = field(default="", metadata=_doc("API key of the summariser (empty: upstream_api_key)."))
+    summary_timeout_s: float = field(default=60.0, metadata=_doc("Seconds one summariser call may take.", min=1.0))
+    max_summary_tokens: int = field(
+        default=1000, metadata=_doc("Largest conversation summary; over it the summary is re-compressed.", min=64)
+    )
+    archive_verbatim_days: int = field(
+        default=5, metadata=_doc("Stored messages of the last N days stay verbatim; older days and months are "
+                                 "summarised.", min=0)
+    )
+    history_soft_limit: int = field(
+        default=0, metadata=_doc("Stored messages per conversation above which the oldest archived ones (summarised, "
+                                 "outside active pages) are deleted; 0: never (seed 001 suggests 200).", min=0)
+    )
+    history_hard_limit: int = field(
+        default=0, metadata=_doc("Stored messages per conversation above which, after pruning, a history_overflow "
+                                 "event is recorded and recent days are archived at once; unarchived messages are "
+                                 "never deleted. 0: never (seed 001 suggests 300).", min=0)
+    )
+    profile_max_facts: int = field(default=30, metadata=_doc("Facts in the tenant profile (B2a).", min=0))
+    memory_sweep_interval_s: float = field(
+        default=600.0, metadata=_doc("Seconds between archival-by-age sweeps and retries of failed summaries.", min=1.0)
+    )
+    summary_cache_ttl_s: float = field(
+        default=30.0, metadata=_doc("Seconds the latest summary and profile are cached per process.", min=0.0)
+    )
+
     # --- tenancy and auth ----------------------------------------------------------------------
     auth_mode: str = field(
         default="passthrough",

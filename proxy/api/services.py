@@ -17,4 +17,5 @@ class Services:
     upstream: UpstreamClient
     store: Any = None  # proxy.store.factory.Store once opened
     context: Any = None  # proxy.context.ContextService when context management is on
+    memory: Any = None  # proxy.workers.runner.MemoryWorker when the memory workers run
     notes: dict[str, str] = field(default_factory=dict)  # what start-up chose (database, hot state)

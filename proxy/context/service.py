@@ -56,9 +56,10 @@ from proxy.wire.errors import ProxyError
 log = logging.getLogger("memci.context")
 _encode = msgspec.json.Encoder().encode
 _HOT_TTL = 24 * 3600.0
-# The session lock: the longest wait for a conversation's previous request, and the lease (renewed while held).
-LOCK_WAIT_S = 30.0
-LOCK_LEASE_S = 60.0
+# The session lock: the lease (renewed every third of it while held) and the longest wait for a conversation's
+# previous request. The wait outlasts the lease, so a crashed holder's lock always expires within one wait.
+LOCK_LEASE_S = 15.0
+LOCK_WAIT_S = 20.0
 
 
 class StoreUnavailable(Exception):
@@ -353,7 +354,11 @@ class ContextService:
         tools_tokens = self.counter.count_text(_encode(tools).decode()) if tools else 0
         max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
         volatile = await self.volatile.blocks(headers, tenant, conversation_id, state, messages)
+        memory = self.services.memory
+        summary = await memory.latest_summary(tenant, conversation_id) if memory and state is not None else ""
+        profile = await memory.latest_profile(tenant) if memory is not None else ""
         turn_input = TurnInput(
+            summary=summary, profile=profile,
             intent=volatile.intent, memory=volatile.memory,
             system=system, messages=messages, tools_tokens=tools_tokens,
             max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
@@ -420,6 +425,8 @@ class ContextService:
                     self.metrics.engine_errors.labels("feedback").inc()
         try:
             await self._save(turn, state, hidden, recalled)
+            if turn.plan.archived and self.services.memory is not None:
+                await self.services.memory.notify(turn.tenant, turn.conversation_id)
         except StaleState:
             await self._save_over_newer(turn)
         except Exception as exc:
