@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     model = load_model(args.model)
     name = args.name or os.path.basename(os.path.normpath(args.model))
     server = HTTPServer((args.host, args.port), make_handler(model, name, args.batch_size))
-    print(f"embeddings of {name} (dim {(getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension)()}) on "
-          f"http://{args.host}:{args.port}/v1/embeddings", flush=True)
+    dimension = (getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension)()
+    print(f"embeddings of {name} (dim {dimension}) on http://{args.host}:{args.port}/v1/embeddings", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -43,7 +43,9 @@ def upgrade() -> None:
         sa.Column(
             "conversation_id",
             sa.Text(),
-            sa.ForeignKey("conversations.id", ondelete="CASCADE", name="fk_memory_vectors_conversation_id_conversations"),
+            sa.ForeignKey(
+                "conversations.id", ondelete="CASCADE", name="fk_memory_vectors_conversation_id_conversations"
+            ),
             nullable=False,
         ),
         sa.Column("number", sa.Text(), nullable=False),

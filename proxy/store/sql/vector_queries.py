@@ -61,7 +61,8 @@ def _nearest_sql(dim: int, exact: bool) -> str:
     # Exact: the distance expression does not match the HNSW index's, so the planner scans the conversation.
     column = "v.embedding" if exact else f"(v.embedding::vector({dim}))"
     # A scalar subquery: the text is parsed once (an InitPlan), not once per row as a cast of a parameter would be.
-    query = f"(SELECT CAST(CAST(:query AS text) AS vector({dim})))" if not exact else "(SELECT CAST(CAST(:query AS text) AS vector))"
+    target = "vector" if exact else f"vector({dim})"
+    query = f"(SELECT CAST(CAST(:query AS text) AS {target}))"
     order = "distance, v.number" if exact else "distance"  # an HNSW scan orders by the distance alone
     return (
         f"SELECT v.number, {column} <=> {query} AS distance FROM memory_vectors v "
@@ -106,7 +107,9 @@ class PageVectorQueries:
         """Page number -> digest of the text whose vector is stored for ``model``."""
         async with self.engine.connect() as connection:
             rows = (
-                await connection.execute(_DIGESTS, {"tenant": tenant, "conversation_id": conversation_id, "model": model})
+                await connection.execute(
+                    _DIGESTS, {"tenant": tenant, "conversation_id": conversation_id, "model": model}
+                )
             ).all()
         return {r.number: r.digest for r in rows}
 
@@ -142,7 +145,9 @@ class PageVectorQueries:
         }
         async with self.engine.connect() as connection:
             rows = (await connection.execute(text(_nearest_sql(dim, exact)), params)).all()
-        return [(r.number, 1.0 - float(r.distance)) for r in rows if r.distance is not None and not math.isnan(r.distance)]
+        return [
+            (r.number, 1.0 - float(r.distance)) for r in rows if r.distance is not None and not math.isnan(r.distance)
+        ]
 
     async def ensure_vector_index(self, dim: int) -> str:
         """Create the HNSW cosine index of dimension ``dim`` when missing; returns its name.

@@ -7,7 +7,8 @@ import pytest
 from loadtests.eval_recall import VECTOR_QUERIES, caching, vector_query_text
 from loadtests.evaldata import MadialDialogue
 
-TEXTS = ["I adopted a dog.", "How nice!", "He barks a lot.", "Walks help.", "Any other tips?", "Remember your first pet?"]
+TEXTS = ["I adopted a dog.", "How nice!", "He barks a lot.", "Walks help.", "Any other tips?",
+         "Remember your first pet?"]
 
 
 def _dialogue() -> MadialDialogue:
