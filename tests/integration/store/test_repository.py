@@ -112,7 +112,7 @@ async def test_save_turn_is_idempotent(repo: SqlConversationRepository) -> None:
     await save(repo, "c1", contents=(1, "contents"), hidden=[(1, 0, {"role": "tool", "content": "r"})])
 
     assert await row_counts(repo, "c1") == first
-    assert first == {
+    assert {table: n for table, n in first.items() if n} == {
         "conversations": 1,
         "entries": 4,
         "pages": 2,
