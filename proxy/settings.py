@@ -239,6 +239,28 @@ class Settings:
                       "never share prefix cache entries."),
     )
 
+    # --- images --------------------------------------------------------------------------------
+    blob_store: str = field(
+        default="",
+        metadata=_doc("Where image bytes are kept, by sha256: empty = <home>/blobs; a directory; or "
+                      "s3://bucket/prefix for an S3-compatible store."),
+    )
+    blob_s3_endpoint: str = field(
+        default="", metadata=_doc("S3 endpoint URL (empty: https://s3.<region>.amazonaws.com), e.g. MinIO's.")
+    )
+    blob_s3_region: str = field(default="us-east-1", metadata=_doc("S3 region (request signing)."))
+    blob_s3_access_key: str = field(default="", metadata=_doc("S3 access key id."))
+    blob_s3_secret_key: str = field(default="", metadata=_doc("S3 secret access key."))
+    vision_model: str = field(
+        default="", metadata=_doc("Vision model that describes images (empty: a placeholder with type and size).")
+    )
+    vision_url: str = field(default="", metadata=_doc("OpenAI base URL of the vision model (empty: the upstream)."))
+    vision_api_key: str = field(default="", metadata=_doc("API key of the vision model (empty: upstream_api_key)."))
+    vision_timeout: float = field(default=60.0, metadata=_doc("Seconds one image description may take.", min=0.001))
+    vision_max_tokens: int = field(default=300, metadata=_doc("Longest image description in tokens.", min=16))
+    vision_concurrency: int = field(default=2, metadata=_doc("Image descriptions computed at once.", min=1))
+    vision_prompt: str = field(default="", metadata=_doc("Instruction sent with each image (empty: the built-in one)."))
+
     # --- admin ---------------------------------------------------------------------------------
     admin_key: str = field(default="", metadata=_doc("Bearer key for /memci/ admin endpoints (empty: admin API off)."))
 

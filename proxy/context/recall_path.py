@@ -49,14 +49,16 @@ class RecallPath:
         cfg = LoopConfig(name, self.settings.recall_max_rounds, client_wants_usage)
         url = upstream.url("/chat/completions", request.url.query, turn.conversation_id)
         headers = upstream.forward_headers(request.headers)
-        ctx = RecallContext(turn.tenant, turn.conversation_id, turn.state, turn.messages)
+        ctx = RecallContext(turn.tenant, turn.conversation_id, turn.state, turn.messages,
+                            turn.extra.get("image_descriptions"))
         record = turn.record
         assert record is not None
         counter = self.resolver.counter
         # Recall rounds append to the prompt: what they add must fit in the budget the plan left free.
         # Estimates are scaled by the conversation's learned ratio to the upstream's counts, with a 3% margin.
         ratio = max(1.0, turn.state.correction_ratio)
-        room = [max(0, int((0.97 * turn.plan.budget - turn.plan.estimated_tokens) / ratio))]
+        initial_room = max(0, int((0.97 * turn.plan.budget - turn.plan.estimated_tokens) / ratio))
+        room = [initial_room]
 
         async def send(round_body: dict[str, Any]):
             response, _ = await upstream.send("POST", url, headers, _encode(round_body))
@@ -64,9 +66,12 @@ class RecallPath:
 
         async def resolve(call: ToolCall) -> str:
             args = parse_arguments(call.arguments)
-            room[0] -= counter.count_text(call.arguments or "") + 48  # the assistant's call and message framing
-            outcome = await self.resolver.resolve(ctx, args, limit=room[0])
-            room[0] -= counter.count_text(outcome.text) + 8
+            if n > 1:  # each choice continues on its own: every one gets the whole room
+                outcome = await self.resolver.resolve(ctx, args, limit=initial_room - counter.count_text(call.arguments or "") - 48)
+            else:
+                room[0] -= counter.count_text(call.arguments or "") + 48  # the assistant's call and its framing
+                outcome = await self.resolver.resolve(ctx, args, limit=room[0])
+                room[0] -= counter.count_text(outcome.text) + 8
             m.recall_calls.labels(outcome.kind).inc()
             record.kinds.append(outcome.kind)
             record.pages_recalled.extend(outcome.pages)

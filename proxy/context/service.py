@@ -50,6 +50,8 @@ from proxy.engine import (
     record_recall,
 )
 from proxy.recall.rounds import LoopRecord
+from proxy.blobs import make_blob_store
+from proxy.vision import intake_images, make_describer
 from proxy.store.ports import LockTimeout, StaleState
 from proxy.wire.errors import ProxyError
 
@@ -122,11 +124,15 @@ class ContextService:
         self.recall = RecallPath(services, self.resolver) if services.settings.recall_enabled else None
         self.volatile = VolatileContext(services.settings, services.metrics, self.resolver, services.upstream.session)
         self.last_prompts: OrderedDict[str, LastPrompt] = OrderedDict()
+        self.blobs = make_blob_store(services.settings)
+        self.describer = make_describer(services.settings, self.blobs)
         # The upstream's tokens per estimated token, as the last planned turn learned it (trimming uses it).
         self.fallback_ratio = 1.0
 
     async def close(self) -> None:
         await self.volatile.close()
+        await self.describer.close()
+        await self.blobs.close()
 
     # ------------------------------------------------------------------------------------------------
     async def handle(self, request: Request, data: dict[str, Any], body: bytes, started: float) -> Response:
@@ -363,18 +369,29 @@ class ContextService:
             system=system, messages=messages, tools_tokens=tools_tokens,
             max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
             raw_messages=raw_messages_of(body),
+            image_descriptions=self.describer.descriptions,
         )
         result = plan(state, turn_input, config, self.counter)
+        await self._intake_images(result)
         turn = Turn(
             tenant=tenant, conversation_id=conversation_id, how=how, state=result.state, plan=result,
             chains=chain_hashes(hashes) if how != "session_key" else [], known_prefix=max(known, 0),
             parent_id=parent_id, version=version, last_index=len(messages) - 1, messages=messages,
         )
         turn.extra["input"] = turn_input
+        turn.extra["image_descriptions"] = self.describer.descriptions
         self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
         turn.extra["config"] = config
         self._count_plan(result)
         return turn
+
+    async def _intake_images(self, result: Plan) -> None:
+        """New messages' data: images to the blob store (once per hash), descriptions started; the entries
+        rows keep blob references instead of the bytes."""
+        if not any(isinstance(m.get("content"), list) for _, m, _, _ in result.new_entries):
+            return
+        stored = await intake_images([m for _, m, _, _ in result.new_entries], self.blobs, self.describer)
+        result.new_entries = [(i, s, d, t) for (i, _, d, t), s in zip(result.new_entries, stored)]
 
     async def _save(self, turn: Turn, state: ConversationState, hidden: list[dict[str, Any]] = (),
                     recalled: list[str] = ()) -> None:
@@ -447,6 +464,7 @@ class ContextService:
                 return
             newer = ConversationState.from_bytes(stored[0])
             turn.plan = plan(newer, turn.extra["input"], turn.extra["config"], self.counter)
+            await self._intake_images(turn.plan)
             turn.version = stored[1]
             await self._save(turn, turn.plan.state)
         except Exception:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.engine import ACTIVE, ConversationState, TokenCounter, page_entry_range, page_hidden_messages
@@ -28,6 +29,7 @@ class RecallContext:
     conversation_id: str
     state: ConversationState
     messages: list[dict[str, Any]] | None = None  # the request's non-system messages (bodies of known entries)
+    image_descriptions: Mapping[str, str] | None = None  # image key -> description (proxy.vision)
 
 
 @dataclass
@@ -78,7 +80,7 @@ class SearchIndexes:
                 continue
             messages = await self.source.messages(ctx, record.start, record.end)
             hidden = page_hidden_messages(ctx.state, record.label)
-            text = index_text(page_messages_with_hidden(messages, record.start, hidden))
+            text = index_text(page_messages_with_hidden(messages, record.start, hidden), ctx.image_descriptions)
             if record.label in indexed:
                 index.remove(record.label)
             index.add(record.label, text)
@@ -192,7 +194,8 @@ class RecallResolver:
             messages = await self.source.messages(ctx, start, end)
             hidden = page_hidden_messages(state, record.label)
             full = page_messages_with_hidden(messages, start, hidden)
-            out.append(render_page(record.label, record.first_seen, STATUS_NAMES[record.status], full))
+            out.append(render_page(record.label, record.first_seen, STATUS_NAMES[record.status], full,
+                                   ctx.image_descriptions))
             returned.append(record.label)
         return out
 
@@ -207,7 +210,8 @@ class RecallResolver:
                 continue
             record = ctx.state.pages[position]
             messages = await self.source.messages(ctx, record.start, record.end)
-            lines.append(f"[Page {label}] score {score:.2f}: {excerpt(index_text(messages), terms)}")
+            text = index_text(messages, ctx.image_descriptions)
+            lines.append(f"[Page {label}] score {score:.2f}: {excerpt(text, terms)}")
         return "\n".join(lines)
 
     @staticmethod
