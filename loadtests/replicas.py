@@ -71,8 +71,10 @@ class PromptRecorder:
             await self._poll_once(client)
         out: dict[tuple[str, int], Any] = {}
         for body in self.bodies.values():
-            last_user = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), None)
-            match = _TURN.search(str(last_user.get("content"))) if last_user else None
+            last = (body.get("messages") or [{}])[-1]
+            # A turn's request ends with its user message; background jobs (summaries) quote many turns.
+            matches = _TURN.findall(str(last.get("content"))) if last.get("role") == "user" else []
+            match = _TURN.search(str(last.get("content"))) if len(matches) == 1 else None
             if match:
                 out[(match.group(2), int(match.group(1)))] = {"messages": body["messages"], "tools": body.get("tools")}
         return out

@@ -226,6 +226,16 @@ class Chat:
         self.messages.append({"role": "assistant", "content": answer})
 
 
+def last_chat_prompt(emulator: EmulatorProcess, chat: Chat) -> list[dict[str, Any]]:
+    """The messages of the newest upstream request of this conversation (background jobs, e.g. summaries, also
+    call the upstream)."""
+    for item in reversed(emulator.requests(50)):
+        messages = item["body"].get("messages") or []
+        if chat.words and chat.words[-1] in str(messages[-1:]):
+            return messages
+    raise AssertionError(f"no upstream request of {chat.name} in the emulator's log")
+
+
 def assert_openai_error(r: httpx.Response) -> None:
     body = r.json()
     assert isinstance(body.get("error"), dict), body

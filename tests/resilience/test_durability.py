@@ -9,7 +9,7 @@ import re
 
 import httpx
 
-from tests.resilience.conftest import Chat, search_finds
+from tests.resilience.conftest import last_chat_prompt, Chat, search_finds
 
 
 def test_proxy_killed_mid_stream_and_restarted(emulator_8k, home, start_proxy):
@@ -39,9 +39,12 @@ def test_proxy_killed_mid_stream_and_restarted(emulator_8k, home, start_proxy):
             r = chat.send(client, chat.user_text(i, pad=300))
             assert r.status_code == 200
         archived = int(r.headers["x-memci-pages-archived"])
-        last_prompt = emulator_8k.requests(1)[0]["body"]["messages"]
+        last_prompt = last_chat_prompt(emulator_8k, chat)
         missing = [w for w in chat.words if w not in str(last_prompt) and not search_finds(proxy.url, chat, w)]
-        assert not missing, missing
+        if missing:
+            found = httpx.post(proxy.url + "/memci/search", headers=chat.headers(), timeout=30,
+                               json={"query": missing[0], "conversation_id": chat.conversation_id, "k": 3}).text
+            assert not missing, (missing, chat.words, found[:3000], proxy.log()[-3000:])
         # Every archived page listed in the contents page can be read back with the recall tool.
         labels = sorted(set(re.findall(r"^\W*(?:page\s*)?(\d+)\b", last_prompt[0]["content"], re.M | re.I)), key=int)
         assert len(labels) >= min(archived, 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.resilience.conftest import WINDOW, Chat, metric_value, search_finds, stored_user_texts
+from tests.resilience.conftest import last_chat_prompt, WINDOW, Chat, metric_value, search_finds, stored_user_texts
 
 
 def test_postgres_stopped_and_started_mid_conversation(pg_proc, emulator_8k, home, start_proxy):
@@ -38,6 +38,6 @@ def test_postgres_stopped_and_started_mid_conversation(pg_proc, emulator_8k, hom
         assert r.headers.get("x-memci-conversation-id") == chat.conversation_id
     assert stored_user_texts(db, chat.conversation_id) == sent
     # Every word is either in the prompt the upstream saw last, or found in an archived page.
-    last_prompt = str(emulator_8k.requests(1)[0]["body"]["messages"])
+    last_prompt = str(last_chat_prompt(emulator_8k, chat))
     missing = [w for w in chat.words if w not in last_prompt and not search_finds(proxy.url, chat, w)]
     assert not missing, missing
