@@ -156,6 +156,30 @@ class Settings:
     recall_tool_name: str = field(default="recall", metadata=_doc("Name of the injected recall tool."))
     recall_max_rounds: int = field(default=3, metadata=_doc("Recall rounds resolved per request.", min=0, max=16))
     recall_max_tokens: int = field(default=2048, metadata=_doc("Largest recall result given to the model.", min=64))
+    embeddings_url: str = field(
+        default="",
+        metadata=_doc(
+            "OpenAI base URL serving /embeddings for the vector half of the recall search (fused with BM25); "
+            "'upstream': the upstream's own. Empty: lexical search only."
+        ),
+    )
+    embeddings_model: str = field(
+        default="", metadata=_doc("Embedding model name sent and stored with the vectors (empty: 'default').")
+    )
+    embeddings_api_key: str = field(default="", metadata=_doc("Bearer key sent to the embeddings endpoint."))
+    embeddings_timeout: float = field(
+        default=5.0, metadata=_doc("Seconds to wait for the embeddings endpoint (then: lexical only).", min=0.001)
+    )
+    recall_lexical_weight: float = field(
+        default=1.0, metadata=_doc("Weight of the BM25 ranking in the fused recall search.", min=0.0)
+    )
+    recall_vector_weight: float = field(
+        default=1.0, metadata=_doc("Weight of the vector ranking in the fused recall search.", min=0.0)
+    )
+    recall_min_cosine: float = field(
+        default=0.2,
+        metadata=_doc("Vector candidates under this cosine similarity stay out of the fused search.", min=-1.0, max=1.0),
+    )
 
     # --- intent rewrite (B2b) and memory injection (B5) -----------------------------------------
     intent_rewrite_enabled: bool = field(

@@ -35,6 +35,7 @@ from proxy.context.window import ContextWindow
 from proxy.context.recall_path import RecallPath
 from proxy.context.volatile import VolatileContext
 from proxy.recall.resolver import RecallResolver
+from proxy.recall.vector_index import build_page_vectors
 from proxy.recall.tool import recall_tool
 from proxy.engine import (
     ConversationState,
@@ -120,7 +121,13 @@ class ContextService:
         self.metrics = services.metrics
         self.counter = EstimateCounter()
         self.window = ContextWindow(services.settings, services.upstream)
-        self.resolver = RecallResolver(services.store.repo, self.counter, services.settings.recall_max_tokens)
+        s = services.settings
+        vectors = build_page_vectors(services.store.repo, s.embeddings_url, s.upstream_url, s.embeddings_model,
+                                     s.embeddings_api_key, s.embeddings_timeout)
+        self.resolver = RecallResolver(
+            services.store.repo, self.counter, s.recall_max_tokens, vectors=vectors, metrics=services.metrics,
+            lexical_weight=s.recall_lexical_weight, vector_weight=s.recall_vector_weight, min_cosine=s.recall_min_cosine,
+        )
         self.recall = RecallPath(services, self.resolver) if services.settings.recall_enabled else None
         self.volatile = VolatileContext(services.settings, services.metrics, self.resolver, services.upstream.session)
         self.last_prompts: OrderedDict[str, LastPrompt] = OrderedDict()
@@ -131,6 +138,7 @@ class ContextService:
 
     async def close(self) -> None:
         await self.volatile.close()
+        await self.resolver.close()
         await self.describer.close()
         await self.blobs.close()
 

@@ -117,7 +117,8 @@ class VolatileContext:
         if not missing:
             return ""  # the prompt already holds every word the user asks about: nothing worth a cache miss
         ctx = RecallContext(tenant, conversation_id, state, messages)
-        hits = await self.resolver.search(ctx, " ".join(missing), s.memory_max_hits)
+        # lexical only: memory injection runs before every upstream call and must not wait on an embeddings call
+        hits = await self.resolver.search(ctx, " ".join(missing), s.memory_max_hits, use_vectors=False)
         if not hits:
             return ""
         found = []
