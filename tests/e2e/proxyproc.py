@@ -56,7 +56,10 @@ class ProxyProcess:
 
     def start(self, timeout: float = 180.0) -> "ProxyProcess":
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCI_")}
-        env.update({"MEMCI_HOME": str(self.home), "MEMCI_CONFIG": "", "PYTHONUNBUFFERED": "1"})
+        # Background summary jobs call the upstream too; tests that read the upstream's last request turn them on
+        # only when they test them.
+        env.update({"MEMCI_HOME": str(self.home), "MEMCI_CONFIG": "", "PYTHONUNBUFFERED": "1",
+                    "MEMCI_MEMORY_WORKERS": "false"})
         env.update(self.extra_env)
         self.home.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")

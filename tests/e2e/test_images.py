@@ -76,8 +76,11 @@ def expected_description(emulator: EmulatorProcess) -> str:
 
 def last_chat_request(emulator: EmulatorProcess) -> dict:
     for item in reversed(emulator.requests(10)):
-        if not is_vision_request(item["body"]):
-            return item["body"]
+        body = item["body"]
+        tools = body.get("tools") or []
+        # the proxied chat request carries the recall tool; vision and background summary requests do not
+        if not is_vision_request(body) and any((t.get("function") or {}).get("name") == "recall" for t in tools):
+            return body
     raise AssertionError("no chat request reached the emulator")
 
 

@@ -37,7 +37,7 @@ def emulator_4k():
 
 @pytest.fixture(scope="module")
 def proxy_with_memory(emulator_4k, tmp_path_factory):
-    env = {"MEMCI_CONTEXT_WINDOW": str(WINDOW), "MEMCI_SUMMARY_CACHE_TTL_S": "0"}
+    env = {"MEMCI_CONTEXT_WINDOW": str(WINDOW), "MEMCI_SUMMARY_CACHE_TTL_S": "0", "MEMCI_MEMORY_WORKERS": "true"}
     p = ProxyProcess(emulator_4k.base_url, tmp_path_factory.mktemp("memory"), env).start()
     yield p
     p.stop()
