@@ -334,6 +334,7 @@ class Plan:
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     pgids: dict[str, int] = field(default_factory=dict)  # target -> process group of its server
+    workdir: Path | None = None
 
 
 DIRECT = "emulator (direct)"
@@ -421,19 +422,40 @@ def group_cpu_seconds(pgid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def with_cpu(pgid: int | None, measure_cell: Any) -> Cell:
-    before = group_cpu_seconds(pgid) if pgid else 0.0
+def groups_with(marker: str) -> set[int]:
+    """Process groups of the processes whose command line contains ``marker`` (e.g. a detached database
+    server started under the benchmark's temporary directory: its backends share its process group)."""
+    found = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                found.add(os.getpgid(int(cmdline.parent.name)))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def with_cpu(pgids: set[int], measure_cell: Any) -> Cell:
+    cpu = lambda: sum(group_cpu_seconds(g) for g in pgids)  # noqa: E731
+    before = cpu()
     cell = measure_cell()
-    if pgid and cell.completed:
-        cell.cpu_ms_per_request = (group_cpu_seconds(pgid) - before) * 1000.0 / cell.completed
+    if pgids and cell.completed:
+        cell.cpu_ms_per_request = (cpu() - before) * 1000.0 / cell.completed
     return cell
+
+
+def target_groups(plan: Plan, target: str) -> set[int]:
+    groups = {plan.pgids[target]} if target in plan.pgids else set()
+    if target == "proxy (managed)" and plan.workdir is not None:
+        groups |= groups_with(str(plan.workdir / "home"))  # the embedded PostgreSQL
+    return groups
 
 
 def measure_round(plan: Plan, bases: dict[str, str], workdir: Path) -> None:
     for stream in plan.streams:
         for clients in plan.clients:
             for target, base in bases.items():
-                cell = with_cpu(plan.pgids.get(target), lambda: run_async(run_cell(
+                cell = with_cpu(target_groups(plan, target), lambda: run_async(run_cell(
                     base + "/chat/completions", target, stream, clients, plan.duration, plan.warmup)))
                 plan.cells.append(cell)
                 print(f"  {target:<22} stream={stream!s:<5} clients={clients:<4} {cell.rps:8.0f} req/s "
@@ -444,7 +466,7 @@ def measure_round(plan: Plan, bases: dict[str, str], workdir: Path) -> None:
         for target, base in bases.items():
             if target == "proxy (managed)":
                 continue  # one wrk body is one conversation: its session lock would serialise the connections
-            cell = with_cpu(plan.pgids.get(target),
+            cell = with_cpu(target_groups(plan, target),
                             lambda: run_wrk(base + "/chat/completions", target, clients, plan.duration, workdir))
             plan.cells.append(cell)
             print(f"  {target:<22} wrk clients={clients:<4} {cell.rps:8.0f} req/s", file=sys.stderr)
@@ -465,7 +487,7 @@ def litellm_config(path: Path, upstream: str) -> None:
 
 
 def run(plan: Plan, python: str) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="memci-overhead-"))
+    workdir = plan.workdir = Path(tempfile.mkdtemp(prefix="memci-overhead-"))
     emu_port = free_port()
     upstream = f"http://127.0.0.1:{emu_port}/v1"
     emulator = Server("emulator", [python, "-m", "proxy.cli", "emulate", "--port", str(emu_port)],
