@@ -124,7 +124,7 @@ class Settings:
         default=400, metadata=_doc("Seed 000 rule p: evict a contents entry whose recall count is unchanged for p rounds.", min=1)
     )
     page_max_tokens: int = field(
-        default=4096, metadata=_doc("Pages larger than this split into continuation pages at assistant boundaries.", min=64)
+        default=4096, metadata=_doc("Pages larger than this (or than a sixth of the prompt budget) split into continuation pages at assistant boundaries.", min=64)
     )
     condense_tool_chars: int = field(
         default=200, metadata=_doc("Old tool outputs are cut to this many characters at epochs (seed 003).", min=0)

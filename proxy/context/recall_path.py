@@ -55,9 +55,9 @@ class RecallPath:
         assert record is not None
         counter = self.resolver.counter
         # Recall rounds append to the prompt: what they add must fit in the budget the plan left free.
-        # Estimates are scaled by the conversation's learned ratio to the upstream's counts, with a 3% margin.
+        # Estimates are scaled by the conversation's learned ratio to the upstream's counts, with a 5% margin.
         ratio = max(1.0, turn.state.correction_ratio)
-        initial_room = max(0, int((0.97 * turn.plan.budget - turn.plan.estimated_tokens) / ratio))
+        initial_room = max(0, int((0.95 * turn.plan.budget - turn.plan.estimated_tokens) / ratio))
         room = [initial_room]
 
         async def send(round_body: dict[str, Any]):

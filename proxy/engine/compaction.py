@@ -101,6 +101,7 @@ def run_epoch(
     target: float,
     contents_max_tokens: int,
     image_texts: Mapping[str, str] | None = None,
+    last_resort_target: float | None = None,
 ) -> EpochResult:
     """Bring the estimated prompt (raw x ratio) under `target` tokens if the pages allow it. With
     `image_texts` (image key -> description), condensing decays images to their descriptions and the contents
@@ -159,16 +160,26 @@ def run_epoch(
         result.evicted.append((s.pages[pi].label, "lru"))
     budgeter.refresh_contents()
 
-    # 4. last resort: condense the oldest messages of the still active pages (the open page included)
-    if budgeter.raw() * ratio > target:
+    # 4. last resort: condense the oldest messages of the still active pages (the open page included), only as far
+    # as the prompt must shrink to fit (`last_resort_target`), and the newest tool results (after the last
+    # assistant message: what the model is about to read) only when nothing else is left to condense.
+    limit = target if last_resort_target is None else max(target, last_resort_target)
+    newest = len(messages)
+    while newest > 0 and messages[newest - 1].get("role") != "assistant":
+        newest -= 1
+    for protect in (True, False):
+        if budgeter.raw() * ratio <= limit:
+            break
         for pi in range(s.first_active_page, len(s.pages)):
             record = s.pages[pi]
             for entry in range(record.start, record.end):
-                if budgeter.raw() * ratio <= target:
+                if budgeter.raw() * ratio <= limit:
+                    break
+                if protect and entry >= newest:
                     break
                 if _condense_entry(s, messages, entry, pi, cfg, counter, condensed_set, image_texts):
                     note_condensed(entry)
-            if budgeter.raw() * ratio <= target:
+            if budgeter.raw() * ratio <= limit:
                 break
             hidden_count = _condense_hidden(s, pi, cfg, counter)
             if hidden_count:

@@ -67,6 +67,12 @@ class EngineConfig:
         """Largest contents page: the setting, but never more than a quarter of the prompt budget."""
         return max(64, min(self.contents_max_tokens, int(self.contents_budget_share * budget)))
 
+    def page_limit(self) -> int:
+        """Largest page before continuation pages start: page_max_tokens, but never more than a sixth of the
+        budget, so that an agent loop's closed pages can be archived long before its open page fills the window
+        (the default 4,096 is 58% of an 8k window's budget)."""
+        return max(256, min(self.page_max_tokens, self.budget(None) // 6))
+
     def budget(self, max_tokens: int | None) -> int:
         """Prompt budget (seed 003): window - answer reserve - safety margin; never below 1."""
         # Without max_tokens, reserve the configured output reserve, but never more than a quarter of the window

@@ -155,13 +155,14 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     # -- 2. new entries -> pages
     new_entries: list[tuple[int, dict[str, Any], str, int]] = []
     new_digests: list[bytes] = []
+    page_limit = cfg.page_limit()
     for i in range(keep, len(msgs)):
         m = msgs[i]
         d = digests[i] if digests is not None else entry_digest(m)
         t = counter.count_message(m)
         new_digests.append(d)
         s.tokens.append(t)
-        append_entry(s, i, m.get("role"), t, cfg.page_max_tokens, turn.now)
+        append_entry(s, i, m.get("role"), t, page_limit, turn.now)
         new_entries.append((i, m, d.hex(), t))
     if new_digests:
         s.hash_blob += b"".join(new_digests)
@@ -212,7 +213,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         image_texts = ChainMap(s.image_texts, turn.image_descriptions)  # texts already sent win
         result = run_epoch(
             s, msgs, cfg, counter, fixed, ratio, cfg.low_watermark * budget, cfg.contents_limit(budget),
-            image_texts,
+            image_texts, last_resort_target=cfg.high_watermark * budget,
         )
         s.image_texts = _frozen_image_texts(s, msgs, image_texts)
         refresh = turn.profile != s.profile or turn.summary != s.summary
