@@ -281,7 +281,12 @@ class ContextService:
         if not fresh:
             hot = await self.store.hot.get_snapshot(conversation_id)
             if hot is not None:
-                return ConversationState.from_bytes(hot[0]), hot[1]
+                try:
+                    return ConversationState.from_bytes(hot[0]), hot[1]
+                except Exception:  # an unreadable hot copy (another version, corruption): the database's instead
+                    log.exception("conversation %s: unreadable hot snapshot; loading it from the database",
+                                  conversation_id)
+                    self.metrics.engine_errors.labels("hot_snapshot").inc()
         try:
             stored = await self.store.repo.load_snapshot(tenant, conversation_id)
         except Exception as exc:
