@@ -112,7 +112,7 @@ class Settings:
         metadata=_doc("Fraction of the budget at which a compaction epoch starts.", min=0.05, max=1.0),
     )
     active_low_watermark: float = field(
-        default=0.55, metadata=_doc("Fraction of the budget a compaction epoch brings the prompt down to.", min=0.01, max=1.0)
+        default=0.40, metadata=_doc("Fraction of the budget a compaction epoch brings the prompt down to.", min=0.01, max=1.0)
     )
     contents_max_tokens: int = field(
         default=2048, metadata=_doc("Largest contents page (and never over 8% of the prompt budget); past it entries are evicted LRU.", min=64)
@@ -211,8 +211,11 @@ class Settings:
 
     # --- long-term memory (background workers) ------------------------------------------------
     memory_workers: bool = field(
-        default=True, metadata=_doc("Run the memory workers: conversation summaries (B4), the tenant profile (B2a), "
-                                    "archival by age. Off: the extractive contents lines only.")
+        default=False,
+        metadata=_doc("Run the memory workers: conversation summaries (B4), the tenant profile (B2a), archival by age. "
+                      "Off by default: each summary job prefills the archived pages on the upstream again (measured: "
+                      "0.95 -> 0.89 token-weighted hit rate on a 300-turn 8k chat); the extractive contents lines serve "
+                      "instead."),
     )
     summary_model_url: str = field(
         default="", metadata=_doc("OpenAI base URL of the summariser (empty: the first upstream URL).")

@@ -18,12 +18,13 @@ class EngineConfig:
     output_reserve: int = 4096
     safety_margin: float = 0.10
     high_watermark: float = 0.95
-    low_watermark: float = 0.55
+    low_watermark: float = 0.40
     contents_max_tokens: int = 2048
     contents_budget_share: float = CONTENTS_BUDGET_SHARE
     evict_after_unrecalled: int = 200
     evict_after_unchanged: int = 400
     page_max_tokens: int = 4096
+    page_budget_share: float = 1 / 6
     condense_tool_chars: int = 200
     summary_line_chars: int = 80
     cache_ttl: float = 300.0
@@ -71,7 +72,7 @@ class EngineConfig:
         """Largest page before continuation pages start: page_max_tokens, but never more than a sixth of the
         budget, so that an agent loop's closed pages can be archived long before its open page fills the window
         (the default 4,096 is 58% of an 8k window's budget)."""
-        return max(256, min(self.page_max_tokens, self.budget(None) // 6))
+        return max(256, min(self.page_max_tokens, int(self.budget(None) * self.page_budget_share)))
 
     def budget(self, max_tokens: int | None) -> int:
         """Prompt budget (seed 003): window - answer reserve - safety margin; never below 1."""

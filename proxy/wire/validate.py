@@ -38,7 +38,7 @@ def validate_chat_request(data: dict[str, Any]) -> None:
         if not isinstance(message, dict):
             raise bad_request(f"{param} must be an object", param=param)
         role = message.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise bad_request(
                 f"{param}.role must be one of {', '.join(sorted(ROLES))}; got {role!r}", param=f"{param}.role"
             )

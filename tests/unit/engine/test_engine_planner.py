@@ -112,7 +112,7 @@ def test_volatile_blocks_stay_fixed_while_an_agent_loop_continues() -> None:
 
 
 def test_prompt_is_append_only_between_epochs_and_epochs_bring_it_under_the_low_watermark() -> None:
-    cfg = EngineConfig(context_window=6000, output_reserve=500, contents_budget_share=0.25)
+    cfg = EngineConfig(context_window=6000, output_reserve=500, contents_budget_share=0.25, low_watermark=0.55)
     plans = grow(cfg, 40)
     epochs = [p for p in plans if p.epoch]
     assert epochs and all(p.epoch_reason == "high_watermark" for p in epochs)
@@ -186,7 +186,8 @@ def _history_of(plans, state: ConversationState) -> list[dict]:
 
 
 def test_open_page_too_big_condenses_its_oldest_tool_outputs() -> None:
-    cfg = EngineConfig(context_window=4000, output_reserve=500, condense_tool_chars=100)
+    cfg = EngineConfig(context_window=4000, output_reserve=500, condense_tool_chars=100, page_budget_share=2.0,
+                       page_max_tokens=100_000)  # one page larger than the budget
     msgs = [{"role": "user", "content": "analyse the logs"}]
     for i in range(6):
         msgs += [{"role": "assistant", "content": None, "tool_calls": [
@@ -226,7 +227,7 @@ def test_regenerate_and_edit_fork_the_conversation() -> None:
 
 
 def test_fork_inside_archived_pages_never_reuses_their_numbers() -> None:
-    cfg = EngineConfig(context_window=6000, output_reserve=500, contents_budget_share=0.25)
+    cfg = EngineConfig(context_window=6000, output_reserve=500, contents_budget_share=0.25, low_watermark=0.55)
     plans = grow(cfg, 30)
     state = plans[-1].state
     archived = archived_pages(state)
@@ -264,7 +265,7 @@ def test_hidden_messages_are_rendered_in_place_counted_and_archived_with_their_p
 
 
 def test_recall_statistics_feed_eviction_and_the_contents_page() -> None:
-    cfg = EngineConfig(context_window=6000, output_reserve=500, evict_after_unrecalled=3, evict_after_unchanged=1000, contents_budget_share=0.25)
+    cfg = EngineConfig(context_window=6000, output_reserve=500, evict_after_unrecalled=3, evict_after_unchanged=1000, contents_budget_share=0.25, low_watermark=0.55)
     plans = grow(cfg, 30)
     state = plans[-1].state
     first = archived_pages(state)

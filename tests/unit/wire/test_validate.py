@@ -22,6 +22,8 @@ def test_valid_request_passes():
         ({"messages": [1]}, "messages[0]"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": [], "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": {"a": 1}, "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
         (ok(stream_options={"include_usage": True}), "stream_options"),
