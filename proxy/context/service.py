@@ -212,14 +212,7 @@ class ContextService:
                 self.metrics.engine_errors.labels("recall").inc()
                 raise ProxyError(502, f"the upstream's answer could not be read: {type(exc).__name__}",
                                  "upstream_error", "upstream_malformed") from None
-            if isinstance(response, Stream):
-                response.iterator = self._finish_after(response.iterator, turn, release)
-                return response
-            try:
-                await self._finish(turn)
-            finally:
-                await release()
-            return response
+            return await self._settle(response, turn, release)
 
         upstream_body = _encode({**data, "messages": turn.plan.messages})
 
@@ -236,6 +229,11 @@ class ContextService:
             await self._finish(turn)
             await release()
             raise
+        return await self._settle(response, turn, release)
+
+    async def _settle(self, response: Response, turn: Turn, release) -> Response:
+        """Finish the turn (usage feedback, the turn stored, the lock released) once the answer is out: now for
+        a complete answer, after the last event for a stream."""
         if isinstance(response, Stream):
             response.iterator = self._finish_after(response.iterator, turn, release)
             return response
