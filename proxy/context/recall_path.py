@@ -54,10 +54,14 @@ class RecallPath:
         record = turn.record
         assert record is not None
         counter = self.resolver.counter
-        # Recall rounds append to the prompt: what they add must fit in the budget the plan left free.
-        # Estimates are scaled by the conversation's learned ratio to the upstream's counts, with a 5% margin.
+        # Recall rounds append to the prompt: what they add must fit in what the plan left free, plus half of the
+        # window's safety margin (kept for estimate errors, which the learned correction ratio mostly removes; a
+        # prompt near the high watermark would otherwise leave recall no room at all). Estimates are scaled by that
+        # ratio, with a 5% margin.
         ratio = max(1.0, turn.state.correction_ratio)
-        initial_room = max(0, int((0.95 * turn.plan.budget - turn.plan.estimated_tokens) / ratio))
+        window = await self.services.context.window.tokens()
+        spare = 0.5 * self.settings.safety_margin * window
+        initial_room = max(0, int((0.95 * (turn.plan.budget + spare) - turn.plan.estimated_tokens) / ratio))
         room = [initial_room]
 
         async def send(round_body: dict[str, Any]):
