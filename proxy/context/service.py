@@ -150,8 +150,9 @@ class ContextService:
         system, messages = split_system(data["messages"])
         session_key = session_key_of(headers, data)
         try:
-            hashes = entry_hashes(messages)
-            conversation_id, how, known = await self._identify(tenant, session_key, hashes)
+            # The prefix chain identifies a conversation without an explicit key; with one it is not needed.
+            chains = [] if session_key else chain_hashes(entry_hashes(messages))
+            conversation_id, how, known = await self._identify(tenant, session_key, chains)
         except Exception:
             log.exception("conversation lookup failed; forwarding without context management")
             self.metrics.engine_errors.labels("identify").inc()
@@ -183,7 +184,7 @@ class ContextService:
                     await lock.__aexit__(None, None, None)
 
         try:
-            turn = await self._plan(tenant, conversation_id, how, known, data, system, messages, hashes, body, headers)
+            turn = await self._plan(tenant, conversation_id, how, known, data, system, messages, chains, body, headers)
         except StoreUnavailable:  # nothing may leave the prompt unstored: no archiving, a trimmed request
             await release()
             self.metrics.store_write_failures.labels("plan").inc()
@@ -255,13 +256,12 @@ class ContextService:
                     await release()
 
     # ------------------------------------------------------------------------------------------------
-    async def _identify(self, tenant: str, session_key: str | None, hashes: list[str]) -> tuple[str, str, int]:
+    async def _identify(self, tenant: str, session_key: str | None, chains: list[str]) -> tuple[str, str, int]:
         """(conversation id, how it was found, number of leading messages already known)."""
         if session_key:
             return conversation_id_for_session(tenant, session_key), "session_key", -1
-        if not hashes:
+        if not chains:
             return new_conversation_id(), "new", 0
-        chains = chain_hashes(hashes)
         hot = self.store.hot
         # The usual case: everything but the newest answer and user message is known.
         for back in range(1, min(4, len(chains)) + 1):
@@ -303,7 +303,7 @@ class ContextService:
         data: dict[str, Any],
         system: list[dict[str, Any]],
         messages: list[dict[str, Any]],
-        hashes: list[str],
+        chains: list[str],
         body: bytes,
         headers: Any,
     ) -> Turn:
@@ -314,7 +314,7 @@ class ContextService:
         """
         first_how = how
         for attempt in (0, 1):
-            turn = await self._plan_once(tenant, conversation_id, first_how, known, data, system, messages, hashes,
+            turn = await self._plan_once(tenant, conversation_id, first_how, known, data, system, messages, chains,
                                          body, headers, fresh=attempt > 0)
             if not turn.plan.archived:
                 break
@@ -337,7 +337,7 @@ class ContextService:
 
     async def _plan_once(
         self, tenant: str, conversation_id: str, how: str, known: int, data: dict[str, Any],
-        system: list[dict[str, Any]], messages: list[dict[str, Any]], hashes: list[str], body: bytes, headers: Any,
+        system: list[dict[str, Any]], messages: list[dict[str, Any]], chains: list[str], body: bytes, headers: Any,
         fresh: bool = False,
     ) -> Turn:
         repo = self.store.repo
@@ -386,7 +386,7 @@ class ContextService:
         await self._intake_images(result)
         turn = Turn(
             tenant=tenant, conversation_id=conversation_id, how=how, state=result.state, plan=result,
-            chains=chain_hashes(hashes) if how != "session_key" else [], known_prefix=max(known, 0),
+            chains=chains, known_prefix=max(known, 0),
             parent_id=parent_id, version=version, last_index=len(messages) - 1, messages=messages,
         )
         turn.extra["input"] = turn_input
