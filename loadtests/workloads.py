@@ -99,13 +99,21 @@ def _plan_probes(rng: random.Random, turns: int, count: int) -> dict[int, tuple[
     return plan
 
 
-def chat(turns: int = 300, seed: int = 0, probes: int = 6) -> Workload:
-    rng = random.Random(f"chat:{seed}")
-    facts = rng.sample(_EN_FACTS, k=min(probes, len(_EN_FACTS)))
+
+def _probe_schedule(
+    rng: random.Random, turns: int, pool: tuple[tuple[str, str], ...], probes: int
+) -> tuple[list[tuple[str, str]], dict[int, int], dict[int, int], dict[int, str]]:
+    """Facts to state and ask back later: (facts, turn said -> fact, turn asked -> fact, fact -> secret)."""
+    facts = rng.sample(pool, k=min(probes, len(pool)))
     plan = _plan_probes(rng, turns, len(facts))
     said = {s: i for i, (s, _) in plan.items()}
     asked = {a: i for i, (_, a) in plan.items()}
     secrets = {i: _secret(rng) for i in plan}
+    return facts, said, asked, secrets
+
+def chat(turns: int = 300, seed: int = 0, probes: int = 6) -> Workload:
+    rng = random.Random(f"chat:{seed}")
+    facts, said, asked, secrets = _probe_schedule(rng, turns, _EN_FACTS, probes)
     out: list[Turn] = []
     for n in range(turns):
         length = rng.randint(80, 220)
@@ -148,11 +156,7 @@ def _zh_answer(rng: random.Random, chars: int) -> str:
 
 def chat_zh(turns: int = 300, seed: int = 0, probes: int = 6) -> Workload:
     rng = random.Random(f"chat-zh:{seed}")
-    facts = rng.sample(_ZH_FACTS, k=min(probes, len(_ZH_FACTS)))
-    plan = _plan_probes(rng, turns, len(facts))
-    said = {s: i for i, (s, _) in plan.items()}
-    asked = {a: i for i, (_, a) in plan.items()}
-    secrets = {i: _secret(rng) for i in plan}
+    facts, said, asked, secrets = _probe_schedule(rng, turns, _ZH_FACTS, probes)
     out: list[Turn] = []
     for n in range(turns):
         answer = _zh_answer(rng, rng.randint(60, 160))
