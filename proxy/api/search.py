@@ -9,10 +9,9 @@ from litestar import Request, Response, post
 from proxy.api.forwarding import error_response, services_of
 from proxy.context.identity import conversation_id_for_session, tenant_of
 from proxy.engine import ConversationState
-from proxy.engine.state import STATUS_NAMES, find_page
-from proxy.recall.pagetext import excerpt, index_text
-from proxy.recall.resolver import RecallContext
-from proxy.recall.text import tokenize
+from proxy.engine.state import STATUS_NAMES
+from proxy.recall.pagetext import excerpt
+from proxy.recall.resolver import RecallContext, query_terms
 from proxy.wire.errors import ProxyError, bad_request
 from proxy.wire.validate import parse_json_object
 
@@ -48,16 +47,12 @@ async def search(request: Request) -> Response:
         hits = await resolver.search(ctx, query, k)
         elapsed = time.perf_counter() - started
         services.metrics.recall_search_seconds.observe(elapsed)
-        terms = [t for t in tokenize(query) if len(t) > 1]
-        out = []
-        for label, score in hits:
-            position = find_page(state, label)
-            if position is None:
-                continue
-            record = state.pages[position]
-            messages = await resolver.source.messages(ctx, record.start, record.end)
-            out.append({"page": label, "score": round(score, 4), "state": STATUS_NAMES[record.status],
-                        "excerpt": excerpt(index_text(messages), terms)})
+        terms = query_terms(query)
+        out = [
+            {"page": label, "score": round(score, 4), "state": STATUS_NAMES[record.status],
+             "excerpt": excerpt(text, terms)}
+            for label, score, record, text in await resolver.hit_pages(ctx, hits)
+        ]
         return Response(content={"conversation_id": conversation_id, "query": query, "hits": out,
                                  "took_ms": round(elapsed * 1000, 3)})
     except ProxyError as exc:

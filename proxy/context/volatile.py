@@ -15,7 +15,6 @@ from proxy.engine.intent import RewriteResult, intent_block, message_text
 from proxy.metrics import Metrics
 from proxy.recall.memory import format_memory
 from proxy.recall.text import keywords, tokenize
-from proxy.recall.pagetext import index_text
 from proxy.recall.resolver import RecallContext, RecallResolver
 from proxy.rewrite.levels import rewrite
 from proxy.rewrite.model import ModelRewriter
@@ -121,13 +120,7 @@ class VolatileContext:
         hits = await self.resolver.search(ctx, " ".join(missing), s.memory_max_hits, use_vectors=False)
         if not hits:
             return ""
-        found = []
-        for label, _score in hits:
-            bounds = next(((p.start, p.end) for p in state.pages if p.label == label), None)
-            if bounds is None:
-                continue
-            page_messages = await self.resolver.source.messages(ctx, *bounds)
-            found.append((f"page {label}", index_text(page_messages)))
+        found = [(f"page {label}", text) for label, _score, _record, text in await self.resolver.hit_pages(ctx, hits)]
         return format_memory(found, budget_tokens=s.memory_budget_tokens, max_hits=s.memory_max_hits,
                              cut_chars=s.memory_cut_chars)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.engine import ACTIVE, ConversationState, TokenCounter, page_entry_range, page_hidden_messages
+from proxy.engine import ACTIVE, ConversationState, PageRecord, TokenCounter, page_entry_range, page_hidden_messages
 from proxy.engine.state import STATUS_NAMES, find_page
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.fusion import fuse_lexical_and_vector
@@ -91,6 +91,11 @@ class SearchIndexes:
 
     def forget(self, conversation_id: str) -> None:
         self._indexes.pop(conversation_id, None)
+
+
+def query_terms(query: str) -> list[str]:
+    """The query's search terms worth locating in an excerpt."""
+    return [t for t in tokenize(query) if len(t) > 1]
 
 
 class RecallResolver:
@@ -202,17 +207,25 @@ class RecallResolver:
     async def _render_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]]) -> str:
         if not hits:
             return f"No archived page matches {query!r}."
-        terms = [t for t in tokenize(query) if len(t) > 1]
+        terms = query_terms(query)
         lines = [f"Archived pages matching {query!r} (best first; recall a page by number to read it in full):"]
+        for label, score, _record, text in await self.hit_pages(ctx, hits):
+            lines.append(f"[Page {label}] score {score:.2f}: {excerpt(text, terms)}")
+        return "\n".join(lines)
+
+    async def hit_pages(
+        self, ctx: RecallContext, hits: list[tuple[str, float]]
+    ) -> list[tuple[str, float, PageRecord, str]]:
+        """Search hits with their page records and page texts (the messages as the search indexed them)."""
+        out = []
         for label, score in hits:
             position = find_page(ctx.state, label)
             if position is None:
                 continue
             record = ctx.state.pages[position]
             messages = await self.source.messages(ctx, record.start, record.end)
-            text = index_text(messages, ctx.image_descriptions)
-            lines.append(f"[Page {label}] score {score:.2f}: {excerpt(text, terms)}")
-        return "\n".join(lines)
+            out.append((label, score, record, index_text(messages, ctx.image_descriptions)))
+        return out
 
     @staticmethod
     def _known_pages(state: ConversationState) -> str:
