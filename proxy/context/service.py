@@ -8,7 +8,6 @@ Any failure of the engine or the store before the upstream call sends the client
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict

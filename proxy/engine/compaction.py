@@ -4,7 +4,7 @@ condense the open page as a last resort. Works in place on a copied state."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 

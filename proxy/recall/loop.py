@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from proxy.recall.rounds import LoopRecord, ToolCall, assistant_call_message, tool_result_message
+from proxy.recall.rounds import LoopRecord, ToolCall, add_usage, assistant_call_message, tool_result_message
 from proxy.wire.errors import error_body
 from proxy.wire.sse import DONE, SSESplitter, encode_data, event_data
 
@@ -152,7 +152,7 @@ async def _complete_choices(
             else:
                 answer = _decode(raw)["choices"][0]
                 choices.append({**answer, "index": choice.get("index", len(choices))})
-        record.usage = _merge_usage(record.usage, sub.usage)
+        record.usage = add_usage(record.usage, sub.usage)
         if not kept_hidden:
             record.hidden.extend([*exchange, *sub.hidden])
             kept_hidden = True
@@ -161,12 +161,6 @@ async def _complete_choices(
     if record.usage is not None:
         out["usage"] = record.usage
     return out
-
-
-def _merge_usage(total: dict[str, Any] | None, more: dict[str, Any] | None) -> dict[str, Any] | None:
-    from proxy.recall.rounds import add_usage
-
-    return add_usage(total, more) if more is not None else total
 
 
 # ------------------------------------------------------------------------------------------------------------

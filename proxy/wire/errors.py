@@ -47,10 +47,6 @@ def upstream_timeout(detail: str) -> ProxyError:
     return ProxyError(504, f"upstream timed out: {detail}", "upstream_error", "upstream_timeout")
 
 
-def body_too_large(limit: int) -> ProxyError:
-    return ProxyError(413, f"request body exceeds the limit of {limit} bytes", "invalid_request_error", "body_too_large")
-
-
 _STATUS_TYPES = {
     401: ("authentication_error", "invalid_api_key"),
     403: ("permission_error", "forbidden"),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 DONE = b"data: [DONE]\n\n"
 
 
@@ -52,13 +50,3 @@ def event_data(event: bytes) -> bytes | None:
 
 def encode_data(payload: bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
-
-
-async def iter_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    splitter = SSESplitter()
-    async for chunk in chunks:
-        for event in splitter.feed(chunk):
-            yield event
-    rest = splitter.rest()
-    if rest.strip():
-        yield rest
