@@ -130,10 +130,18 @@ class ContextService:
         self.recall = RecallPath(services, self.resolver) if services.settings.recall_enabled else None
         self.volatile = VolatileContext(services.settings, services.metrics, self.resolver, services.upstream.session)
         self.last_prompts: OrderedDict[str, LastPrompt] = OrderedDict()
+        self._engine_configs: dict[int, EngineConfig] = {}
         self.blobs = make_blob_store(services.settings)
         self.describer = make_describer(services.settings, self.blobs)
         # The upstream's tokens per estimated token, as the last planned turn learned it (trimming uses it).
         self.fallback_ratio = 1.0
+
+    def _engine_config(self, window: int) -> EngineConfig:
+        """The engine's configuration for a context window (settings are fixed for the process's life)."""
+        config = self._engine_configs.get(window)
+        if config is None:
+            config = self._engine_configs[window] = EngineConfig.from_settings(self.settings, window)
+        return config
 
     async def close(self) -> None:
         await self.volatile.close()
@@ -363,7 +371,7 @@ class ContextService:
             self.metrics.conversations.labels(how).inc()
 
         window = await self.window.tokens()
-        config = EngineConfig.from_settings(self.settings, window)
+        config = self._engine_config(window)
         tools = list(data.get("tools") or [])
         if self.recall is not None:
             tools.append(recall_tool(self.settings.recall_tool_name))  # what the upstream will get
@@ -497,7 +505,7 @@ class ContextService:
         try:
             window = await self.window.tokens()
             max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
-            budget = EngineConfig.from_settings(self.settings, window).budget(
+            budget = self._engine_config(window).budget(
                 max_tokens if isinstance(max_tokens, int) else None)
             budget = int(budget / (1.03 * self.fallback_ratio))  # in the upstream's tokens, with a 3% margin
             tools = data.get("tools")
