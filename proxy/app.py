@@ -21,9 +21,20 @@ from proxy.api.services import Services
 from proxy.metrics import Metrics
 from proxy.settings import Settings, load_settings
 from proxy.upstream.client import UpstreamClient
-from proxy.wire.errors import from_status
+from proxy.upstream.exchange import Exchange
+from proxy.wire.errors import ProxyError, from_status
 
 log = logging.getLogger("memci")
+
+
+def _proxy_error(request: Request, exc: ProxyError) -> Response:
+    """Every ProxyError a handler raises: its OpenAI-style body, counted for the /v1 routes."""
+    path = request.url.path
+    route = "chat" if path == "/v1/chat/completions" else "other" if path.startswith("/v1/") else None
+    if route is not None:
+        request.app.state.services.metrics.requests.labels(route, str(exc.status)).inc()
+    return Response(content=exc.body(), status_code=exc.status, media_type="application/json",
+                    headers=exc.headers or None)
 
 
 def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -40,7 +51,8 @@ def _internal_error(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or load_settings()
     metrics = Metrics()
-    services = Services(settings=settings, metrics=metrics, upstream=UpstreamClient(settings, metrics.registry))
+    upstream = UpstreamClient(settings, metrics.registry)
+    services = Services(settings=settings, metrics=metrics, upstream=upstream, exchange=Exchange(upstream, metrics))
     authenticator = Authenticator(settings)  # a bad virtual_keys setting fails here, at start
     limits = Limits(settings, metrics.registry)
 
@@ -49,12 +61,15 @@ def create_app(settings: Settings | None = None) -> Litestar:
         await services.upstream.start()
         try:
             if settings.manage_context:
-                from proxy.context.service import start_context  # imported here: pass-through needs none of it
-
-                await start_context(services)
+                from proxy.turn.service import start_turn_service  # imported here: pass-through needs none of it
                 from proxy.workers.wiring import start_memory_worker
 
+                services.context = await start_turn_service(settings, metrics, services.exchange)
+                services.store = services.context.store
+                services.notes["database"] = services.store.kind_db
+                services.notes["hot_state"] = services.store.kind_hot
                 await start_memory_worker(services)
+                services.context.memory = services.memory
             else:
                 log.info("context management off: pure pass-through to %s", settings.upstream_url)
             yield
@@ -74,7 +89,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         # Auth first: it decides the tenant the limits and every handler use.
         middleware=[DefineMiddleware(AuthMiddleware, authenticator=authenticator),
                     DefineMiddleware(LimitsMiddleware, limits=limits)],
-        exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+        exception_handlers={ProxyError: _proxy_error, HTTPException: _http_error, Exception: _internal_error},
         request_max_body_size=settings.max_body_bytes,
         openapi_config=None,
         debug=False,

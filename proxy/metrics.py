@@ -82,6 +82,28 @@ class Metrics:
             "Requests sent without context management and trimmed to the prompt budget (store or engine failure).",
             registry=r,
         )
+        self.process_cache_entries = Gauge(
+            "memci_process_cache_entries", "Entries in a per-process cache, by cache.", ["cache"], registry=r
+        )
+        self.process_cache_bytes = Gauge(
+            "memci_process_cache_bytes", "Estimated bytes held by a per-process cache, by cache.", ["cache"], registry=r
+        )
+        self.writes_pending = Gauge(
+            "memci_write_behind_pending",
+            "Conversations whose latest turns are answered but not yet stored in PostgreSQL.", registry=r,
+        )
+        self.write_lag = Histogram(
+            "memci_write_behind_lag_seconds", "Time from a turn's answer to its rows being stored.",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.write_batches = Histogram(
+            "memci_write_behind_batch_size", "Conversations written per PostgreSQL transaction.",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r,
+        )
+        self.write_waits = Counter(
+            "memci_write_behind_waits",
+            "Turns that waited for room in the write-behind queue (PostgreSQL slower than the answers).", registry=r,
+        )
         self.conversations = Counter(
             "memci_conversations", "Conversations seen, by how they were identified.", ["how"], registry=r
         )

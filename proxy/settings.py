@@ -151,6 +151,37 @@ class Settings:
         default="", metadata=_doc("A Hugging Face tokenizer.json for exact counts (empty: CJK-aware estimate).")
     )
 
+    # --- persistence of the managed turn -------------------------------------------------------
+    write_behind: bool = field(
+        default=True,
+        metadata=_doc("Store the per-turn appends (messages the client resends anyway) after the answer, batched. "
+                      "Whatever leaves the prompt is stored before the upstream call either way. Off: every turn is "
+                      "stored before its answer."),
+    )
+    write_behind_max_lag_ms: int = field(
+        default=50, metadata=_doc("Longest time an answered turn waits before its batch is written (ms).", min=0)
+    )
+    write_behind_batch: int = field(
+        default=64, metadata=_doc("Most conversations written per PostgreSQL transaction.", min=1)
+    )
+    write_behind_max_pending: int = field(
+        default=1000,
+        metadata=_doc("Conversations with unwritten turns past which new turns wait for the store (back-pressure).",
+                      min=1),
+    )
+    state_cache_max_entries: int = field(
+        default=10000, metadata=_doc("Conversation states this process keeps decoded in memory.", min=1)
+    )
+    state_cache_max_mb: int = field(
+        default=256, metadata=_doc("Memory bound of the decoded conversation states (MB, estimated).", min=1)
+    )
+    last_prompts_max_entries: int = field(
+        default=1000, metadata=_doc("Last upstream prompts kept for the admin prompt view, in conversations.", min=1)
+    )
+    last_prompts_max_mb: int = field(
+        default=64, metadata=_doc("Memory bound of the last upstream prompts kept (MB, estimated).", min=1)
+    )
+
     # --- recall --------------------------------------------------------------------------------
     recall_enabled: bool = field(default=True, metadata=_doc("Inject the recall tool and answer its calls."))
     recall_tool_name: str = field(default="recall", metadata=_doc("Name of the injected recall tool."))

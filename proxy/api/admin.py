@@ -33,16 +33,18 @@ async def last_prompt(request: Request, conversation_id: str) -> Response:
         services = require_admin(request)
         context = services.context
         remembered = context.last_prompts.get(conversation_id)
-        snapshot = await services.store.hot.get_snapshot(conversation_id)
-        if remembered is None and snapshot is None:
+        state = context.state_of(conversation_id)
+        if state is None:  # another replica's turn: the shared hot copy
+            snapshot = await services.store.hot.get_snapshot(conversation_id)
+            if snapshot is not None:
+                from proxy.engine import ConversationState
+
+                state = ConversationState.from_bytes(snapshot[0])
+        if remembered is None and state is None:
             raise ProxyError(404, f"no recent prompt for conversation {conversation_id!r} on this replica",
                              "invalid_request_error", "not_found")
         pages = []
-        state = None
-        if snapshot is not None:
-            from proxy.engine import ConversationState
-
-            state = ConversationState.from_bytes(snapshot[0])
+        if state is not None:
             pages = [
                 {"number": p.label, "first_entry": p.start, "last_entry": p.end - 1, "state": STATUS_NAMES_BY_CODE[p.status],
                  "tokens": p.tokens, "recall_count": p.recall_count}

@@ -7,7 +7,7 @@ Modes (setting ``auth_mode``):
 
 The ASGI middleware ``AuthMiddleware`` resolves every /v1 and /memci request once and writes the tenant into the
 proxy-owned request header ``X-Memci-Auth-Tenant`` (a client's own copy is always dropped);
-``proxy.context.identity.tenant_of(headers)`` reads it from there, so every tenant-scoped lookup takes its tenant
+``proxy.turn.identity.tenant_of(headers)`` reads it from there, so every tenant-scoped lookup takes its tenant
 from this module. Requests bearing the admin key pass untouched (admin endpoints check that key themselves).
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 import xxhash
 
-from proxy.context.identity import AUTH_TENANT_HEADER, key_tenant
+from proxy.turn.identity import AUTH_TENANT_HEADER, key_tenant
 from proxy.settings import Settings, SettingsError
 from proxy.wire.errors import ProxyError
 

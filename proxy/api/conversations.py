@@ -14,7 +14,7 @@ from litestar import Request, Response, delete, get
 
 from proxy.api.forwarding import error_response, services_of
 from proxy.api.services import Services
-from proxy.context.identity import tenant_of
+from proxy.turn.identity import tenant_of
 from proxy.store.ports import ConversationInfo, PageRow
 from proxy.wire.errors import ProxyError, bad_request
 
@@ -63,6 +63,7 @@ def _page_json(page: PageRow) -> dict[str, Any]:
 
 
 async def _require(services: Services, tenant: str, conversation_id: str) -> ConversationInfo:
+    await services.context.flush(conversation_id)  # this replica's turns still queued for the database
     info = await services.store.repo.get_conversation(tenant, conversation_id)
     if info is None:
         raise ProxyError(404, f"no conversation {conversation_id!r} for this key", "invalid_request_error", "not_found")
@@ -151,9 +152,7 @@ async def delete_conversation(request: Request, conversation_id: str) -> Respons
         await _require(services, tenant, conversation_id)
         deleted = await services.store.repo.delete_conversation(tenant, conversation_id)
         await services.store.hot.delete_conversation(conversation_id)
-        context = services.context
-        context.resolver.indexes.forget(conversation_id)
-        context.last_prompts.pop(conversation_id, None)
+        await services.context.forget(conversation_id)
         return Response(content={"id": conversation_id, "deleted": bool(deleted)})
     except ProxyError as exc:
         return error_response(exc)

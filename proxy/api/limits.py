@@ -25,7 +25,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from proxy.api.auth import send_error
-from proxy.context.identity import AUTH_TENANT_HEADER, ANONYMOUS
+from proxy.turn.identity import AUTH_TENANT_HEADER, ANONYMOUS
 from proxy.settings import Settings
 from proxy.wire.errors import ProxyError, bad_request
 

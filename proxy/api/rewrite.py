@@ -5,8 +5,8 @@ from __future__ import annotations
 from litestar import Request, Response, post
 
 from proxy.api.forwarding import error_response, services_of
-from proxy.context.identity import split_system
-from proxy.context.volatile import REWRITE_MODES
+from proxy.turn.identity import split_system
+from proxy.turn.call import REWRITE_MODES
 from proxy.wire.errors import ProxyError, bad_request
 from proxy.wire.validate import parse_json_object, validate_chat_request
 

@@ -7,66 +7,60 @@ import time
 from litestar import Request, Response, get, post, route
 
 from proxy.api.auth import with_cache_salt
-from proxy.api.forwarding import error_response, forward, services_of
+from proxy.api.forwarding import respond, services_of
 from proxy.api.limits import admit_stream
-from proxy.context.identity import tenant_of
-from proxy.upstream.routing import pass_through_route_key
+from proxy.turn.call import chat_call
+from proxy.turn.identity import pass_through_route_key, tenant_of
+from proxy.upstream.exchange import Outgoing
 from proxy.wire.errors import ProxyError
-from proxy.wire.validate import parse_json_object, validate_chat_request
+from proxy.wire.validate import parse_chat_body, parse_json_object, validate_chat_request
 
 _FORWARD_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
 @post("/v1/chat/completions", status_code=200)
 async def chat_completions(request: Request) -> Response:
+    """Errors are ProxyErrors, answered by the app's exception handler."""
     started = time.perf_counter()
     services = services_of(request)
-    try:
-        body = await request.body()
-        data = parse_json_object(body)
-        validate_chat_request(data)
-        limits = request.app.state.limits
-        limits.check_messages(data)
-        stream = data.get("stream") is True
-        tenant = tenant_of(request.headers)
-        if stream:
-            await admit_stream(request.scope, limits, tenant)
-        if services.settings.cache_salt_per_tenant:
-            body, data = with_cache_salt(body, data, tenant)
-        if services.context is not None:
-            return await services.context.handle(request, data, body, started)
-        return await forward(
-            services, "chat", "POST", "/chat/completions", request.url.query, request.headers, body, started,
-            expect_stream=stream, route_key=pass_through_route_key(tenant, request.headers, data),
-        )
-    except ProxyError as exc:
-        services.metrics.requests.labels("chat", str(exc.status)).inc()
-        return error_response(exc)
+    body = await request.body()
+    managed = services.context is not None
+    data, raw_messages = parse_chat_body(body) if managed else (parse_json_object(body), None)
+    validate_chat_request(data)
+    limits = request.app.state.limits
+    limits.check_messages(data)
+    stream = data.get("stream") is True
+    tenant = tenant_of(request.headers)
+    if stream:
+        await admit_stream(request.scope, limits, tenant)
+    if services.settings.cache_salt_per_tenant:
+        body, data = with_cache_salt(body, data, tenant)
+    if managed:
+        call = chat_call(request.headers, data, body, raw_messages, request.url.query, started, tenant)
+        return respond(await services.context.handle(call))
+    return respond(await services.exchange.send(Outgoing(
+        "chat", "POST", "/chat/completions", request.url.query, request.headers, body, started, stream,
+        route_key=pass_through_route_key(tenant, request.headers, data))))
 
 
 @route("/v1/{path:path}", http_method=_FORWARD_METHODS, status_code=200)
 async def forward_other(request: Request, path: str) -> Response:
     started = time.perf_counter()
     services = services_of(request)
-    try:
-        body = await request.body() if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
-        if body and services.settings.cache_salt_per_tenant and request.method == "POST" and path.strip("/") in (
-            "completions", "chat/completions"
-        ):
-            body, _ = with_cache_salt(body, parse_json_object(body), tenant_of(request.headers))
-        stream = False
-        if body and b'"stream"' in body:
-            try:
-                stream = parse_json_object(body).get("stream") is True
-            except ProxyError:
-                stream = False
-        return await forward(
-            services, "other", request.method, path, request.url.query, request.headers, body or None, started,
-            expect_stream=stream, route_key=tenant_of(request.headers),
-        )
-    except ProxyError as exc:
-        services.metrics.requests.labels("other", str(exc.status)).inc()
-        return error_response(exc)
+    body = await request.body() if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
+    if body and services.settings.cache_salt_per_tenant and request.method == "POST" and path.strip("/") in (
+        "completions", "chat/completions"
+    ):
+        body, _ = with_cache_salt(body, parse_json_object(body), tenant_of(request.headers))
+    stream = False
+    if body and b'"stream"' in body:
+        try:
+            stream = parse_json_object(body).get("stream") is True
+        except ProxyError:
+            stream = False
+    return respond(await services.exchange.send(Outgoing(
+        "other", request.method, "/" + path.lstrip("/"), request.url.query, request.headers, body or None, started,
+        stream, route_key=tenant_of(request.headers))))
 
 
 @get("/health", sync_to_thread=False)

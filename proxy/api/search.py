@@ -7,7 +7,7 @@ import time
 from litestar import Request, Response, post
 
 from proxy.api.forwarding import error_response, services_of
-from proxy.context.identity import conversation_id_for_session, tenant_of
+from proxy.turn.identity import conversation_id_for_session, tenant_of
 from proxy.engine import ConversationState
 from proxy.engine.state import STATUS_NAMES
 from proxy.recall.pagetext import excerpt
@@ -21,7 +21,7 @@ async def search(request: Request) -> Response:
     services = services_of(request)
     try:
         context = services.context
-        if context is None or context.recall is None:
+        if context is None or not context.recall_enabled:
             raise ProxyError(404, "search needs context management and recall on", "invalid_request_error", "search_off")
         data = parse_json_object(await request.body())
         query = data.get("query")
@@ -42,7 +42,7 @@ async def search(request: Request) -> Response:
             raise ProxyError(404, f"no conversation {conversation_id!r} for this key", "invalid_request_error", "not_found")
         state = ConversationState.from_bytes(stored[0])
         ctx = RecallContext(tenant, conversation_id, state, None)
-        resolver = context.recall.resolver
+        resolver = context.resolver
         started = time.perf_counter()
         hits = await resolver.search(ctx, query, k)
         elapsed = time.perf_counter() - started

@@ -8,6 +8,7 @@ from typing import Any
 from proxy.metrics import Metrics
 from proxy.settings import Settings
 from proxy.upstream.client import UpstreamClient
+from proxy.upstream.exchange import Exchange
 
 
 @dataclass
@@ -15,7 +16,8 @@ class Services:
     settings: Settings
     metrics: Metrics
     upstream: UpstreamClient
+    exchange: Exchange
     store: Any = None  # proxy.store.factory.Store once opened
-    context: Any = None  # proxy.context.ContextService when context management is on
+    context: Any = None  # proxy.turn.service.TurnService when context management is on
     memory: Any = None  # proxy.workers.runner.MemoryWorker when the memory workers run
     notes: dict[str, str] = field(default_factory=dict)  # what start-up chose (database, hot state)

@@ -3,6 +3,11 @@ ordinary completion (one id, one role delta, usage summed over the rounds) and n
 
 Mixed answers (recall and client tools in one message): the client gets its own calls (renumbered); the recall
 exchange is kept as hidden messages that the engine splices in before that message on later turns.
+
+Each finished exchange (the assistant's recall call and the tool results) is handed to ``keep`` before the next
+round goes upstream: the managed turn stores it durably there, since the client never resends it. The rounds start
+from ``body["messages"]``: a caller may end that list with an exchange of its own (a recall the proxy ran before
+the first upstream call) and the loop carries on from it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import aiohttp
 import msgspec
 
 from proxy.recall.rounds import LoopRecord, ToolCall, add_usage, assistant_call_message, tool_result_message
+from proxy.recall.tool import inject
 from proxy.wire.errors import error_body
 from proxy.wire.sse import DONE, SSESplitter, encode_data, event_data
 
@@ -26,6 +32,11 @@ _encode = msgspec.json.Encoder().encode
 Send = Callable[[dict[str, Any]], Awaitable[aiohttp.ClientResponse]]
 Resolve = Callable[[ToolCall], Awaitable[str]]
 ReadBody = Callable[[aiohttp.ClientResponse], Awaitable[bytes]]
+Keep = Callable[[list[dict[str, Any]]], Awaitable[None]]
+
+
+async def _keep_nothing(exchange: list[dict[str, Any]]) -> None:
+    return None
 
 
 @dataclass
@@ -33,6 +44,26 @@ class LoopConfig:
     recall_name: str
     max_rounds: int
     client_wants_usage: bool
+    stream_upstream: bool = False  # rounds are streamed (the client streams with n = 1)
+
+
+def prepare_rounds(
+    data: dict[str, Any], messages: list[dict[str, Any]], tool_name: str, max_rounds: int, stream: bool
+) -> tuple[dict[str, Any], LoopConfig]:
+    """The first round's body (the client's request with the planned messages and the recall tool) and the loop's
+    settings. A streamed round always asks for usage (it feeds the engine back); n > 1 is resolved whole and
+    replayed as a stream."""
+    body, name = inject({**data, "messages": messages}, tool_name)
+    n = data.get("n") or 1
+    stream_upstream = stream and n == 1
+    options = data.get("stream_options") if isinstance(data.get("stream_options"), dict) else {}
+    client_wants_usage = bool(options.get("include_usage")) if stream else True
+    if stream_upstream:
+        body["stream_options"] = {**options, "include_usage": True}
+    elif stream:
+        body.pop("stream", None)
+        body.pop("stream_options", None)
+    return body, LoopConfig(name, max_rounds, client_wants_usage, stream_upstream)
 
 
 def _call_name(call: dict[str, Any]) -> str | None:
@@ -61,7 +92,7 @@ async def _answer_calls(calls: list[ToolCall], resolve: Resolve) -> list[dict[st
 # ------------------------------------------------------------------------------------------------------------
 async def complete_json(
     body: dict[str, Any], cfg: LoopConfig, send: Send, read: ReadBody, resolve: Resolve, record: LoopRecord,
-    first: tuple[aiohttp.ClientResponse, bytes] | None = None,
+    first: tuple[aiohttp.ClientResponse, bytes] | None = None, keep: Keep = _keep_nothing,
 ) -> tuple[int, dict[str, str], bytes]:
     """Run the rounds; return (status, upstream headers, body) of the answer the client gets."""
     messages = list(body["messages"])
@@ -82,7 +113,8 @@ async def complete_json(
             first_data = data
         choices = data.get("choices") or []
         if len(choices) != 1:
-            return 200, headers, _encode(await _complete_choices(data, body, messages, cfg, send, read, resolve, record))
+            return 200, headers, _encode(
+                await _complete_choices(data, body, messages, cfg, send, read, resolve, record, keep))
         choice = choices[0]
         message = choice.get("message") or {}
         calls = message.get("tool_calls") or []
@@ -94,6 +126,7 @@ async def complete_json(
         exchange = [assistant_call_message(None, recall), *results]
         record.hidden.extend(exchange)
         record.rounds += 1
+        await keep(exchange)
         if client_calls or round_no >= cfg.max_rounds:
             message = {**message, "tool_calls": client_calls or None}
             if not client_calls:
@@ -121,7 +154,7 @@ def _final(first: dict[str, Any], data: dict[str, Any], contents: list[str], rec
 
 async def _complete_choices(
     data: dict[str, Any], body: dict[str, Any], messages: list[dict[str, Any]], cfg: LoopConfig, send: Send,
-    read: ReadBody, resolve: Resolve, record: LoopRecord,
+    read: ReadBody, resolve: Resolve, record: LoopRecord, keep: Keep,
 ) -> dict[str, Any]:
     """n > 1: every choice that called recall is completed by its own follow-up rounds (n=1); the hidden
     exchange kept for later turns is the one of the first such choice."""
@@ -137,6 +170,8 @@ async def _complete_choices(
             continue
         results = await _answer_calls(recall, resolve)
         exchange = [assistant_call_message(None, recall), *results]
+        if not kept_hidden:
+            await keep(exchange)  # the first such choice's exchange is the one later turns see
         sub = LoopRecord()
         if client_calls:
             message = {**message, "tool_calls": client_calls}
@@ -145,7 +180,7 @@ async def _complete_choices(
             follow = {**body, "n": 1}
             status, _, raw = await complete_json(
                 {**follow, "messages": [*messages, *exchange]}, LoopConfig(cfg.recall_name, max(0, cfg.max_rounds - 1), True),
-                send, read, resolve, sub,
+                send, read, resolve, sub, keep=keep if not kept_hidden else _keep_nothing,
             )
             if status != 200:
                 choices.append({**choice, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"})
@@ -257,7 +292,7 @@ async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, A
 
 async def stream_rounds(
     body: dict[str, Any], cfg: LoopConfig, send: Send, resolve: Resolve, record: LoopRecord,
-    first: aiohttp.ClientResponse, on_first_byte: Callable[[], None] | None = None,
+    first: aiohttp.ClientResponse, on_first_byte: Callable[[], None] | None = None, keep: Keep = _keep_nothing,
 ) -> AsyncIterator[bytes]:
     messages = list(body["messages"])
     response = first
@@ -306,6 +341,7 @@ async def stream_rounds(
             exchange = [assistant_call_message(None, recall), *results]
             record.hidden.extend(exchange)
             record.rounds += 1
+            await keep(exchange)
             if not rnd.client and round_no < cfg.max_rounds:
                 messages.extend(exchange)
                 continue

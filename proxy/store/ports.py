@@ -10,9 +10,10 @@ Two ports:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -52,6 +53,42 @@ class EventRow:
     payload: dict[str, Any]
 
 
+def snapshot_digest(snapshot: bytes) -> str:
+    """md5 hex of a snapshot's bytes, as PostgreSQL's md5(state) computes it: the identity of a stored state in
+    a SnapshotBase (not a security measure)."""
+    return hashlib.md5(snapshot, usedforsecurity=False).hexdigest()
+
+
+@dataclass(frozen=True)
+class SnapshotBase:
+    """The stored state a new snapshot was planned from: its version and the md5 of its bytes (None: no state
+    stored yet). A save with a base applies only while exactly that state is stored (compare and set)."""
+
+    version: int
+    digest: str | None
+
+
+@dataclass
+class TurnWrite:
+    """One conversation's rows and newest snapshot, written in one go (see ConversationRepository.save_turns)."""
+
+    tenant: str
+    conversation_id: str
+    snapshot: bytes
+    version: int
+    base: SnapshotBase | None = None
+    entries: list[EntryRow] = field(default_factory=list)
+    pages: list[PageRow] = field(default_factory=list)
+    fingerprints: list[tuple[str, int]] = field(default_factory=list)
+    events: list[EventRow] = field(default_factory=list)
+    contents: tuple[int, str] | None = None
+    hidden: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
+
+
+# Outcomes of one TurnWrite in save_turns.
+SAVED, REPLAYED, STALE, BEHIND, NOT_FOUND = "saved", "replayed", "stale", "behind", "not_found"
+
+
 @dataclass
 class ConversationInfo:
     """What the admin API shows of a conversation (no message content)."""
@@ -89,7 +126,13 @@ class ConversationConflict(StoreError):
 
 
 class StaleState(StoreError):
-    """A snapshot older than the stored one was saved (another writer got there first)."""
+    """The stored state is not the one the snapshot was planned from: another writer got there first (a newer
+    version, or the same version with other content)."""
+
+
+class SnapshotBehind(StaleState):
+    """The stored state is older than the one the snapshot was planned from: the write this one builds on (another
+    replica's, or one lost in a crash) has not landed."""
 
 
 class LockTimeout(StoreError, TimeoutError):
@@ -131,7 +174,16 @@ class ConversationRepository(Protocol):
     ) -> None:
         """Persist one turn in ONE transaction; idempotent (saving the same turn twice is harmless).
         fingerprints: (chain_hash, length); contents: (epoch, text); hidden: (after_seq, ordinal, message).
-        Raises ConversationNotFound, or StaleState when the stored state_version is newer."""
+        Raises ConversationNotFound, or StaleState unless the stored version is older (a stored state of the same
+        version with other content is a conflict too, never overwritten)."""
+
+    async def save_turns(self, writes: list[TurnWrite]) -> list[str]:
+        """Persist several conversations' turns in ONE transaction; one outcome per write, in order:
+        SAVED; REPLAYED (this snapshot and version were stored already: rows upserted again, events not twice);
+        STALE (another state is stored: newer, or the same version with other content; nothing written);
+        BEHIND (with a base: the stored version is older than the base; nothing written); NOT_FOUND.
+        With a base, a write applies only while the stored state is exactly the base (version and md5 of its
+        bytes); without one, only while the stored version is older."""
 
     async def load_snapshot(self, tenant: str, conversation_id: str) -> tuple[bytes, int] | None: ...
 
@@ -177,7 +229,8 @@ class PageVectorStore(Protocol):
 
 @runtime_checkable
 class HotState(Protocol):
-    async def get_snapshot(self, conversation_id: str) -> tuple[bytes, int] | None: ...
+    async def get_snapshot(self, conversation_id: str, newer_than: int = -1) -> tuple[bytes, int] | None:
+        """(snapshot, version), or None when there is none of a version above ``newer_than``."""
 
     async def put_snapshot(self, conversation_id: str, snapshot: bytes, version: int, ttl_s: float) -> None:
         """Store it unless a newer version is there already."""

@@ -40,45 +40,39 @@ async def relay_sse(
     on_first_byte: Callable[[], None] | None = None,
     on_usage: Callable[[dict], None] | None = None,
 ) -> AsyncIterator[bytes]:
-    """Yield the upstream's events as they arrive; close (cancel) the upstream request when the client leaves.
+    """Yield the upstream's events as they arrive, unchanged; close (cancel) the upstream request when the client
+    leaves (the generator is closed early).
 
     A stream the upstream cuts before ``[DONE]`` ends with an OpenAI-style error event and ``[DONE]``, so the
     client sees an error rather than a silently short answer.
     """
-    metrics.inflight_streams.inc()
     splitter = SSESplitter()
     saw_done = False
     first = True
-    finished = False
     try:
-        try:
-            async for chunk in response.content.iter_any():
-                if first:
-                    first = False
-                    if on_first_byte is not None:
-                        on_first_byte()
-                for event in splitter.feed(chunk):
-                    if event.startswith(b"data: [DONE]") or event_data(event) == b"[DONE]":
-                        saw_done = True
-                    elif on_usage is not None:
-                        usage = usage_of_event(event)
-                        if usage is not None:
-                            on_usage(usage)
-                    yield event
-            rest = splitter.rest()
-            if rest.strip():
-                yield rest if rest.endswith(b"\n\n") else rest + b"\n\n"
-            if not saw_done:
-                metrics.upstream_errors.labels("stream_cut").inc()
-                yield cut_stream_event("no [DONE] received")
-                yield DONE
-        except (aiohttp.ClientPayloadError, aiohttp.ServerTimeoutError, asyncio.TimeoutError, aiohttp.ClientOSError) as exc:
+        async for chunk in response.content.iter_any():
+            if first:
+                first = False
+                if on_first_byte is not None:
+                    on_first_byte()
+            for event in splitter.feed(chunk):
+                if event.startswith(b"data: [DONE]") or event_data(event) == b"[DONE]":
+                    saw_done = True
+                elif on_usage is not None:
+                    usage = usage_of_event(event)
+                    if usage is not None:
+                        on_usage(usage)
+                yield event
+        rest = splitter.rest()
+        if rest.strip():
+            yield rest if rest.endswith(b"\n\n") else rest + b"\n\n"
+        if not saw_done:
             metrics.upstream_errors.labels("stream_cut").inc()
-            yield cut_stream_event(type(exc).__name__)
+            yield cut_stream_event("no [DONE] received")
             yield DONE
-        finished = True
+    except (aiohttp.ClientPayloadError, aiohttp.ServerTimeoutError, asyncio.TimeoutError, aiohttp.ClientOSError) as exc:
+        metrics.upstream_errors.labels("stream_cut").inc()
+        yield cut_stream_event(type(exc).__name__)
+        yield DONE
     finally:
-        if not finished:
-            metrics.client_disconnects.inc()
         response.close()
-        metrics.inflight_streams.dec()

@@ -10,37 +10,18 @@ tried anyway, in rank order.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import xxhash
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from proxy.context.identity import session_key_of, split_system
 
 
 def rendezvous_order(key: str, workers: Sequence[str]) -> list[str]:
     """Workers by decreasing hash of (worker, key): the first one serves the key while it is up."""
     encoded = key.encode()
     return sorted(workers, key=lambda w: xxhash.xxh3_64_intdigest(w.encode() + b"\0" + encoded), reverse=True)
-
-
-def pass_through_route_key(tenant: str, headers: Mapping[str, str], data: Mapping[str, Any]) -> str:
-    """A routing key for a chat request without a conversation id: the session key, else the first message.
-
-    Every turn of a conversation resends its first non-system message, so the key stays the same.
-    """
-    session = session_key_of(headers, data)
-    if session:
-        return f"{tenant}\0s\0{session}"
-    messages = data.get("messages")
-    first: Any = None
-    if isinstance(messages, list):
-        _, rest = split_system([m for m in messages if isinstance(m, dict)])
-        first = rest[0] if rest else (messages[0] if messages else None)
-    digest = xxhash.xxh3_64_hexdigest(repr(first).encode())
-    return f"{tenant}\0m\0{digest}"
 
 
 @dataclass

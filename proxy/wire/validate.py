@@ -10,6 +10,7 @@ from proxy.wire.errors import ProxyError, bad_request
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _decoder = msgspec.json.Decoder()
+_fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:
@@ -22,6 +23,21 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise bad_request("request body must be a JSON object", code="invalid_json")
     return data
+
+
+def parse_chat_body(body: bytes) -> tuple[dict[str, Any], msgspec.Raw | None]:
+    """The body as a JSON object, and the bytes of its ``messages`` value exactly as sent, in one parse: the
+    top level is split into raw fields first, then each field is decoded once."""
+    if not body:
+        raise bad_request("request body is empty; expected a JSON object", code="invalid_json")
+    try:
+        fields = _fields_decoder.decode(body)
+    except msgspec.ValidationError:
+        raise bad_request("request body must be a JSON object", code="invalid_json") from None
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    decode = _decoder.decode
+    return {name: decode(raw) for name, raw in fields.items()}, fields.get("messages")
 
 
 def validate_chat_request(data: dict[str, Any]) -> None:
@@ -62,4 +78,4 @@ def validate_chat_request(data: dict[str, Any]) -> None:
         raise bad_request("'tools' must be an array", param="tools")
 
 
-__all__ = ["ProxyError", "parse_json_object", "validate_chat_request", "ROLES"]
+__all__ = ["ProxyError", "parse_chat_body", "parse_json_object", "validate_chat_request", "ROLES"]

@@ -22,7 +22,7 @@ from tests.e2e.proxyproc import ProxyProcess
 
 pytestmark = pytest.mark.skipif(
     not hasattr(Settings, "vision_model"),
-    reason="images are not wired into the proxy yet (settings vision_model / blob_store, proxy/context/service.py)",
+    reason="images are not wired into the proxy yet (settings vision_model / blob_store, proxy/turn/service.py)",
 )
 
 WINDOW = 4096

@@ -2,30 +2,19 @@
 
 The summary of archived pages is made in the background (in-process queue) and reaches the leading system
 message only at compaction epochs: between epochs the system message stays byte for byte the same.
-Skipped until the managed turn reads ``latest_summary`` and the app starts the memory worker.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import EmulatorProcess
-from tests.e2e.proxyproc import REPO, ProxyProcess
+from tests.e2e.proxyproc import ProxyProcess
 
 WINDOW = 4096
 SUMMARY_HEADING = "## Conversation summary"
-
-
-def _wired() -> bool:
-    service = (Path(REPO) / "proxy/context/service.py").read_text()
-    app = (Path(REPO) / "proxy/app.py").read_text()
-    return "latest_summary" in service and "start_memory_worker" in app
-
-
-pytestmark = pytest.mark.skipif(not _wired(), reason="the memory worker is not wired into the managed turn yet")
 
 
 @pytest.fixture(scope="module")

@@ -242,18 +242,23 @@ def assert_openai_error(r: httpx.Response) -> None:
     assert isinstance(body["error"].get("message"), str), body
 
 
-def stored_user_texts(db_url: str, conversation_id: str) -> list[str]:
-    """Every user message PostgreSQL holds for a conversation, in order."""
+def stored_user_texts(db_url: str, conversation_id: str, at_least: int = 0, timeout: float = 10.0) -> list[str]:
+    """Every user message PostgreSQL holds for a conversation, in order. ``at_least``: wait (up to ``timeout``) until
+    that many are stored, since answered turns are written behind the answer."""
     import psycopg
 
     from proxy.store.sql.urls import to_libpq_url
 
-    with psycopg.connect(to_libpq_url(db_url)) as conn:
-        rows = conn.execute(
-            "SELECT message FROM entries WHERE conversation_id = %s AND role = 'user' ORDER BY seq",
-            (conversation_id,),
-        ).fetchall()
-    return [r[0].get("content") for r in rows]
+    deadline = time.monotonic() + timeout
+    while True:
+        with psycopg.connect(to_libpq_url(db_url)) as conn:
+            rows = conn.execute(
+                "SELECT message FROM entries WHERE conversation_id = %s AND role = 'user' ORDER BY seq",
+                (conversation_id,),
+            ).fetchall()
+        if len(rows) >= at_least or time.monotonic() > deadline:
+            return [r[0].get("content") for r in rows]
+        time.sleep(0.05)
 
 
 def search_finds(proxy_url: str, chat: Chat, word: str) -> bool:

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from proxy.context.identity import conversation_id_for_session, tenant_of
+from proxy.turn.identity import conversation_id_for_session, tenant_of
 from proxy.store.hot.redis import RedisHotState, lock_key
 from proxy.store.ports import LockTimeout
 from tests.resilience.conftest import Chat, metric_value, stored_user_texts
@@ -40,7 +40,7 @@ def test_concurrent_requests_of_one_conversation_are_serialised(redis_proc, migr
     assert waited >= 0.9 * 0.5 * (1 + 2 + 3), waited  # one at a time: 0, 0.5, 1.0 and 1.5 s of waiting
     conversation = responses[0].headers["x-memci-conversation-id"]
     assert conversation == conversation_id_for_session(tenant_of(chat.headers()), "together-1")
-    stored = stored_user_texts(migrated_db_url, conversation)
+    stored = stored_user_texts(migrated_db_url, conversation, 4)
     assert len(stored) == 4 and stored[-1] == body["messages"][-1]["content"]
     assert "StaleState" not in proxy.log() and "lock lost" not in proxy.log()
 

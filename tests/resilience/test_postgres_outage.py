@@ -36,7 +36,7 @@ def test_postgres_stopped_and_started_mid_conversation(pg_proc, emulator_8k, hom
         for i in range(26, 30):
             r = turn(i)
         assert r.headers.get("x-memci-conversation-id") == chat.conversation_id
-    assert stored_user_texts(db, chat.conversation_id) == sent
+    assert stored_user_texts(db, chat.conversation_id, len(sent)) == sent
     # Every word is either in the prompt the upstream saw last, or found in an archived page.
     last_prompt = str(last_chat_prompt(emulator_8k, chat))
     missing = [w for w in chat.words if w not in last_prompt and not search_finds(proxy.url, chat, w)]

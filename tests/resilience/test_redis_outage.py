@@ -37,7 +37,7 @@ def test_redis_killed_and_restarted_mid_conversation(redis_proc, migrated_db_url
         assert "Redis reachable again" in proxy.log()
         with redis_proc.client() as r:
             assert r.exists(f"memci:{{{chat.conversation_id}}}:state")
-    assert stored_user_texts(migrated_db_url, chat.conversation_id) == sent
+    assert stored_user_texts(migrated_db_url, chat.conversation_id, len(sent)) == sent
     assert "StaleState" not in proxy.log()
 
 
@@ -51,4 +51,4 @@ def test_redis_down_at_start(migrated_db_url, home, start_proxy):
             assert chat.send(client, chat.user_text(i)).status_code == 200
     assert "unreachable" in proxy.log()
     assert metric_value(proxy.url, "memci_hot_state_degraded") == 1
-    assert len(stored_user_texts(migrated_db_url, chat.conversation_id)) == 3
+    assert len(stored_user_texts(migrated_db_url, chat.conversation_id, 3)) == 3

@@ -23,7 +23,7 @@ def test_a_replica_behind_the_stored_state_replans(migrated_db_url, home, start_
             r = chat.send(client, text)
             assert r.status_code == 200, (r.text, replica.log())
             sent.append(text)
-    assert stored_user_texts(migrated_db_url, chat.conversation_id) == sent
+    assert stored_user_texts(migrated_db_url, chat.conversation_id, len(sent)) == sent
     replans = sum(metric_value(p.url, "memci_engine_errors_total", 'stage="stale_state"') for p in (a, b))
     assert replans > 0
     assert all(metric_value(p.url, "memci_store_write_failures_total") == 0 for p in (a, b))

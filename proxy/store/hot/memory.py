@@ -90,8 +90,9 @@ class InProcessHotState:
         self._released: dict[str, asyncio.Event] = {}
 
     # --- snapshots ---------------------------------------------------------------------------
-    async def get_snapshot(self, conversation_id: str) -> tuple[bytes, int] | None:
-        return self._snapshots.get(conversation_id)
+    async def get_snapshot(self, conversation_id: str, newer_than: int = -1) -> tuple[bytes, int] | None:
+        found = self._snapshots.get(conversation_id)
+        return found if found is not None and found[1] > newer_than else None
 
     async def put_snapshot(self, conversation_id: str, snapshot: bytes, version: int, ttl_s: float) -> None:
         current = self._snapshots.get(conversation_id)

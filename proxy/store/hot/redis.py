@@ -30,6 +30,13 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
+# KEYS[1] state key; ARGV[1] version. {version, snapshot} when the stored version is above it, else nothing.
+_GET_NEWER_SNAPSHOT = """
+local found = redis.call('HMGET', KEYS[1], 'v', 's')
+if found[1] and found[2] and tonumber(found[1]) > tonumber(ARGV[1]) then return found end
+return false
+"""
+
 # KEYS[1] lock key; ARGV[1] token.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -85,12 +92,17 @@ class RedisHotState:
             retry=Retry(ExponentialBackoff(cap=0.05, base=0.005), 1),
         )
         self._put_snapshot = self.client.register_script(_PUT_SNAPSHOT)
+        self._get_newer_snapshot = self.client.register_script(_GET_NEWER_SNAPSHOT)
         self._release = self.client.register_script(_RELEASE)
         self._renew = self.client.register_script(_RENEW)
 
     # --- snapshots ---------------------------------------------------------------------------
-    async def get_snapshot(self, conversation_id: str) -> tuple[bytes, int] | None:
-        version, snapshot = await self.client.hmget(state_key(conversation_id), ["v", "s"])
+    async def get_snapshot(self, conversation_id: str, newer_than: int = -1) -> tuple[bytes, int] | None:
+        if newer_than < 0:
+            version, snapshot = await self.client.hmget(state_key(conversation_id), ["v", "s"])
+        else:  # the snapshot's bytes cross the network only when they are newer than the caller's copy
+            found = await self._get_newer_snapshot(keys=[state_key(conversation_id)], args=[newer_than])
+            version, snapshot = found if found else (None, None)
         if version is None or snapshot is None:
             return None
         return bytes(snapshot), int(version)

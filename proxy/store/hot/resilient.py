@@ -80,11 +80,11 @@ class ResilientHotState:
         return await on_fallback()
 
     # --- snapshots and fingerprints ------------------------------------------------------------
-    async def get_snapshot(self, conversation_id: str) -> tuple[bytes, int] | None:
+    async def get_snapshot(self, conversation_id: str, newer_than: int = -1) -> tuple[bytes, int] | None:
         """The newer of Redis's and the fallback's: a snapshot written here during an outage is
         newer than the one Redis kept (PostgreSQL's StaleState check guards the other replicas)."""
-        local = await self.fallback.get_snapshot(conversation_id)
-        shared = await self._call(lambda: self.primary.get_snapshot(conversation_id), _nothing)
+        local = await self.fallback.get_snapshot(conversation_id, newer_than)
+        shared = await self._call(lambda: self.primary.get_snapshot(conversation_id, newer_than), _nothing)
         if local is None or (shared is not None and shared[1] >= local[1]):
             return shared
         return local

@@ -11,12 +11,21 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from proxy.store.ports import (
+    BEHIND,
+    NOT_FOUND,
+    REPLAYED,
+    SAVED,
+    STALE,
     ConversationConflict,
     ConversationNotFound,
     EntryRow,
     EventRow,
     PageRow,
+    SnapshotBase,
+    SnapshotBehind,
     StaleState,
+    TurnWrite,
+    snapshot_digest,
 )
 from proxy.store.sql import turn_statements as turn
 from proxy.store.sql.admin_queries import ConversationAdminQueries
@@ -194,7 +203,7 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
             )
         return True
 
-    # --- one turn ----------------------------------------------------------------------------
+    # --- turns ----------------------------------------------------------------------------------
     async def save_turn(
         self,
         tenant: str,
@@ -207,64 +216,74 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
         events: list[EventRow],
         contents: tuple[int, str] | None = None,
         hidden: Sequence[tuple[int, int, dict[str, Any]]] = (),
+        base: SnapshotBase | None = None,
     ) -> None:
         """A replay (same version and snapshot as stored) re-upserts its rows harmlessly and does
         not insert its events twice."""
-        cid = conversation_id
-        async with self.engine.begin() as connection:
-            replay = await self._store_snapshot(connection, tenant, cid, snapshot, state_version)
-            if entries:
-                await connection.execute(turn.INSERT_ENTRIES, turn.entry_params(cid, entries))
-            if pages:
-                await connection.execute(turn.UPSERT_PAGES, turn.page_params(cid, pages))
-            if fingerprints:
-                await connection.execute(turn.INSERT_FINGERPRINTS, turn.fingerprint_params(tenant, cid, fingerprints))
-            if hidden:
-                await connection.execute(turn.UPSERT_HIDDEN, turn.hidden_params(cid, list(hidden)))
-            if contents is not None:
-                epoch, contents_text = contents
-                await connection.execute(
-                    turn.UPSERT_CONTENTS, [{"conversation_id": cid, "epoch": epoch, "text": contents_text}]
-                )
-            if events and not replay:
-                await connection.execute(turn.INSERT_EVENTS, turn.event_params(events))
+        write = TurnWrite(tenant, conversation_id, snapshot, state_version, base, list(entries), list(pages),
+                          list(fingerprints), list(events), contents, list(hidden))
+        outcome = (await self.save_turns([write]))[0]
+        if outcome == NOT_FOUND:
+            raise ConversationNotFound(conversation_id)
+        if outcome == BEHIND:
+            raise SnapshotBehind(f"conversation {conversation_id}: the stored state is older than the base "
+                                 f"{base.version if base else '-'}")
+        if outcome == STALE:
+            raise StaleState(f"conversation {conversation_id}: another state is stored than the one version "
+                             f"{state_version} was planned from")
 
-    async def _store_snapshot(
-        self, connection: AsyncConnection, tenant: str, conversation_id: str, snapshot: bytes, version: int
-    ) -> bool:
-        """Store the snapshot, locking the conversation row for the rest of the transaction.
-        Returns True when this exact snapshot was stored already (a replayed turn)."""
+    async def save_turns(self, writes: list[TurnWrite]) -> list[str]:
+        """One transaction (one commit) for the whole batch: every snapshot is compared and set first, then the
+        rows of those that applied go in with one statement per table."""
+        if not writes:
+            return []
+        async with self.engine.begin() as connection:
+            outcomes = [await self._store_snapshot(connection, w) for w in writes]
+            applied = [w for w, o in zip(writes, outcomes) if o in (SAVED, REPLAYED)]
+            entries = [p for w in applied for p in turn.entry_params(w.conversation_id, w.entries)]
+            pages = [p for w in applied for p in turn.page_params(w.conversation_id, w.pages)]
+            fingerprints = [p for w in applied for p in turn.fingerprint_params(w.tenant, w.conversation_id, w.fingerprints)]
+            hidden = [p for w in applied for p in turn.hidden_params(w.conversation_id, w.hidden)]
+            contents = [{"conversation_id": w.conversation_id, "epoch": w.contents[0], "text": w.contents[1]}
+                        for w in applied if w.contents is not None]
+            events = [p for w, o in zip(writes, outcomes) if o == SAVED for p in turn.event_params(w.events)]
+            for statement, params in ((turn.INSERT_ENTRIES, entries), (turn.UPSERT_PAGES, pages),
+                                      (turn.INSERT_FINGERPRINTS, fingerprints), (turn.UPSERT_HIDDEN, hidden),
+                                      (turn.UPSERT_CONTENTS, contents), (turn.INSERT_EVENTS, events)):
+                if params:
+                    await connection.execute(statement, params)
+        return outcomes
+
+    async def _store_snapshot(self, connection: AsyncConnection, w: TurnWrite) -> str:
+        """Compare and set the snapshot, locking the conversation row for the rest of the transaction."""
+        where = [conv.c.id == w.conversation_id, conv.c.tenant == w.tenant]
+        if w.base is None:
+            where.append(conv.c.state_version < w.version)
+        else:
+            where += [conv.c.state_version == w.base.version, func.md5(conv.c.state).is_not_distinct_from(w.base.digest)]
         stored = (
             await connection.execute(
-                update(conv)
-                .where(
-                    conv.c.id == conversation_id,
-                    conv.c.tenant == tenant,
-                    or_(
-                        conv.c.state_version < version,
-                        and_(conv.c.state_version == version, conv.c.state.is_distinct_from(snapshot)),
-                    ),
-                )
-                .values(state=snapshot, state_version=version, updated_at=func.now(), last_active_at=func.now())
+                update(conv).where(*where)
+                .values(state=w.snapshot, state_version=w.version, updated_at=func.now(), last_active_at=func.now())
                 .returning(conv.c.id)
             )
         ).first()
         if stored is not None:
-            return False
+            return SAVED
         current = (
             await connection.execute(
-                select(conv.c.state_version)
-                .where(conv.c.id == conversation_id, conv.c.tenant == tenant)
+                select(conv.c.state_version, func.md5(conv.c.state).label("digest"))
+                .where(conv.c.id == w.conversation_id, conv.c.tenant == w.tenant)
                 .with_for_update()
             )
         ).first()
         if current is None:
-            raise ConversationNotFound(conversation_id)
-        if current.state_version > version:
-            raise StaleState(
-                f"conversation {conversation_id}: stored version {current.state_version} is newer than {version}"
-            )
-        return True  # same version, same snapshot
+            return NOT_FOUND
+        if current.state_version == w.version and current.digest == snapshot_digest(w.snapshot):
+            return REPLAYED
+        if w.base is not None and current.state_version < w.base.version:
+            return BEHIND
+        return STALE
 
     # --- reads --------------------------------------------------------------------------------
     async def load_snapshot(self, tenant: str, conversation_id: str) -> tuple[bytes, int] | None:

@@ -75,7 +75,7 @@ async def test_an_outage_is_retried_after_a_while_and_recovers(
     hot = ResilientHotState(primary, retry_after_s=5.0, clock=clock)
     calls = 0
 
-    async def failing_get_snapshot(conversation_id: str) -> None:
+    async def failing_get_snapshot(conversation_id: str, newer_than: int = -1) -> None:
         nonlocal calls
         calls += 1
         raise RedisConnectionError("connection refused")

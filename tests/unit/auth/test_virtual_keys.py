@@ -13,7 +13,7 @@ from proxy.api.auth import (
     virtual_tenant,
     with_cache_salt,
 )
-from proxy.context.identity import AUTH_TENANT_HEADER, key_tenant, tenant_of
+from proxy.turn.identity import AUTH_TENANT_HEADER, key_tenant, tenant_of
 from proxy.settings import Settings, SettingsError
 
 KEYS = {"sk-alice": {"tenant": "acme", "upstream_key": "up-acme"}, "sk-bob": {"tenant": "globex", "upstream_key": ""}}

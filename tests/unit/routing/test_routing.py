@@ -1,6 +1,7 @@
 """Rendezvous hashing stability, down-marking with a cool-down on an injected clock."""
 
-from proxy.upstream.routing import WorkerRouter, pass_through_route_key, rendezvous_order
+from proxy.turn.identity import pass_through_route_key
+from proxy.upstream.routing import WorkerRouter, rendezvous_order
 
 WORKERS = [f"http://10.0.0.{i}:30000/v1" for i in range(1, 5)]
 

@@ -8,6 +8,9 @@ from typing import Any
 
 import xxhash
 
+from proxy.engine.fingerprint import advance_prefix, entry_digest
+from proxy.engine.state import ConversationState, common_prefix_of_blobs
+
 ANONYMOUS = "anonymous"
 _SYSTEM_ROLES = ("system", "developer")
 # Set by proxy.api.auth.AuthMiddleware on every /v1 and /memci request (a client's own copy is dropped there).
@@ -59,9 +62,39 @@ def new_conversation_id() -> str:
     return "c" + uuid.uuid4().hex[:24]
 
 
+def pass_through_route_key(tenant: str, headers: Mapping[str, str], data: Mapping[str, Any]) -> str:
+    """A routing key for a chat request without a conversation id: the session key, else the first message.
+
+    Every turn of a conversation resends its first non-system message, so the key stays the same.
+    """
+    session = session_key_of(headers, data)
+    if session:
+        return f"{tenant}\0s\0{session}"
+    messages = data.get("messages")
+    first: Any = None
+    if isinstance(messages, list):
+        _, rest = split_system([m for m in messages if isinstance(m, dict)])
+        first = rest[0] if rest else (messages[0] if messages else None)
+    digest = xxhash.xxh3_64_hexdigest(repr(first).encode())
+    return f"{tenant}\0m\0{digest}"
+
+
 def split_system(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The leading run of system/developer messages (block B1, not part of the identity), and the rest."""
     i = 0
     while i < len(messages) and messages[i].get("role") in _SYSTEM_ROLES:
         i += 1
     return messages[:i], messages[i:]
+
+
+def continues(state: ConversationState, messages: list[dict[str, Any]], raw_messages: Any = None) -> bool:
+    """Whether the request's messages (after the leading system ones) start with every entry of the state: a
+    continuation, not an edit. The raw bytes are compared first (one hash pass); then the entries' hashes."""
+    if state.messages_kind == "raw" and raw_messages is not None:
+        if advance_prefix(raw_messages, state.messages_length, state.messages_digest)[0]:
+            return True
+    known = state.entry_count
+    if len(messages) < known:
+        return False
+    digests = b"".join(entry_digest(m) for m in messages[:known])
+    return common_prefix_of_blobs(state.hash_blob, digests) >= known

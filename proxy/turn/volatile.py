@@ -1,12 +1,12 @@
 """The per-turn volatile blocks next to the latest user message: the standalone intent (B2b) and retrieved
 memory (B5). Both are optional per deployment (settings) and per request (headers X-Memci-Rewrite, X-Memci-Memory).
+The rewrite runs only when something uses it: the intent goes into the prompt, or memory is retrieved with it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,6 @@ from proxy.settings import Settings
 
 log = logging.getLogger("memci.context")
 HISTORY_FOR_REWRITE = 12
-REWRITE_MODES = ("off", "rules", "model")
 
 
 @dataclass
@@ -30,10 +29,6 @@ class Volatile:
     intent: str = ""
     memory: str = ""
     rewrite: RewriteResult | None = None
-
-
-def _header(headers: Mapping[str, str], name: str) -> str:
-    return (headers.get(name) or headers.get(name.lower()) or "").strip().lower()
 
 
 class VolatileContext:
@@ -69,23 +64,22 @@ class VolatileContext:
         return result
 
     async def blocks(
-        self, headers: Mapping[str, str], tenant: str, conversation_id: str, state: ConversationState | None,
-        messages: list[dict[str, Any]],
+        self, rewrite_mode: str, memory_mode: str, tenant: str, conversation_id: str,
+        state: ConversationState | None, messages: list[dict[str, Any]],
     ) -> Volatile:
+        """``rewrite_mode`` / ``memory_mode``: the request's X-Memci-Rewrite / X-Memci-Memory ("" when absent)."""
         out = Volatile()
-        mode = _header(headers, "X-Memci-Rewrite")
-        if mode not in REWRITE_MODES:
-            mode = ""
-        try:
-            out.rewrite = await self.rewrite(messages, mode)
-        except Exception:
-            log.exception("intent rewrite failed")
-            self.metrics.engine_errors.labels("rewrite").inc()
-        memory_on = self.settings.memory_injection_enabled
-        header = _header(headers, "X-Memci-Memory")
-        if header in ("off", "on"):
-            memory_on = header == "on"
-        if memory_on and state is not None and messages and messages[-1].get("role") == "user":
+        memory_on = self.settings.memory_injection_enabled if memory_mode not in ("on", "off") else memory_mode == "on"
+        memory_possible = (memory_on and state is not None and state.first_active_page > 0 and bool(messages)
+                           and messages[-1].get("role") == "user")
+        placement = "always" if rewrite_mode in ("rules", "model") else self.settings.intent_in_prompt
+        if rewrite_mode != "off" and (placement == "always" or memory_possible):
+            try:
+                out.rewrite = await self.rewrite(messages, rewrite_mode)
+            except Exception:
+                log.exception("intent rewrite failed")
+                self.metrics.engine_errors.labels("rewrite").inc()
+        if memory_possible:
             try:
                 out.memory = await self._memory(tenant, conversation_id, state, messages, out.rewrite)
             except Exception:
@@ -93,9 +87,6 @@ class VolatileContext:
                 self.metrics.engine_errors.labels("memory").inc()
         if out.memory:
             self.metrics.memory_injections.inc()
-        placement = self.settings.intent_in_prompt
-        if mode in ("rules", "model"):
-            placement = "always"  # asked for explicitly on this request
         if out.rewrite is not None and out.rewrite.changed and (
             placement == "always" or (placement == "with_memory" and out.memory)
         ):
@@ -109,7 +100,7 @@ class VolatileContext:
         s = self.settings
         if s.memory_max_hits == 0 or s.memory_budget_tokens == 0:
             return ""
-        if not any(p.status != 0 for p in state.pages):
+        if state.first_active_page == 0:
             return ""  # nothing archived: everything is in the prompt already
         query = rewritten.query if rewritten is not None else message_text(messages[-1])
         missing = self._missing_keywords(query, state, messages)

@@ -1,0 +1,25 @@
+"""The last upstream prompt of each recent conversation, for the admin prompt view (per process, bounded)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.metrics import Metrics
+from proxy.turn.lru import SizedLru
+
+
+@dataclass
+class LastPrompt:
+    messages: list[dict[str, Any]]
+    blocks: list[Any]
+    epoch: bool
+    at: float
+    size: int  # bytes of the prompt as encoded for the upstream
+
+
+class LastPrompts(SizedLru[str, LastPrompt]):
+    def __init__(self, max_entries: int, max_bytes: int, metrics: Metrics) -> None:
+        super().__init__(max_entries, max_bytes, lambda p: p.size + 256)
+        metrics.process_cache_entries.labels("last_prompts").set_function(lambda: len(self))
+        metrics.process_cache_bytes.labels("last_prompts").set_function(lambda: self.bytes)

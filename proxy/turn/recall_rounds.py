@@ -1,0 +1,59 @@
+"""A managed turn's recall rounds as the upstream exchange runs them: each call answered within the room the plan
+left, each finished exchange kept (durably) before the next round goes upstream."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from proxy.metrics import Metrics
+from proxy.recall.loop import LoopConfig
+from proxy.recall.resolver import RecallContext, RecallResolver
+from proxy.recall.rounds import LoopRecord, ToolCall
+from proxy.recall.tool import parse_arguments
+
+# What one call adds to the prompt besides its result: the assistant's call and its framing, in tokens.
+CALL_FRAMING_TOKENS = 48
+RESULT_FRAMING_TOKENS = 8
+
+
+class TurnRecall:
+    """Implements proxy.upstream.exchange.RecallRounds for one turn.
+
+    Recall rounds append to the prompt: what they add must fit in ``room`` tokens (the caller computes it from
+    what the plan left free). With n > 1 each choice continues on its own, so every call gets the whole room.
+    """
+
+    def __init__(self, config: LoopConfig, context: RecallContext, resolver: RecallResolver, metrics: Metrics,
+                 room: int, choices: int, keep: Callable[[list[dict[str, Any]]], Awaitable[None]]) -> None:
+        self.config = config
+        self.record = LoopRecord()
+        self.context = context
+        self.resolver = resolver
+        self.metrics = metrics
+        self.initial_room = self.room = room
+        self.choices = choices
+        self._keep = keep
+
+    async def resolve(self, call: ToolCall) -> str:
+        m = self.metrics
+        count = self.resolver.counter.count_text
+        args = parse_arguments(call.arguments)
+        if self.choices > 1:
+            limit = self.initial_room - count(call.arguments or "") - CALL_FRAMING_TOKENS
+            outcome = await self.resolver.resolve(self.context, args, limit=limit)
+        else:
+            self.room -= count(call.arguments or "") + CALL_FRAMING_TOKENS
+            outcome = await self.resolver.resolve(self.context, args, limit=self.room)
+            self.room -= count(outcome.text) + RESULT_FRAMING_TOKENS
+        m.recall_calls.labels(outcome.kind).inc()
+        self.record.kinds.append(outcome.kind)
+        self.record.pages_recalled.extend(outcome.pages)
+        if outcome.pages:
+            m.recall_pages.inc(len(outcome.pages))
+        if args.query:
+            m.recall_search_seconds.observe(outcome.search_seconds)
+        return outcome.text
+
+    async def keep(self, exchange: list[dict[str, Any]]) -> None:
+        await self._keep(exchange)

@@ -1,0 +1,498 @@
+"""One managed chat turn, end to end (DESIGN.md section 3), with no HTTP in it.
+
+identity -> session lock -> state (this process's, the hot copy, else PostgreSQL) -> engine.plan -> what leaves
+the prompt stored first -> the upstream exchange (recall rounds kept as they finish) -> after the answer: usage
+feedback, the turn queued for PostgreSQL, the hot copy updated, the lock released.
+Any failure of the engine or the store before the upstream call sends the client's request unchanged (trimmed to
+the budget when it would not fit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+
+from proxy.blobs import make_blob_store
+from proxy.engine import (
+    ConversationState, EngineConfig, EstimateCounter, Plan, TurnInput, add_hidden, chain_hashes, entry_hashes,
+    observe_usage, plan, record_recall,
+)
+from proxy.metrics import Metrics
+from proxy.recall.loop import prepare_rounds
+from proxy.recall.resolver import RecallContext, RecallResolver
+from proxy.recall.tool import recall_tool
+from proxy.recall.vector_index import build_page_vectors
+from proxy.settings import Settings
+from proxy.store.ports import LockTimeout, SnapshotBase, StaleState
+from proxy.turn.call import ChatCall
+from proxy.turn.fallback import trim_to_budget
+from proxy.turn.identity import continues, conversation_id_for_session, new_conversation_id, split_system
+from proxy.turn.prompts import LastPrompt, LastPrompts
+from proxy.turn.recall_rounds import TurnRecall
+from proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
+from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
+from proxy.turn.volatile import VolatileContext
+from proxy.turn.window import ContextWindow
+from proxy.upstream.exchange import Answer, Exchange, Outgoing
+from proxy.vision import intake_images, make_describer
+from proxy.wire.errors import ProxyError
+
+log = logging.getLogger("memci.turn")
+_encode = msgspec.json.Encoder().encode
+NOTHING_STORED = Known(None, 0, SnapshotBase(0, None))
+
+
+@dataclass
+class Redo:
+    """What it takes to plan a turn again on another stored state (after a conflict)."""
+
+    input: TurnInput
+    config: EngineConfig
+    chains: list[str]
+    known_prefix: int
+    last_index: int
+    hidden: list[dict[str, Any]] = field(default_factory=list)
+    recalled: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Turn:
+    """What one request learned and decided, carried from planning to the end of the answer."""
+
+    call: ChatCall
+    conversation_id: str
+    how: str  # "session_key" | "prefix" | "new" | "fork"
+    known: Known  # the state the next save builds on
+    plan: Plan
+    state: ConversationState  # the plan's state, with what the rounds and the answer add
+    rows: RowSet  # not stored yet
+    redo: Redo
+    record: Any = None  # proxy.recall.rounds.LoopRecord of the recall rounds
+    usage: dict[str, Any] | None = None
+
+
+class TurnService:
+    def __init__(self, settings: Settings, metrics: Metrics, exchange: Exchange, store: Any, memory: Any = None) -> None:
+        self.settings = s = settings
+        self.metrics = metrics
+        self.exchange = exchange
+        self.store = store
+        self.memory = memory  # proxy.workers.runner.MemoryWorker when the memory workers run
+        self.counter = EstimateCounter()
+        self.window = ContextWindow(settings, exchange.client)
+        vectors = build_page_vectors(store.repo, s.embeddings_url, s.upstream_url, s.embeddings_model,
+                                     s.embeddings_api_key, s.embeddings_timeout)
+        self.resolver = RecallResolver(
+            store.repo, self.counter, s.recall_max_tokens, vectors=vectors, metrics=metrics,
+            lexical_weight=s.recall_lexical_weight, vector_weight=s.recall_vector_weight, min_cosine=s.recall_min_cosine,
+        )
+        self.recall_enabled = s.recall_enabled
+        self.volatile = VolatileContext(settings, metrics, self.resolver, exchange.client.session)
+        self.states = ConversationStates(store.repo, store.hot, store.kind_hot == "redis", metrics, settings, self._redo)
+        self.last_prompts = LastPrompts(s.last_prompts_max_entries, s.last_prompts_max_mb << 20, metrics)
+        self.blobs = make_blob_store(settings)
+        self.describer = make_describer(settings, self.blobs)
+        self._configs: dict[int, EngineConfig] = {}
+        self._finishing: set[asyncio.Task[None]] = set()
+        self.fallback_ratio = 1.0  # the upstream's tokens per estimated token, as the last plan learned it
+
+    def start(self) -> None:
+        self.states.start()
+
+    async def close(self) -> None:
+        """Finish the turns still running their after-answer step, write everything queued, close clients."""
+        if self._finishing:
+            await asyncio.gather(*self._finishing, return_exceptions=True)
+        await self.states.close()
+        await self.volatile.close()
+        await self.resolver.close()
+        await self.describer.close()
+        await self.blobs.close()
+
+    def _config(self, window: int) -> EngineConfig:
+        config = self._configs.get(window)
+        if config is None:
+            config = self._configs[window] = EngineConfig.from_settings(self.settings, window)
+        return config
+
+    # ------------------------------------------------------------------------------------------------------------
+    async def handle(self, call: ChatCall) -> Answer:
+        system, messages = split_system(call.messages)
+        try:
+            # The prefix chain identifies a conversation without an explicit key; with one it is not needed.
+            chains = [] if call.session_key else chain_hashes(entry_hashes(messages))
+            conversation_id, how, known_prefix = await self._identify(call, chains)
+        except Exception:
+            log.exception("conversation lookup failed; forwarding without context management")
+            self.metrics.engine_errors.labels("identify").inc()
+            return await self._fallback(call, system, messages)
+        lock = self.store.hot.lock(conversation_id, LOCK_WAIT_S, LOCK_LEASE_S)
+        waiting = time.perf_counter()
+        try:
+            await lock.__aenter__()
+        except LockTimeout:
+            self.metrics.lock_wait.observe(time.perf_counter() - waiting)
+            self.metrics.lock_timeouts.inc()
+            raise ProxyError(409, "another request of this conversation is still running", "conflict_error",
+                             "session_locked", headers={"Retry-After": "1"}) from None
+        except Exception:
+            log.exception("session lock failed; forwarding without context management")
+            self.metrics.engine_errors.labels("lock").inc()
+            return await self._fallback(call, system, messages)
+        self.metrics.lock_wait.observe(time.perf_counter() - waiting)
+        release = _Release(lock)
+        try:
+            turn = await self._plan(call, conversation_id, how, known_prefix, system, messages, chains)
+        except BaseException as exc:
+            await release()
+            if not isinstance(exc, Exception):
+                raise
+            if isinstance(exc, StoreUnavailable):  # nothing may leave the prompt unstored: a trimmed request
+                self.metrics.store_write_failures.labels("plan").inc()
+            else:
+                log.exception("planning failed; forwarding unchanged")
+                self.metrics.engine_errors.labels("plan").inc()
+            return await self._fallback(call, system, messages)
+        try:
+            answer = await self._exchange(turn)
+        except BaseException as exc:
+            await self._finish(turn, release)
+            if isinstance(exc, (ProxyError, asyncio.CancelledError)) or not isinstance(exc, Exception):
+                raise
+            log.exception("the upstream exchange failed")
+            self.metrics.engine_errors.labels("recall").inc()
+            raise ProxyError(502, f"the upstream's answer could not be read: {type(exc).__name__}",
+                             "upstream_error", "upstream_malformed") from None
+        return await self._after_answer(answer, turn, release)
+
+    async def _identify(self, call: ChatCall, chains: list[str]) -> tuple[str, str, int]:
+        """(conversation id, how it was found, number of leading messages already known)."""
+        if call.session_key:
+            return conversation_id_for_session(call.tenant, call.session_key), "session_key", -1
+        if not chains:
+            return new_conversation_id(), "new", 0
+        hot = self.store.hot
+        for back in range(1, min(4, len(chains)) + 1):  # the usual case: all but the newest exchange is known
+            hit = await hot.get_fingerprint(call.tenant, chains[-back])
+            if hit is not None:
+                return hit[0], "prefix", len(chains) - back + 1
+        found = await self.store.repo.find_longest_prefix(call.tenant, chains)
+        if found is None:
+            return new_conversation_id(), "new", 0
+        return found[0], "prefix", found[1]
+
+    # ------------------------------------------------------------------------------------------------------------
+    async def _plan(self, call: ChatCall, conversation_id: str, how: str, known_prefix: int,
+                    system: list[dict[str, Any]], messages: list[dict[str, Any]], chains: list[str]) -> Turn:
+        """Plan, and store what leaves the prompt before the upstream sees it (an epoch). Another state stored
+        meanwhile (StaleState) plans once more from the stored state; a store that fails is StoreUnavailable."""
+        for attempt in (0, 1):
+            turn = await self._plan_once(call, conversation_id, how, known_prefix, system, messages, chains,
+                                         fresh=attempt > 0)
+            if not turn.plan.epoch:
+                return turn
+            try:
+                turn.known = await self.states.save_now(call.tenant, turn.conversation_id, turn.known, turn.state,
+                                                        turn.rows)
+                turn.rows = RowSet()
+                return turn
+            except StaleState:
+                if attempt:
+                    raise StoreUnavailable("the stored state kept changing") from None
+                log.warning("conversation %s: another state was stored meanwhile; planning again from it",
+                            conversation_id)
+                self.metrics.engine_errors.labels("stale_state").inc()
+            except Exception as exc:
+                log.warning("could not store archived pages (%s): no archiving this turn", exc)
+                raise StoreUnavailable(str(exc)) from exc
+        raise AssertionError("unreachable")
+
+    async def _plan_once(self, call: ChatCall, conversation_id: str, how: str, known_prefix: int,
+                         system: list[dict[str, Any]], messages: list[dict[str, Any]], chains: list[str],
+                         fresh: bool) -> Turn:
+        tenant, repo = call.tenant, self.store.repo
+        known, parent_id = NOTHING_STORED, None
+        if how != "new":
+            known = await self.states.load(tenant, conversation_id, fresh)
+            state = known.state
+            if how == "prefix" and state is not None and known_prefix < state.entry_count and not continues(
+                    state, messages, call.raw_messages):
+                # An edit or a regeneration: continue in a fork, leaving the original untouched.
+                parent_id, conversation_id, how, known = conversation_id, new_conversation_id(), "fork", NOTHING_STORED
+        try:
+            if how == "fork":
+                await self.states.writer.settle(parent_id)  # the fork copies the parent's stored messages
+                await repo.create_conversation(tenant, conversation_id, parent_id=parent_id, forked_at=known_prefix)
+            elif known.state is None:
+                await repo.create_conversation(tenant, conversation_id, parent_id=None, forked_at=None,
+                                               session_key=conversation_id if how == "session_key" else None)
+        except Exception as exc:
+            log.warning("could not create conversation %s in the database: %s", conversation_id, exc)
+            raise StoreUnavailable(str(exc)) from exc
+        if not fresh:
+            self.metrics.conversations.labels(how).inc()
+        state = known.state
+        config = self._config(await self.window.tokens())
+        data = call.data
+        tools = list(data.get("tools") or [])
+        if self.recall_enabled:
+            tools.append(recall_tool(self.settings.recall_tool_name))  # what the upstream will get
+        max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
+        volatile = await self.volatile.blocks(call.rewrite_mode, call.memory_mode, tenant, conversation_id, state,
+                                              messages)
+        memory = self.memory
+        turn_input = TurnInput(
+            summary=await memory.latest_summary(tenant, conversation_id) if memory and state is not None else "",
+            profile=await memory.latest_profile(tenant) if memory is not None else "",
+            intent=volatile.intent, memory=volatile.memory, system=system, messages=messages,
+            tools_tokens=self.counter.count_text(_encode(tools).decode()) if tools else 0,
+            max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
+            raw_messages=call.raw_messages, image_descriptions=self.describer.descriptions,
+        )
+        result = plan(state, turn_input, config, self.counter)
+        await self._intake_images(result)
+        self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
+        self._count_plan(result)
+        redo = Redo(turn_input, config, chains, max(known_prefix, 0), len(messages) - 1)
+        rows = turn_rows(tenant, conversation_id, result, result.state, chains, redo.known_prefix)
+        return Turn(call, conversation_id, how, known, result, result.state, rows, redo)
+
+    async def _intake_images(self, result: Plan) -> None:
+        """New messages' data: images to the blob store (once per hash), descriptions started; the entries
+        rows keep blob references instead of the bytes."""
+        if not any(isinstance(m.get("content"), list) for _, m, _, _ in result.new_entries):
+            return
+        stored = await intake_images([m for _, m, _, _ in result.new_entries], self.blobs, self.describer)
+        result.new_entries = [(i, s, d, t) for (i, _, d, t), s in zip(result.new_entries, stored)]
+
+    # ------------------------------------------------------------------------------------------------------------
+    async def _exchange(self, turn: Turn) -> Answer:
+        call, s = turn.call, self.settings
+        active = len(turn.state.pages) - turn.state.first_active_page
+        out = Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, None, call.started, call.stream,
+                       route_key=turn.conversation_id, extra_headers={
+                           "X-Memci-Conversation-Id": turn.conversation_id,
+                           "X-Memci-Pages-Active": str(active),
+                           "X-Memci-Pages-Archived": str(turn.state.first_active_page),
+                           "X-Memci-Epoch": "true" if turn.plan.epoch else "false",
+                       })
+        if not self.recall_enabled:
+            out.body = _encode({**call.data, "messages": turn.plan.messages})
+            self._remember_prompt(turn, len(out.body))
+
+            def on_usage(usage: dict[str, Any]) -> None:
+                turn.usage = usage
+
+            return await self.exchange.send(out, on_usage)
+        body, loop_config = prepare_rounds(call.data, turn.plan.messages, s.recall_tool_name, s.recall_max_rounds,
+                                           call.stream)
+        out.body = _encode(body)
+        self._remember_prompt(turn, len(out.body))
+        # What the rounds add must fit in what the plan left free, plus half of the window's safety margin (kept for
+        # estimate errors, which the learned correction ratio mostly removes; a prompt near the high watermark would
+        # otherwise leave recall no room at all). Estimates are scaled by that ratio, with a 5% margin.
+        spare = 0.5 * s.safety_margin * await self.window.tokens()
+        ratio = max(1.0, turn.state.correction_ratio)
+        room = max(0, int((0.95 * (turn.plan.budget + spare) - turn.plan.estimated_tokens) / ratio))
+        context = RecallContext(call.tenant, turn.conversation_id, turn.state, turn.redo.input.messages,
+                                self.describer.descriptions)
+
+        async def keep(exchange: list[dict[str, Any]]) -> None:
+            await self._keep(turn, exchange)
+
+        rounds = TurnRecall(loop_config, context, self.resolver, self.metrics, room, call.data.get("n") or 1, keep)
+        turn.record = rounds.record
+        return await self.exchange.send_with_recall(out, body, rounds)
+
+    async def _keep(self, turn: Turn, exchange: list[dict[str, Any]]) -> None:
+        """A finished recall exchange becomes hidden messages of the state, stored before the next round: the client
+        never resends them."""
+        after = turn.redo.last_index
+        if after < 0:
+            return
+        try:
+            turn.state = add_hidden(turn.state, after, exchange, self.counter)
+        except Exception:
+            log.exception("could not record the recall exchange")
+            self.metrics.engine_errors.labels("recall").inc()
+            return
+        turn.rows.hidden.update(hidden_rows(after, len(turn.redo.hidden), exchange))
+        turn.redo.hidden.extend(exchange)
+        turn.rows.pages.update(page_rows(turn.state, [p.label for p in turn.state.pages if p.start <= after < p.end]))
+        try:
+            turn.known = await self.states.save_now(turn.call.tenant, turn.conversation_id, turn.known, turn.state,
+                                                    turn.rows)
+            turn.rows = RowSet()
+        except Exception as exc:  # stored behind the answer instead (with the rest of the turn)
+            log.warning("could not store the recall exchange of %s now (%s)", turn.conversation_id, exc)
+            self.metrics.store_write_failures.labels("recall").inc()
+
+    async def _after_answer(self, answer: Answer, turn: Turn, release: _Release) -> Answer:
+        """Finish the turn once the answer is out: after the last event of a stream; for a whole body, right after
+        it is handed over (or before, when write-behind is off)."""
+        if answer.events is not None:
+            answer.events = self._finish_after(answer.events, turn, release)
+        elif not self.settings.write_behind:
+            await self._finish(turn, release)
+        else:
+            task = asyncio.get_running_loop().create_task(self._finish(turn, release))
+            self._finishing.add(task)
+            task.add_done_callback(self._finishing.discard)
+        return answer
+
+    async def _finish_after(self, events: AsyncIterator[bytes], turn: Turn, release: _Release) -> AsyncIterator[bytes]:
+        try:
+            async for event in events:
+                yield event
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._finish(turn, release)
+
+    async def _finish(self, turn: Turn, release: _Release) -> None:
+        """After the answer: usage fed back, recall counts, the turn queued for the store, the lock released."""
+        try:
+            state, record, usage = turn.state, turn.record, turn.usage
+            if record is not None:
+                usage = record.first_usage
+                if record.pages_recalled:
+                    recalled = list(dict.fromkeys(record.pages_recalled))
+                    state = record_recall(state, recalled)
+                    turn.redo.recalled = recalled
+                    turn.rows.pages.update(page_rows(state, recalled))
+            prompt = usage.get("prompt_tokens") if usage else None
+            if isinstance(prompt, int) and prompt > 0:
+                details = usage.get("prompt_tokens_details")
+                cached = details.get("cached_tokens") if isinstance(details, dict) else None
+                try:
+                    state = observe_usage(state, prompt, cached if isinstance(cached, int) else None,
+                                          turn.plan.estimated_tokens, time.time())
+                except Exception:
+                    log.exception("usage feedback failed")
+                    self.metrics.engine_errors.labels("feedback").inc()
+            await self._store(turn, state)
+            if turn.plan.archived and self.memory is not None:
+                await self.memory.notify(turn.call.tenant, turn.conversation_id)
+        except Exception as exc:
+            # The client resends these messages with its next request, whose plan stores them then.
+            log.warning("could not store the turn of %s (%s); the next turn stores its messages",
+                        turn.conversation_id, exc)
+            self.metrics.store_write_failures.labels("finish").inc()
+        finally:
+            await release()
+
+    async def _store(self, turn: Turn, state: ConversationState) -> None:
+        tenant, cid = turn.call.tenant, turn.conversation_id
+        if self.settings.write_behind:
+            await self.states.save_behind(tenant, cid, turn.known, state, turn.rows, turn.redo)
+            return
+        try:
+            await self.states.save_now(tenant, cid, turn.known, state, turn.rows)
+        except StaleState:
+            await self.states.redo_on_stored(tenant, cid, state, turn.redo)
+
+    async def _redo(self, tenant: str, conversation_id: str, stored: ConversationState | None, redo: Redo
+                    ) -> tuple[ConversationState, RowSet]:
+        """The turn planned again on another stored state: every message past that state is new to it."""
+        result = plan(stored, redo.input, redo.config, self.counter)
+        await self._intake_images(result)
+        state = result.state
+        rows = turn_rows(tenant, conversation_id, result, state, redo.chains, redo.known_prefix)
+        if redo.hidden and 0 <= redo.last_index < state.entry_count:
+            state = add_hidden(state, redo.last_index, redo.hidden, self.counter)
+            rows.hidden.update(hidden_rows(redo.last_index, 0, redo.hidden))
+        if redo.recalled:
+            state = record_recall(state, redo.recalled)
+            rows.pages.update(page_rows(state, redo.recalled))
+        return state, rows
+
+    # ------------------------------------------------------------------------------------------------------------
+    async def _fallback(self, call: ChatCall, system: list[dict[str, Any]], messages: list[dict[str, Any]]) -> Answer:
+        """Without context management: the request unchanged, or trimmed to the prompt budget when it would not
+        fit (nothing is archived; the client keeps every message and resends it)."""
+        body = call.body
+        try:
+            max_tokens = call.data.get("max_completion_tokens") or call.data.get("max_tokens")
+            budget = self._config(await self.window.tokens()).budget(max_tokens if isinstance(max_tokens, int) else None)
+            budget = int(budget / (1.03 * self.fallback_ratio))  # in the upstream's tokens, with a 3% margin
+            tools = call.data.get("tools")
+            fixed = self.counter.count_text(_encode(tools).decode()) if tools else 0
+            trimmed = trim_to_budget(system, messages, budget, self.counter, fixed)
+        except Exception:
+            log.exception("could not trim the request; forwarding it unchanged")
+            trimmed = None
+        if trimmed is not None:
+            self.metrics.trimmed_requests.inc()
+            body = _encode({**call.data, "messages": trimmed})
+        return await self.exchange.send(Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, body,
+                                                 call.started, call.stream))
+
+    def _count_plan(self, p: Plan) -> None:
+        m = self.metrics
+        m.estimated_prompt_tokens.inc(p.estimated_tokens)
+        m.prefix_reuse_tokens.inc(getattr(p, "stable_prefix_tokens", 0) or 0)
+        saved = getattr(p, "tokens_saved", 0) or 0
+        if saved > 0:
+            m.tokens_saved.inc(saved)
+        if p.epoch:
+            m.epochs.labels(p.epoch_reason or "unknown").inc()
+        if p.archived:
+            m.pages_archived.inc(len(p.archived))
+        for _, rule in p.evicted:
+            m.evictions.labels(rule).inc()
+        if p.over_budget:
+            m.over_budget.inc()
+
+    def _remember_prompt(self, turn: Turn, size: int) -> None:
+        p = turn.plan
+        self.last_prompts.put(turn.conversation_id, LastPrompt(p.messages, list(p.blocks), p.epoch, time.time(), size))
+
+    def state_of(self, conversation_id: str) -> ConversationState | None:
+        """This process's newest state of a conversation (admin views)."""
+        return self.states.state_of(conversation_id)
+
+    async def flush(self, conversation_id: str) -> None:
+        """Write this process's queued turns of the conversation now (reads of the database that follow see them)."""
+        await self.states.writer.flush(conversation_id)
+
+    async def forget(self, conversation_id: str) -> None:
+        """A deleted conversation leaves the per-process caches and the write queue."""
+        self.last_prompts.pop(conversation_id, None)
+        await self.states.forget(conversation_id)
+        self.resolver.indexes.forget(conversation_id)
+
+
+class _Release:
+    """Releases the session lock once, whatever happens (shielded from cancellation)."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.done = False
+
+    async def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            with anyio.CancelScope(shield=True):
+                await self.lock.__aexit__(None, None, None)
+
+
+async def start_turn_service(settings: Settings, metrics: Metrics, exchange: Exchange) -> TurnService:
+    """Open the store (embedded defaults when nothing is configured) and start the managed turn."""
+    from proxy.store.factory import open_store
+
+    store = await open_store(settings)
+    service = TurnService(settings, metrics, exchange, store)
+    service.start()
+    hot = store.hot
+    if hasattr(hot, "degraded"):
+        metrics.hot_state_degraded.set_function(lambda: 1.0 if hot.degraded else 0.0)
+    log.info("context management on: database %s, hot state %s, upstream %s",
+             store.kind_db, store.kind_hot, settings.upstream_url)
+    return service
+

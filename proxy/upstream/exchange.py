@@ -1,0 +1,208 @@
+"""The one upstream exchange: a request sent, the answer relayed, recall rounds run when the turn asks for them.
+
+Pass-through, managed and recall requests all come through here, so metrics, the answer's headers, upstream errors
+and client disconnects are handled once:
+- ``send``: plain forwarding, the exchange with zero recall rounds. The answer goes back byte for byte, event by
+  event when streamed.
+- ``send_with_recall``: the recall loop (``proxy.recall.loop``) answers the model's ``recall`` calls and asks
+  again; the client sees one ordinary completion.
+
+An upstream that cannot be reached or times out raises ProxyError (502/504) before anything reached the client;
+an error status is passed on with its body. A client that leaves closes the events' iterator, which closes (and so
+cancels) the upstream request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+import msgspec
+
+from proxy.metrics import Metrics
+from proxy.recall.loop import LoopConfig, complete_json, replay_as_stream, stream_rounds
+from proxy.recall.rounds import LoopRecord, ToolCall
+from proxy.upstream.client import UpstreamClient, response_headers
+from proxy.upstream.relay import relay_sse
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+SSE = "text/event-stream"
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """One request for the upstream, as the route or the turn prepared it."""
+
+    route: str  # metrics label: "chat" or "other"
+    method: str
+    path: str  # relative to the OpenAI base URL, e.g. "/chat/completions"
+    query: str
+    headers: Mapping[str, str]  # the client's headers; hop-by-hop and proxy-owned ones are dropped on the way
+    body: bytes | None
+    started: float  # time.perf_counter() when the client's request arrived
+    stream: bool = False  # the client asked for server-sent events
+    route_key: str | None = None  # keeps a conversation on one upstream worker
+    extra_headers: Mapping[str, str] | None = None  # added to the answer (X-Memci-*)
+
+
+@dataclass(slots=True)
+class Answer:
+    """What goes back to the client: a whole body, or events as they come (``events`` set)."""
+
+    status: int
+    headers: dict[str, str]
+    media_type: str | None
+    body: bytes = b""
+    events: AsyncIterator[bytes] | None = None
+
+
+class RecallRounds(Protocol):
+    """What a managed turn gives the exchange to run recall rounds."""
+
+    config: LoopConfig
+    record: LoopRecord
+
+    async def resolve(self, call: ToolCall) -> str:
+        """The text of the tool result for one recall call."""
+
+    async def keep(self, exchange: list[dict[str, Any]]) -> None:
+        """Keep a finished exchange for later turns; called before the next round goes upstream."""
+
+
+def usage_of_body(body: bytes) -> dict | None:
+    if b'"usage"' not in body:
+        return None
+    try:
+        data = _decode(body)
+    except msgspec.DecodeError:
+        return None
+    usage = data.get("usage") if isinstance(data, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
+class Exchange:
+    def __init__(self, client: UpstreamClient, metrics: Metrics) -> None:
+        self.client = client
+        self.metrics = metrics
+
+    async def send(self, out: Outgoing, on_usage: Callable[[dict], None] | None = None) -> Answer:
+        """Zero recall rounds: status, headers and body as the upstream sent them; SSE relayed event by event."""
+        m = self.metrics
+        url = self.client.url(out.path, out.query, out.route_key)
+        response, waited = await self.client.send(out.method, url, self.client.forward_headers(out.headers), out.body)
+        headers, content_type = self._headers(response, out)
+        if out.stream and response.status == 200 and content_type.startswith(SSE):
+            sent_at = time.perf_counter() - waited
+            m.proxy_overhead.labels(out.route).observe(max(0.0, sent_at - out.started))
+
+            def first_byte() -> None:
+                m.upstream_ttft.observe(time.perf_counter() - sent_at)
+
+            def usage_seen(usage: dict) -> None:
+                m.observe_usage(usage)
+                if on_usage is not None:
+                    on_usage(usage)
+
+            return self._stream(out, headers, relay_sse(response, m, first_byte, usage_seen))
+        m.upstream_ttft.observe(waited)
+        read_started = time.perf_counter()
+        content = await self.client.read_body(response)
+        upstream_time = waited + (time.perf_counter() - read_started)
+        if response.status == 200 and out.route == "chat":
+            usage = usage_of_body(content)
+            if usage is not None:
+                m.observe_usage(usage)
+                if on_usage is not None:
+                    on_usage(usage)
+        total = time.perf_counter() - out.started
+        m.proxy_overhead.labels(out.route).observe(max(0.0, total - upstream_time))
+        self._done(out, response.status, total)
+        return Answer(response.status, headers, content_type or None, content)
+
+    async def send_with_recall(self, out: Outgoing, body: dict[str, Any], rounds: RecallRounds) -> Answer:
+        """The recall loop: ``body`` is the first round (recall tool injected, see recall.loop.prepare_rounds);
+        ``out.body``, when set, is its encoding."""
+        m = self.metrics
+        cfg, record = rounds.config, rounds.record
+        client = self.client
+        url = client.url(out.path, out.query, out.route_key)
+        upstream_headers = client.forward_headers(out.headers)
+
+        async def send(round_body: dict[str, Any]) -> aiohttp.ClientResponse:
+            response, _ = await client.send("POST", url, upstream_headers, _encode(round_body))
+            return response
+
+        m.proxy_overhead.labels(out.route).observe(max(0.0, time.perf_counter() - out.started))
+        first, waited = await client.send("POST", url, upstream_headers, out.body or _encode(body))
+        headers, content_type = self._headers(first, out)
+        if first.status != 200 or (cfg.stream_upstream and not content_type.startswith(SSE)):
+            raw = await client.read_body(first)
+            self._done(out, first.status)
+            return Answer(first.status, headers, content_type or None, raw)
+        if cfg.stream_upstream:
+            sent_at = time.perf_counter() - waited
+
+            def first_byte() -> None:
+                m.upstream_ttft.observe(time.perf_counter() - sent_at)
+
+            events = stream_rounds(body, cfg, send, rounds.resolve, record, first, first_byte, keep=rounds.keep)
+            return self._stream(out, headers, events, record)
+        m.upstream_ttft.observe(waited)
+        raw = await client.read_body(first)
+        status, _, content = await complete_json(body, cfg, send, client.read_body, rounds.resolve, record,
+                                                 first=(first, raw), keep=rounds.keep)
+        self._account(record)
+        self._done(out, status)
+        if out.stream:  # n > 1 streamed: rounds were resolved per choice, now replayed as a stream
+            return Answer(200, headers, SSE, events=replay_as_stream(_decode(content), cfg.client_wants_usage))
+        return Answer(status, headers, "application/json", content)
+
+    # --------------------------------------------------------------------------------------------------------
+    def _headers(self, response: aiohttp.ClientResponse, out: Outgoing) -> tuple[dict[str, str], str]:
+        headers = response_headers(response.headers)
+        if out.extra_headers:
+            headers.update(out.extra_headers)
+        headers.pop("Content-Type", None)
+        return headers, response.headers.get("Content-Type", "")
+
+    def _stream(self, out: Outgoing, headers: dict[str, str], events: AsyncIterator[bytes],
+                record: LoopRecord | None = None) -> Answer:
+        return Answer(200, {**headers, **_SSE_HEADERS}, SSE, events=self._relayed(out, events, record))
+
+    async def _relayed(self, out: Outgoing, events: AsyncIterator[bytes], record: LoopRecord | None) -> AsyncIterator[bytes]:
+        """Every streamed answer passes here: in-flight gauge, disconnects, duration and status, counted once."""
+        m = self.metrics
+        m.inflight_streams.inc()
+        finished = False
+        try:
+            async for event in events:
+                yield event
+            finished = True
+        finally:
+            if not finished:
+                m.client_disconnects.inc()
+                await _close(events)
+            m.inflight_streams.dec()
+            if record is not None:
+                self._account(record)
+            self._done(out, 200)
+
+    def _account(self, record: LoopRecord) -> None:
+        self.metrics.observe_usage(record.usage)
+        self.metrics.recall_rounds.observe(record.rounds)
+
+    def _done(self, out: Outgoing, status: int, total: float | None = None) -> None:
+        m = self.metrics
+        m.request_duration.labels(out.route).observe(time.perf_counter() - out.started if total is None else total)
+        m.requests.labels(out.route, str(status)).inc()
+
+
+async def _close(events: AsyncIterator[bytes]) -> None:
+    close = getattr(events, "aclose", None)
+    if close is not None:
+        await close()
