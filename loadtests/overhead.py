@@ -10,6 +10,8 @@ Python client itself saturates. Prints a markdown table; --json writes the figur
 
     /work/venv/bin/python loadtests/overhead.py               # full run (~3 min)
     /work/venv/bin/python loadtests/overhead.py --quick       # CI smoke (~20 s)
+    /work/venv/bin/python loadtests/overhead.py --multi-turn  # a 60-turn chat per conversation, 1 and 8 at once
+                                                              # (see loadtests/turn_overhead.py)
 """
 
 from __future__ import annotations
@@ -589,7 +591,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-streaming", choices=("yes", "no"), help="run only streaming or only non-streaming cells")
     parser.add_argument("--python", default=sys.executable, help="interpreter that runs the proxy and the emulator")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    multi = parser.add_argument_group("multi-turn mode (--multi-turn)")
+    multi.add_argument("--multi-turn", action="store_true",
+                       help="chats resent whole each turn: direct, pass-through and managed per turn (default clients 1,8)")
+    multi.add_argument("--turns", type=int, default=60, help="turns per chat (default 60)")
+    multi.add_argument("--conversations", type=int, default=2, help="chats each client runs per cell (default 2)")
+    multi.add_argument("--window", type=int, default=0, help="the emulator's context length (default: its own)")
+    multi.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE",
+                       help="environment of both proxies, e.g. MEMCI_WRITE_BEHIND=false")
+    multi.add_argument("--profile", type=Path, help="record the managed proxy with py-spy into this directory")
     args = parser.parse_args(argv)
+    if args.multi_turn:
+        if str(Path(__file__).resolve().parents[1]) not in sys.path:
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from loadtests.turn_overhead import run_multi_turn
+
+        given = argv if argv is not None else sys.argv[1:]
+        args.client_levels = [int(c) for c in args.clients.split(",") if c] if "--clients" in given else [1, 8]
+        args.rounds = max(1, args.rounds)
+        return run_multi_turn(args)
 
     streams = [False, True] if args.only_streaming is None else [args.only_streaming == "yes"]
     plan = Plan(

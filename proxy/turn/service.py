@@ -94,7 +94,7 @@ class TurnService:
             lexical_weight=s.recall_lexical_weight, vector_weight=s.recall_vector_weight, min_cosine=s.recall_min_cosine,
         )
         self.recall_enabled = s.recall_enabled
-        self.volatile = VolatileContext(settings, metrics, self.resolver, exchange.client.session)
+        self.volatile = VolatileContext(settings, metrics, self.resolver, getattr(exchange.client, "session", None))
         self.states = ConversationStates(store.repo, store.hot, store.kind_hot == "redis", metrics, settings, self._redo)
         self.last_prompts = LastPrompts(s.last_prompts_max_entries, s.last_prompts_max_mb << 20, metrics)
         self.blobs = make_blob_store(settings)
@@ -191,12 +191,13 @@ class TurnService:
     # ------------------------------------------------------------------------------------------------------------
     async def _plan(self, call: ChatCall, conversation_id: str, how: str, known_prefix: int,
                     system: list[dict[str, Any]], messages: list[dict[str, Any]], chains: list[str]) -> Turn:
-        """Plan, and store what leaves the prompt before the upstream sees it (an epoch). Another state stored
+        """Plan, and store what leaves the prompt before the upstream sees it (an epoch). A conversation's first
+        turn is stored now too, so that its identity (the prefix fingerprints) survives a crash. Another state stored
         meanwhile (StaleState) plans once more from the stored state; a store that fails is StoreUnavailable."""
         for attempt in (0, 1):
             turn = await self._plan_once(call, conversation_id, how, known_prefix, system, messages, chains,
                                          fresh=attempt > 0)
-            if not turn.plan.epoch:
+            if not turn.plan.epoch and turn.known.state is not None:
                 return turn
             try:
                 turn.known = await self.states.save_now(call.tenant, turn.conversation_id, turn.known, turn.state,
@@ -459,6 +460,8 @@ class TurnService:
 
     async def flush(self, conversation_id: str) -> None:
         """Write this process's queued turns of the conversation now (reads of the database that follow see them)."""
+        if self._finishing:  # turns answered a moment ago, not queued yet
+            await asyncio.gather(*self._finishing, return_exceptions=True)
         await self.states.writer.flush(conversation_id)
 
     async def forget(self, conversation_id: str) -> None:

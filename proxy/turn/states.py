@@ -176,10 +176,7 @@ class ConversationStates:
         the stored state is older than the one planned from), ConversationNotFound, or the store's error."""
         if not await self.writer.settle(conversation_id):
             raise StaleState(f"conversation {conversation_id}: queued turns no longer apply to the stored state")
-        base = known.base
-        tip = self.tips.get(conversation_id)
-        if tip is not None and tip.version == known.version and tip.base.digest != NOT_STORED:
-            base = tip.base  # the queued write of that version has just been stored
+        base = self._base(conversation_id, known)
         version = self.next_version(conversation_id, known.version)
         snapshot = state.to_bytes()
         write = rows.write(tenant, conversation_id, snapshot, version, base)
@@ -207,14 +204,23 @@ class ConversationStates:
         on any replica continues from this state."""
         version = self.next_version(conversation_id, known.version)
         snapshot = state.to_bytes() if self.shared_hot else None
-        await self.writer.append(tenant, conversation_id, known.version, known.base, state, version, rows, redo,
-                                 snapshot)
+        await self.writer.append(tenant, conversation_id, known.version, self._base(conversation_id, known), state,
+                                 version, rows, redo, snapshot)
         newest = Known(state, version, SnapshotBase(version, NOT_STORED), snapshot)
         self._remember(conversation_id, newest)
         if snapshot is not None:
             await self._put_hot(conversation_id, snapshot, version)
         await self._put_fingerprints(tenant, conversation_id, rows)
         return newest
+
+    def _base(self, conversation_id: str, known: Known) -> SnapshotBase:
+        """The stored state a write planned from ``known`` builds on: when ``known`` was queued here, its write may
+        have landed since (the cached copy learns the stored digest then)."""
+        if known.base.digest == NOT_STORED:
+            tip = self.tips.get(conversation_id)
+            if tip is not None and tip.version == known.version and tip.base.digest != NOT_STORED:
+                return tip.base
+        return known.base
 
     async def _put_hot(self, conversation_id: str, snapshot: bytes, version: int) -> None:
         try:

@@ -8,7 +8,7 @@ import logging
 import msgspec
 
 from proxy.settings import Settings
-from proxy.upstream.client import UpstreamClient
+from proxy.upstream.port import Upstream
 
 log = logging.getLogger("memci.context")
 FALLBACK_WINDOW = 32768
@@ -16,7 +16,7 @@ _RETRY_AFTER_S = 60.0
 
 
 class ContextWindow:
-    def __init__(self, settings: Settings, upstream: UpstreamClient) -> None:
+    def __init__(self, settings: Settings, upstream: Upstream) -> None:
         self.settings = settings
         self.upstream = upstream
         self._learned: int | None = None

@@ -19,13 +19,13 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import aiohttp
 import msgspec
 
 from proxy.metrics import Metrics
 from proxy.recall.loop import LoopConfig, complete_json, replay_as_stream, stream_rounds
 from proxy.recall.rounds import LoopRecord, ToolCall
-from proxy.upstream.client import UpstreamClient, response_headers
+from proxy.upstream.client import response_headers
+from proxy.upstream.port import Upstream, UpstreamResponse
 from proxy.upstream.relay import relay_sse
 
 _encode = msgspec.json.Encoder().encode
@@ -86,7 +86,7 @@ def usage_of_body(body: bytes) -> dict | None:
 
 
 class Exchange:
-    def __init__(self, client: UpstreamClient, metrics: Metrics) -> None:
+    def __init__(self, client: Upstream, metrics: Metrics) -> None:
         self.client = client
         self.metrics = metrics
 
@@ -133,7 +133,7 @@ class Exchange:
         url = client.url(out.path, out.query, out.route_key)
         upstream_headers = client.forward_headers(out.headers)
 
-        async def send(round_body: dict[str, Any]) -> aiohttp.ClientResponse:
+        async def send(round_body: dict[str, Any]) -> UpstreamResponse:
             response, _ = await client.send("POST", url, upstream_headers, _encode(round_body))
             return response
 
@@ -163,7 +163,7 @@ class Exchange:
         return Answer(status, headers, "application/json", content)
 
     # --------------------------------------------------------------------------------------------------------
-    def _headers(self, response: aiohttp.ClientResponse, out: Outgoing) -> tuple[dict[str, str], str]:
+    def _headers(self, response: UpstreamResponse, out: Outgoing) -> tuple[dict[str, str], str]:
         headers = response_headers(response.headers)
         if out.extra_headers:
             headers.update(out.extra_headers)

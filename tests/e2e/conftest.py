@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -64,6 +67,50 @@ def emulator() -> Iterator[EmulatorProcess]:
     emu = EmulatorProcess().start()
     yield emu
     emu.stop()
+
+
+@dataclass
+class EmulatorAndProxy:
+    emulator: EmulatorProcess
+    proxy: ProxyProcess
+
+
+@pytest.fixture(scope="module")
+def emulator_and_proxy() -> Iterator[Callable[..., EmulatorAndProxy]]:
+    """Factory of the usual end-to-end setup: an emulator with a context window and a proxy in front of it, the
+    proxy's home in a fresh directory; everything it started is stopped at the end of the module.
+
+        pair = emulator_and_proxy(window=4096, env={"MEMCI_ADMIN_KEY": "k"}, emulator_args=["--per-uncached-token",
+                                  "0.01"])  # window=None: the emulator's default; emulator=: reuse one
+    """
+    started: list[tuple[EmulatorAndProxy, bool]] = []
+    homes: list[Path] = []
+
+    def make(window: int | None = 4096, env: dict[str, str] | None = None, emulator_args: Sequence[str] = (),
+             emulator: EmulatorProcess | None = None) -> EmulatorAndProxy:
+        own = emulator is None
+        if emulator is None:
+            emulator = EmulatorProcess([*(["--max-model-len", str(window)] if window else []), *emulator_args]).start()
+        # Not under pytest's tmp tree: concurrent pytest sessions prune each other's numbered directories.
+        home = Path(tempfile.mkdtemp(prefix="memci-e2e-home-"))
+        homes.append(home)
+        try:
+            proxy = ProxyProcess(emulator.base_url, home, env).start()
+        except BaseException:
+            if own:
+                emulator.stop()
+            raise
+        pair = EmulatorAndProxy(emulator, proxy)
+        started.append((pair, own))
+        return pair
+
+    yield make
+    for pair, own in reversed(started):
+        pair.proxy.stop()
+        if own:
+            pair.emulator.stop()
+    for home in homes:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

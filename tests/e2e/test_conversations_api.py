@@ -6,24 +6,23 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import EmulatorProcess
-from tests.e2e.proxyproc import ProxyProcess
 
 ADMIN = "admin-key"
 
 
 @pytest.fixture(scope="module")
-def emu():
-    e = EmulatorProcess(["--max-model-len", "4096"]).start()
-    yield e
-    e.stop()
+def pair(emulator_and_proxy):
+    return emulator_and_proxy(4096, {"MEMCI_ADMIN_KEY": ADMIN})
 
 
 @pytest.fixture(scope="module")
-def proxy(emu, tmp_path_factory):
-    p = ProxyProcess(emu.base_url, tmp_path_factory.mktemp("api"), {"MEMCI_ADMIN_KEY": ADMIN}).start()
-    yield p
-    p.stop()
+def emu(pair):
+    return pair.emulator
+
+
+@pytest.fixture(scope="module")
+def proxy(pair):
+    return pair.proxy
 
 
 @pytest.fixture(scope="module")

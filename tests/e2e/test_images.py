@@ -18,7 +18,6 @@ import pytest
 from proxy.settings import Settings
 from proxy.vision.client import VisionClient
 from tests.e2e.conftest import EmulatorProcess
-from tests.e2e.proxyproc import ProxyProcess
 
 pytestmark = pytest.mark.skipif(
     not hasattr(Settings, "vision_model"),
@@ -53,18 +52,18 @@ def image_parts(messages: list[dict]) -> int:
 
 
 @pytest.fixture(scope="module")
-def emulator():
-    emu = EmulatorProcess(["--max-model-len", str(WINDOW)]).start()
-    yield emu
-    emu.stop()
+def pair(emulator_and_proxy):
+    return emulator_and_proxy(WINDOW, {"MEMCI_VISION_MODEL": VISION_MODEL})
 
 
 @pytest.fixture(scope="module")
-def proxy(emulator, tmp_path_factory):
-    home = tmp_path_factory.mktemp("images")
-    p = ProxyProcess(emulator.base_url, home, {"MEMCI_VISION_MODEL": VISION_MODEL}).start()
-    yield p
-    p.stop()
+def emulator(pair):
+    return pair.emulator
+
+
+@pytest.fixture(scope="module")
+def proxy(pair):
+    return pair.proxy
 
 
 def expected_description(emulator: EmulatorProcess) -> str:

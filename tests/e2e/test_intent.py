@@ -9,14 +9,6 @@ import openai
 import pytest
 
 from tests.e2e.conftest import EmulatorProcess
-from tests.e2e.proxyproc import ProxyProcess
-
-
-@pytest.fixture(scope="module")
-def emu():
-    e = EmulatorProcess(["--max-model-len", "4096"]).start()
-    yield e
-    e.stop()
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +20,21 @@ def slow_model():
 
 
 @pytest.fixture(scope="module")
-def proxy(emu, slow_model, tmp_path_factory):
-    p = ProxyProcess(emu.base_url, tmp_path_factory.mktemp("intent"), {
+def pair(emulator_and_proxy, slow_model):
+    return emulator_and_proxy(4096, {
         "MEMCI_REWRITE_MODEL_URL": slow_model.base_url, "MEMCI_REWRITE_MODEL": "small",
         "MEMCI_REWRITE_TIMEOUT_MS": "300", "MEMCI_MEMORY_INJECTION_ENABLED": "true",
-    }).start()
-    yield p
-    p.stop()
+    })
+
+
+@pytest.fixture(scope="module")
+def emu(pair):
+    return pair.emulator
+
+
+@pytest.fixture(scope="module")
+def proxy(pair):
+    return pair.proxy
 
 
 def last_user_sent(emu) -> str:

@@ -10,19 +10,15 @@ import sys
 
 import pytest
 
-from tests.e2e.conftest import EmulatorProcess
-from tests.e2e.proxyproc import REPO, ProxyProcess
+from tests.e2e.proxyproc import REPO
 
 pytest.importorskip("locust")
 
 
 @pytest.fixture(scope="module")
-def proxy_8k(tmp_path_factory):
-    emu = EmulatorProcess(["--max-model-len", "8192"]).start()
-    proxy = ProxyProcess(emu.base_url, tmp_path_factory.mktemp("locust-proxy")).start()
-    yield proxy, emu
-    proxy.stop()
-    emu.stop()
+def proxy_8k(emulator_and_proxy):
+    pair = emulator_and_proxy(8192)
+    return pair.proxy, pair.emulator
 
 
 def read_stats(prefix: str) -> dict[tuple[str, str], dict[str, str]]:

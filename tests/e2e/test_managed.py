@@ -19,17 +19,18 @@ def budget(window: int = WINDOW, max_tokens: int = MAX_TOKENS, margin: float = 0
 
 
 @pytest.fixture(scope="module")
-def emulator_8k():
-    emu = EmulatorProcess(["--max-model-len", str(WINDOW)]).start()
-    yield emu
-    emu.stop()
+def pair(emulator_and_proxy):
+    return emulator_and_proxy(WINDOW, {"MEMCI_ADMIN_KEY": ADMIN})
 
 
 @pytest.fixture(scope="module")
-def managed(emulator_8k, tmp_path_factory):
-    p = ProxyProcess(emulator_8k.base_url, tmp_path_factory.mktemp("managed"), {"MEMCI_ADMIN_KEY": ADMIN}).start()
-    yield p
-    p.stop()
+def emulator_8k(pair):
+    return pair.emulator
+
+
+@pytest.fixture(scope="module")
+def managed(pair):
+    return pair.proxy
 
 
 def talk(client: openai.OpenAI, messages: list[dict], text: str, **kw):

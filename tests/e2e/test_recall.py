@@ -7,8 +7,6 @@ import json
 import openai
 import pytest
 
-from tests.e2e.conftest import EmulatorProcess
-from tests.e2e.proxyproc import ProxyProcess
 
 WEATHER = {
     "type": "function",
@@ -18,17 +16,18 @@ FACT = "My locker code is 7349 and my cat is called Brioche."
 
 
 @pytest.fixture(scope="module")
-def emu():
-    e = EmulatorProcess(["--max-model-len", "4096"]).start()
-    yield e
-    e.stop()
+def pair(emulator_and_proxy):
+    return emulator_and_proxy(4096)
 
 
 @pytest.fixture(scope="module")
-def proxy(emu, tmp_path_factory):
-    p = ProxyProcess(emu.base_url, tmp_path_factory.mktemp("recall")).start()
-    yield p
-    p.stop()
+def emu(pair):
+    return pair.emulator
+
+
+@pytest.fixture(scope="module")
+def proxy(pair):
+    return pair.proxy
 
 
 def ask(client, messages, text, **kw):

@@ -11,25 +11,25 @@ import time
 import pytest
 
 from tests.e2e.conftest import EmulatorProcess
-from tests.e2e.proxyproc import ProxyProcess
 
 WINDOW = 4096
 SUMMARY_HEADING = "## Conversation summary"
 
 
 @pytest.fixture(scope="module")
-def emulator_4k():
-    emu = EmulatorProcess(["--max-model-len", str(WINDOW)]).start()
-    yield emu
-    emu.stop()
+def pair(emulator_and_proxy):
+    return emulator_and_proxy(WINDOW, {"MEMCI_CONTEXT_WINDOW": str(WINDOW), "MEMCI_SUMMARY_CACHE_TTL_S": "0",
+                                       "MEMCI_MEMORY_WORKERS": "true"})
 
 
 @pytest.fixture(scope="module")
-def proxy_with_memory(emulator_4k, tmp_path_factory):
-    env = {"MEMCI_CONTEXT_WINDOW": str(WINDOW), "MEMCI_SUMMARY_CACHE_TTL_S": "0", "MEMCI_MEMORY_WORKERS": "true"}
-    p = ProxyProcess(emulator_4k.base_url, tmp_path_factory.mktemp("memory"), env).start()
-    yield p
-    p.stop()
+def emulator_4k(pair):
+    return pair.emulator
+
+
+@pytest.fixture(scope="module")
+def proxy_with_memory(pair):
+    return pair.proxy
 
 
 def _chat_request(emulator: EmulatorProcess, text: str) -> dict:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from sqlalchemy import ARRAY, Text, and_, any_, bindparam, delete, exists, func, literal, or_, select, text, update
+from sqlalchemy import ARRAY, Text, any_, bindparam, delete, exists, func, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 

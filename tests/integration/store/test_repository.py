@@ -13,7 +13,11 @@ from proxy.store.ports import (
     EntryRow,
     EventRow,
     PageRow,
+    SnapshotBase,
+    SnapshotBehind,
     StaleState,
+    TurnWrite,
+    snapshot_digest,
 )
 from proxy.store.sql.models import Base
 from proxy.store.sql.repository import SqlConversationRepository
@@ -169,6 +173,41 @@ async def test_an_older_snapshot_is_refused(repo: SqlConversationRepository) -> 
         await save(repo, "c1", entries=make_entries(4, 5), version=4, snapshot=b"v4")
     assert await repo.load_snapshot(TENANT, "c1") == (b"v5", 5)
     assert await repo.load_entries(TENANT, "c1", 4, 5) == []  # the whole turn rolled back
+
+
+async def test_the_same_version_with_other_content_is_refused(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1")
+    await save(repo, "c1", version=5, snapshot=b"v5")
+    with pytest.raises(StaleState):
+        await save(repo, "c1", entries=make_entries(4, 5), version=5, snapshot=b"another v5")
+    await save(repo, "c1", version=5, snapshot=b"v5")  # the same snapshot again: a harmless replay
+    assert await repo.load_snapshot(TENANT, "c1") == (b"v5", 5)
+    assert await repo.load_entries(TENANT, "c1", 4, 5) == []
+
+
+async def test_a_snapshot_with_a_base_is_compared_and_set(repo: SqlConversationRepository) -> None:
+    await repo.create_conversation(TENANT, "c1")
+    await repo.create_conversation(TENANT, "c2")
+    nothing = SnapshotBase(0, None)
+    assert await repo.save_turns([
+        TurnWrite(TENANT, "c1", b"v1", 1, nothing, entries=make_entries(0, 1)),
+        TurnWrite(TENANT, "c2", b"w1", 1, nothing),
+        TurnWrite(TENANT, "missing", b"x", 1, nothing),
+    ]) == ["saved", "saved", "not_found"]
+    v1 = SnapshotBase(1, snapshot_digest(b"v1"))
+    assert await repo.save_turns([TurnWrite(TENANT, "c1", b"v3", 3, v1, entries=make_entries(2, 3))]) == ["saved"]
+    # planned from v1 again: another state is stored now
+    assert await repo.save_turns([TurnWrite(TENANT, "c1", b"v3'", 3, v1, entries=make_entries(4, 5))]) == ["stale"]
+    # planned from a v5 that has not landed yet
+    later = SnapshotBase(5, snapshot_digest(b"v5"))
+    assert await repo.save_turns([TurnWrite(TENANT, "c1", b"v6", 6, later)]) == ["behind"]
+    with pytest.raises(SnapshotBehind):
+        await repo.save_turn(TENANT, "c1", [], [], [], b"v6", 6, [], base=later)
+    # the same version and digest, other bytes: a conflict, not a match
+    assert await repo.save_turns([TurnWrite(TENANT, "c1", b"v4", 4, SnapshotBase(3, snapshot_digest(b"v1")))]) == ["stale"]
+    assert await repo.save_turns([TurnWrite(TENANT, "c1", b"v3", 3, v1)]) == ["replayed"]
+    assert await repo.load_snapshot(TENANT, "c1") == (b"v3", 3)
+    assert [e.seq for e in await repo.load_entries(TENANT, "c1", 0, 10)] == [0, 1, 2, 3]
 
 
 async def test_contents_and_hidden_messages_are_upserted(repo: SqlConversationRepository) -> None:

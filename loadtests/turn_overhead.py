@@ -1,0 +1,271 @@
+"""Multi-turn overhead (``overhead.py --multi-turn``): what one managed turn costs, against the same chat sent
+straight to the emulator and through the proxy in pass-through mode, in one run against one emulator.
+
+The workload is a chat of ``--turns`` turns (60 by default), one request per turn, the whole history resent each
+turn (canned assistant answers, so every target gets the same bytes). ``--clients`` concurrent conversations run
+side by side (1 and 8 by default); each client runs ``--conversations`` chats one after the other. Cells go target
+after target within a round (direct, pass-through, managed), so a drifting machine weighs on all of them alike;
+``--rounds`` repeats that and reports medians.
+
+Per cell: p50 and p99 per turn, turns/s, and the CPU time of the target's processes per turn (the managed proxy's
+includes its embedded PostgreSQL). Added latency and the turns/s ratio are against the direct and the pass-through
+cells of the same round. ``--profile DIR`` records the managed proxy with py-spy during its cells.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from loadtests.overhead import Server, free_port, group_cpu_seconds, groups_with, percentile, run_async
+
+MODEL = "memci-emulator"
+TARGETS = {"added_p50_ms_at_1": 2.0, "turns_ratio_at_8": 0.8}
+DIRECT, PASS, MANAGED = "emulator (direct)", "proxy (pass-through)", "proxy (managed)"
+
+
+def chat_bodies(tag: str, turns: int, max_tokens: int = 32) -> list[bytes]:
+    """A team chat of ``turns`` requests, each the previous one plus the last answer and a new question."""
+    system = {"role": "system", "content": "You are a concise assistant for a software team. " * 8}
+    messages: list[dict[str, Any]] = [system, {"role": "user", "content": f"[{tag}] We plan the Q3 release of billing."}]
+    bodies = []
+    for turn in range(turns):
+        bodies.append(json.dumps({"model": MODEL, "messages": messages, "max_tokens": max_tokens,
+                                  "temperature": 0}).encode())
+        messages = messages + [
+            {"role": "assistant", "content": f"Point {turn}: " + "the migration needs a rollback plan and an owner. " * 6},
+            {"role": "user", "content": f"What about item {turn + 1}? " + "Please keep it brief and concrete. " * 3},
+        ]
+    return bodies
+
+
+@dataclass
+class TurnCell:
+    target: str
+    clients: int
+    round: int
+    turns: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    turns_per_s: float = 0.0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    cpu_ms_per_turn: float | None = None
+    added_p50_ms: float | None = None
+    added_p99_ms: float | None = None
+    ratio_to_pass_through: float | None = None
+    first_error: str = ""
+
+
+async def run_turn_cell(url: str, target: str, clients: int, conversations: int, turns: int, round_no: int) -> TurnCell:
+    latencies: list[float] = []
+    errors = 0
+    first_error = ""
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer overhead-bench"}
+    stamp = f"{time.time_ns()}"
+
+    async def client(session: aiohttp.ClientSession, number: int) -> None:
+        nonlocal errors, first_error
+        for conversation in range(conversations):
+            for body in chat_bodies(f"{target} round {round_no} client {number} chat {conversation} {stamp}", turns):
+                start = time.perf_counter()
+                try:
+                    async with session.post(url, data=body, headers=headers) as resp:
+                        await resp.read()
+                        ok, status = resp.status == 200, str(resp.status)
+                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    ok, status = False, type(exc).__name__
+                if ok:
+                    latencies.append(time.perf_counter() - start)
+                else:
+                    errors += 1
+                    first_error = first_error or status
+
+    connector = aiohttp.TCPConnector(limit=clients, limit_per_host=clients)
+    started = time.perf_counter()
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
+        await asyncio.gather(*(client(session, n) for n in range(clients)))
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    ms = lambda v: None if v is None else v * 1000.0  # noqa: E731
+    return TurnCell(target, clients, round_no, turns=len(latencies), errors=errors, seconds=elapsed,
+                    turns_per_s=len(latencies) / elapsed if elapsed else 0.0, p50_ms=ms(percentile(latencies, 0.5)),
+                    p99_ms=ms(percentile(latencies, 0.99)), first_error=first_error)
+
+
+def _start(python: str, upstream: str, workdir: Path, managed: bool, env: dict[str, str]) -> tuple[Server, str]:
+    port = free_port()
+    name = "managed" if managed else "passthrough"
+    server_env = {"MEMCI_LOG_LEVEL": "warning", "DATABASE_URL": "", "REDIS_URL": "", "MEMCI_CONFIG": "",
+                  "MEMCI_HOME": str(workdir / f"home-{name}"), **env}
+    if not managed:
+        server_env["MEMCI_MANAGE_CONTEXT"] = "false"
+    server = Server(name, [python, "-m", "proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+                           "--upstream", upstream], f"http://127.0.0.1:{port}/health", server_env, workdir)
+    server.start(timeout=180)
+    return server, f"http://127.0.0.1:{port}/v1"
+
+
+def run_multi_turn(args: Any) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="memci-turn-overhead-"))
+    emu_port = free_port()
+    upstream = f"http://127.0.0.1:{emu_port}/v1"
+    emu_args = ["--max-model-len", str(args.window)] if args.window else []
+    emulator = Server("emulator", [args.python, "-m", "proxy.cli", "emulate", "--port", str(emu_port), *emu_args],
+                      f"http://127.0.0.1:{emu_port}/health", log_dir=workdir)
+    emulator.start(timeout=60)
+    extra_env = dict(kv.split("=", 1) for kv in args.proxy_env)
+    servers: dict[str, Server] = {}
+    cells: list[TurnCell] = []
+    profiles: list[subprocess.Popen] = []
+    try:
+        bases = {DIRECT: upstream}
+        for target, managed in ((PASS, False), (MANAGED, True)):
+            servers[target], bases[target] = _start(args.python, upstream, workdir, managed, extra_env)
+        groups = {DIRECT: {emulator.pid()}, PASS: {servers[PASS].pid()},
+                  MANAGED: {servers[MANAGED].pid()} | groups_with(str(workdir / "home-managed"))}
+        for target, base in bases.items():  # warm-up: connections, the embedded database, code paths
+            run_async(run_turn_cell(base + "/chat/completions", target, 1, 1, 6, -1))
+        for round_no in range(args.rounds):
+            for clients in args.client_levels:
+                for target, base in bases.items():
+                    if target == MANAGED and args.profile:
+                        profiles.append(_py_spy(servers[MANAGED].pid(), args.profile, f"c{clients}-r{round_no}"))
+                    cpu = lambda: sum(group_cpu_seconds(g) for g in groups[target])  # noqa: E731
+                    before = cpu()
+                    cell = run_async(run_turn_cell(base + "/chat/completions", target, clients, args.conversations,
+                                                   args.turns, round_no))
+                    if cell.turns:
+                        cell.cpu_ms_per_turn = (cpu() - before) * 1000.0 / cell.turns
+                    while profiles:
+                        _stop(profiles.pop())
+                    cells.append(cell)
+                    print(f"  round {round_no} {target:<22} clients={clients:<3} {cell.turns_per_s:7.1f} turns/s "
+                          f"p50={_f(cell.p50_ms)} p99={_f(cell.p99_ms)} cpu/turn={_f(cell.cpu_ms_per_turn)} "
+                          f"errors={cell.errors}", file=sys.stderr)
+    finally:
+        for proc in profiles:
+            _stop(proc)
+        notes = []
+        for target, server in servers.items():
+            server.stop()
+            if count := server.tracebacks():
+                notes.append(f"{target}: {count} tracebacks in {server.log_path}")
+        emulator.stop()
+    compare(cells)
+    merged = merge(cells)
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    print(f"## Managed turn overhead, {started}, {os.cpu_count()} CPUs, {args.turns}-turn chats, "
+          f"{args.conversations} per client, medians of {args.rounds} round(s)\n")
+    print(markdown(merged))
+    print("\nTargets:")
+    print("\n".join(target_checks(merged)))
+    for note in notes:
+        print(f"\nNote: {note}")
+    if args.json:
+        args.json.write_text(json.dumps({"started": started, "cpus": os.cpu_count(), "argv": sys.argv,
+                                         "cells": [asdict(c) for c in cells], "medians": [asdict(c) for c in merged]},
+                                        indent=2))
+    if notes:
+        print(f"\nlogs kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if any(c.turns == 0 for c in cells) else 0
+
+
+def compare(cells: list[TurnCell]) -> None:
+    """Added latency against the direct cell, and turns/s against the pass-through cell, of the same round."""
+    by = {(c.target, c.clients, c.round): c for c in cells}
+    for c in cells:
+        direct, passing = by.get((DIRECT, c.clients, c.round)), by.get((PASS, c.clients, c.round))
+        if direct is not None and c is not direct and c.p50_ms is not None and direct.p50_ms is not None:
+            c.added_p50_ms = c.p50_ms - direct.p50_ms
+            c.added_p99_ms = None if c.p99_ms is None or direct.p99_ms is None else c.p99_ms - direct.p99_ms
+        if passing is not None and passing.turns_per_s:
+            c.ratio_to_pass_through = c.turns_per_s / passing.turns_per_s
+
+
+def merge(cells: list[TurnCell]) -> list[TurnCell]:
+    """One row per (target, clients): medians over the rounds (ratios are medians of the per-round ratios)."""
+    groups: dict[tuple[str, int], list[TurnCell]] = {}
+    for c in cells:
+        groups.setdefault((c.target, c.clients), []).append(c)
+    out = []
+    for (target, clients), group in groups.items():
+        row = TurnCell(target, clients, -1, turns=sum(c.turns for c in group), errors=sum(c.errors for c in group),
+                       seconds=sum(c.seconds for c in group))
+        for attr in ("turns_per_s", "p50_ms", "p99_ms", "cpu_ms_per_turn", "added_p50_ms", "added_p99_ms",
+                     "ratio_to_pass_through"):
+            values = [getattr(c, attr) for c in group if getattr(c, attr) is not None]
+            setattr(row, attr, statistics.median(values) if values else None)
+        out.append(row)
+    order = [DIRECT, PASS, MANAGED]
+    return sorted(out, key=lambda c: (c.clients, order.index(c.target)))
+
+
+def _f(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def markdown(rows: list[TurnCell]) -> str:
+    head = ("| target | conversations at once | turns | turns/s | p50 ms | p99 ms | added p50 ms | added p99 ms "
+            "| turns/s vs pass-through | CPU ms/turn | errors |")
+    lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    for c in rows:
+        lines.append(f"| {c.target} | {c.clients} | {c.turns} | {c.turns_per_s:.1f} | {_f(c.p50_ms)} | {_f(c.p99_ms)} "
+                     f"| {_f(c.added_p50_ms)} | {_f(c.added_p99_ms)} | {_f(c.ratio_to_pass_through)} "
+                     f"| {_f(c.cpu_ms_per_turn)} | {c.errors} |")
+    return "\n".join(lines)
+
+
+def target_checks(rows: list[TurnCell]) -> list[str]:
+    def find(target: str, clients: int) -> TurnCell | None:
+        return next((c for c in rows if c.target == target and c.clients == clients), None)
+
+    out = []
+    one = find(MANAGED, 1)
+    if one is not None and one.added_p50_ms is not None:
+        limit = TARGETS["added_p50_ms_at_1"]
+        out.append(f"- managed adds {one.added_p50_ms:.2f} ms p50 per turn at 1 conversation (target <= {limit:g} ms): "
+                   f"{'met' if one.added_p50_ms <= limit else 'NOT met'}")
+    eight = find(MANAGED, 8)
+    if eight is not None and eight.ratio_to_pass_through is not None:
+        limit = TARGETS["turns_ratio_at_8"]
+        out.append(f"- managed turns/s at 8 conversations = {eight.ratio_to_pass_through:.2f} x pass-through "
+                   f"(target >= {limit:g}): {'met' if eight.ratio_to_pass_through >= limit else 'NOT met'}")
+    for c in rows:
+        if c.target == MANAGED and c.cpu_ms_per_turn:
+            out.append(f"- managed CPU per turn at {c.clients} conversation(s): {c.cpu_ms_per_turn:.2f} ms "
+                       f"(proxy and its embedded PostgreSQL)")
+    return out or ["- no comparable cells"]
+
+
+def _py_spy(pid: int, directory: Path, name: str) -> subprocess.Popen:
+    directory.mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "500", "--format", "raw",
+                             "--output", str(directory / f"managed-{name}.txt"), "--nonblocking"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    import signal
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()

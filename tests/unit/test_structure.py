@@ -1,0 +1,142 @@
+"""The structure of the package, checked from its imports (ast, no code run): dependencies point inwards
+(DESIGN.md section 2), packages import each other without a circle, and the request path is the five files a
+newcomer reads: route, turn service, upstream exchange, recall loop, planner."""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "proxy"
+# Module-level packages under proxy/ that may import proxy.api: the composition root and the command line.
+MAY_IMPORT_API = {"proxy.app", "proxy.cli", "proxy.__main__"}
+# What the pure engine may import besides the standard library.
+ENGINE_THIRD_PARTY = {"xxhash", "msgspec", "tokenizers"}  # tokenizers: the optional exact counter
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def imports() -> dict[str, set[str]]:
+    """Module -> the modules it imports (absolute names; relative imports resolved; TYPE_CHECKING blocks too)."""
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = module_name(path)
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                found.add(target)
+                found.update(f"{target}.{alias.name}" for alias in node.names)
+        graph[name] = found
+    return graph
+
+
+def package_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "proxy" or len(parts) < 2:
+        return None
+    return "proxy." + parts[1] if (PACKAGE / parts[1]).is_dir() else module
+
+
+def package_graph() -> dict[str, set[str]]:
+    modules = imports()
+    graph: dict[str, set[str]] = {}
+    for module, targets in modules.items():
+        source = package_of(module)
+        if source is None:
+            continue
+        for target in targets:
+            dest = package_of(target)
+            if dest is not None and dest != source and (dest in modules or any(m.startswith(dest + ".") for m in modules)):
+                graph.setdefault(source, set()).add(dest)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if state.get(nxt) is None and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if state.get(node) is None and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_nothing_below_the_routes_imports_api():
+    upward = sorted(
+        (module, target)
+        for module, targets in imports().items()
+        if not module.startswith("proxy.api") and module not in MAY_IMPORT_API
+        for target in targets
+        if target == "proxy.api" or target.startswith("proxy.api.")
+    )
+    assert upward == []
+
+
+def test_the_packages_import_each_other_without_a_circle():
+    assert find_cycle(package_graph()) is None
+
+
+def test_the_modules_import_each_other_without_a_circle():
+    modules = imports()
+    graph = {m: {t for t in targets if t in modules and t != m} for m, targets in modules.items()}
+    # a package's __init__ re-exporting its modules is not a circle of its own
+    graph = {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in graph.items()}
+    assert find_cycle(graph) is None
+
+
+def test_the_layers_point_inwards():
+    graph = package_graph()
+    assert "proxy.api" not in set().union(*(v for k, v in graph.items() if k not in ("proxy.app", "proxy.cli")))
+    assert "proxy.turn" not in graph.get("proxy.upstream", set())
+    assert not {"proxy.turn", "proxy.upstream"} & graph.get("proxy.recall", set())
+    assert not {"proxy.turn", "proxy.upstream", "proxy.recall"} & graph.get("proxy.store", set())
+    engine_imports = {t for m, ts in imports().items() if m.startswith("proxy.engine") for t in ts}
+    outside = {t.split(".")[0] for t in engine_imports if not t.startswith("proxy.engine") and not t.startswith(".")}
+    import sys
+
+    assert outside - set(sys.stdlib_module_names) - ENGINE_THIRD_PARTY - {""} == set()
+    assert not any(t.startswith("proxy.") and not t.startswith("proxy.engine") for t in engine_imports)
+
+
+def test_the_request_path_is_five_files():
+    """route -> turn service -> upstream exchange -> recall loop, with the planner in the engine."""
+    modules = imports()
+    path = ["proxy.api.routes", "proxy.turn.service", "proxy.upstream.exchange", "proxy.recall.loop",
+            "proxy.engine.planner"]
+    assert all(m in modules for m in path)
+    assert "proxy.upstream.exchange" in {t.rsplit(".", 1)[0] for t in modules["proxy.api.routes"]} | modules["proxy.api.routes"]
+    assert "proxy.upstream.exchange" in modules["proxy.turn.service"]
+    assert "proxy.recall.loop" in modules["proxy.upstream.exchange"]
+    assert "proxy.engine.plan" in modules["proxy.turn.service"] and "proxy.engine.planner" in modules["proxy.engine"] | {
+        f"proxy.engine.{t}" for t in ("planner",)}
+    # the Litestar request stays in api/: nothing below it imports the web framework
+    web = sorted(m for m, ts in modules.items() if not m.startswith("proxy.api") and m not in MAY_IMPORT_API
+                 and any(t == "litestar" or t.startswith("litestar.") for t in ts))
+    assert web == []

@@ -1,0 +1,278 @@
+"""The managed turn in-process: the turn service against an upstream over httpx.MockTransport and an in-memory
+repository. The durability contract (docs/architecture.md) is checked where it applies: before omission, behind the
+answer, after a crash; and the snapshot version rules across two replicas without Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from proxy.engine import ConversationState
+from proxy.store.ports import STALE, SnapshotBase, StaleState, TurnWrite
+from proxy.store.hot.memory import InProcessHotState
+from proxy.turn.identity import continues, split_system
+from proxy.turn.prompts import LastPrompt, LastPrompts
+from proxy.metrics import Metrics
+from turn_fakes import Chat, ChatUpstream, MemoryRepository, answer_of, call_of, make_service
+
+
+def prompt_text(body: dict) -> str:
+    return json.dumps(body["messages"], ensure_ascii=False)
+
+
+async def test_what_leaves_the_prompt_is_stored_before_the_request_that_omits_it():
+    repo = MemoryRepository()
+    chat_ref: list[Chat] = []
+    omitted_unstored: list[str] = []
+
+    def check(body: dict) -> None:
+        chat = chat_ref[0]
+        if chat.conversation_id is None:
+            return
+        sent = prompt_text(body)
+        stored = set(repo.user_texts(chat.conversation_id)) if chat.conversation_id in repo.conversations else set()
+        for m in chat.messages:
+            if m["role"] == "user" and m["content"] not in sent and m["content"] not in stored:
+                omitted_unstored.append(m["content"][:20])
+
+    upstream = ChatUpstream(on_request=check)
+    service = make_service(upstream, repo, write_behind_max_lag_ms=60_000)  # nothing written behind meanwhile
+    chat = Chat(service)
+    chat_ref.append(chat)
+    budget = service._config(4096).budget(64)
+    for i in range(30):
+        await chat.send(chat.user_text(i))
+        assert len(prompt_text(upstream.requests[-1])) / 4 < budget * 1.1
+    assert int(chat.last_headers["X-Memci-Pages-Archived"]) > 0
+    assert omitted_unstored == []
+    await service.close()
+    assert repo.user_texts(chat.conversation_id) == [chat.user_text(i) for i in range(30)]
+
+
+async def test_per_turn_appends_are_written_behind_the_answer_in_one_batch():
+    repo = MemoryRepository()
+    service = make_service(ChatUpstream(), repo, write_behind_max_lag_ms=60_000)
+    chat = Chat(service)
+    for i in range(4):
+        await chat.send(chat.user_text(i))
+    await asyncio.sleep(0)  # the after-answer step of the last turn
+    cid = chat.conversation_id
+    assert repo.user_texts(cid) == [chat.user_text(0)]  # the first turn is stored at once (its identity)
+    transactions = repo.transactions
+    await service.flush(cid)
+    assert repo.user_texts(cid) == [chat.user_text(i) for i in range(4)]
+    assert repo.transactions == transactions + 1  # three turns, one write
+    await service.close()
+
+
+async def test_shutdown_writes_every_queued_turn():
+    repo = MemoryRepository()
+    service = make_service(ChatUpstream(), repo, write_behind_max_lag_ms=60_000)
+    chats = [Chat(service, system=f"Chat {n}.") for n in range(5)]
+    for i in range(3):
+        for chat in chats:
+            await chat.send(chat.user_text(i))
+    await service.close()
+    for chat in chats:
+        assert repo.user_texts(chat.conversation_id) == [chat.user_text(i) for i in range(3)]
+
+
+async def test_a_slow_store_holds_new_turns_back():
+    repo = MemoryRepository()
+    service = make_service(ChatUpstream(), repo, write_behind_max_lag_ms=0, write_behind_max_pending=1)
+    chats = [Chat(service, system=f"Chat {n}.") for n in range(3)]
+    for chat in chats:
+        await chat.send(chat.user_text(0))  # stored at once: the first turn
+    repo.delay = 0.2
+    await asyncio.gather(*(chat.send(chat.user_text(1)) for chat in chats))
+    await service.close()
+    assert service.metrics.write_waits._value.get() >= 1
+    for chat in chats:
+        assert repo.user_texts(chat.conversation_id) == [chat.user_text(0), chat.user_text(1)]
+
+
+async def _chat_past_an_epoch(service, extra_turns: int = 0) -> Chat:
+    """A chat just past its first compaction epoch (and ``extra_turns`` more)."""
+    chat = Chat(service)
+    i = 0
+    while int(chat.last_headers.get("X-Memci-Pages-Archived", 0)) == 0:
+        await chat.send(chat.user_text(i))
+        i += 1
+        assert i < 80, "no epoch"
+    for _ in range(extra_turns):
+        await chat.send(chat.user_text(i))
+        i += 1
+    chat.turns = i
+    return chat
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_recall_exchange_is_stored_before_the_next_round(stream):
+    repo = MemoryRepository()
+    seen: list[bool] = []
+
+    def check(body: dict) -> None:
+        if body["messages"][-1]["role"] == "tool":
+            stored = repo.conversations[chat.conversation_id]
+            state = ConversationState.from_bytes(stored.state)
+            seen.append(bool(stored.hidden) and any(g.messages[-1]["role"] == "tool" for g in state.hidden))
+
+    upstream = ChatUpstream(on_request=check)
+    service = make_service(upstream, repo, write_behind_max_lag_ms=60_000)
+    chat = await _chat_past_an_epoch(service)
+    out = await chat.send('Read page 1. [[recall:{"pages": [1]}]]', stream=stream)
+    assert seen == [True]
+    text = b"".join(out).decode() if stream else out["choices"][0]["message"]["content"]
+    assert "Tool result:" in text and "code0000" in text
+    assert "tool_calls" not in text and "[DONE]" in text if stream else True
+    await chat.send(chat.user_text(99))
+    spliced = [m for m in upstream.requests[-1]["messages"] if m.get("role") == "tool"]
+    assert spliced and "code0000" in spliced[0]["content"]  # the exchange is kept for later turns
+    await service.close()
+
+
+async def test_after_a_crash_with_writes_pending_the_stored_state_and_the_resent_history_go_on():
+    repo = MemoryRepository()
+    upstream = ChatUpstream()
+    first = make_service(upstream, repo, write_behind_max_lag_ms=60_000)
+    chat = await _chat_past_an_epoch(first, 4)
+    cid, turns = chat.conversation_id, chat.turns
+    assert len(repo.user_texts(cid)) < turns  # turns after the last epoch are still queued
+    first.states.writer._task.cancel()  # the process dies: its queue is gone
+    second = make_service(upstream, repo)
+    chat.service = second
+    await chat.send(chat.user_text(turns))
+    assert chat.conversation_id == cid
+    budget = second._config(4096).budget(64)
+    assert len(prompt_text(upstream.requests[-1])) / 4 < budget * 1.1
+    await second.flush(cid)
+    assert repo.user_texts(cid) == [chat.user_text(i) for i in range(turns + 1)]
+    archived = [p for p in repo.conversations[cid].pages.values() if p.state != "active"]
+    assert archived
+    for page in archived:  # every archived page reads back through the recall tool
+        out = await chat.send(f'Read page {page.number}. [[recall:{{"pages": ["{page.number}"]}}]]')
+        text = out["choices"][0]["message"]["content"]
+        assert "Tool result:" in text and "code" in text and "not found" not in text.lower(), (page.number, text)
+    await second.close()
+
+
+async def test_two_replicas_without_redis_never_overwrite_each_other():
+    repo = MemoryRepository()
+    upstream = ChatUpstream()
+    a, b = make_service(upstream, repo), make_service(upstream, repo)  # each its own locks and hot state
+    chat = Chat(a)
+    sent = []
+    for i, replica in enumerate([a, b, b, a, a, b, a, b, b, a, b, a]):
+        chat.service = replica
+        text = chat.user_text(i)
+        await chat.send(text)
+        sent.append(text)
+    await a.close()
+    await b.close()
+    assert repo.user_texts(chat.conversation_id) == sent
+    stale = sum(s.metrics.engine_errors.labels("stale_state")._value.get() for s in (a, b))
+    assert stale > 0
+
+
+async def test_the_same_version_with_other_content_is_stale_state():
+    repo = MemoryRepository()
+    await repo.create_conversation("t", "c")
+    await repo.save_turns([TurnWrite("t", "c", b"one", 1, SnapshotBase(0, None))])
+    with pytest.raises(StaleState):
+        await repo.save_turn("t", "c", [], [], [], b"two", 1, [])  # no base: the same version is not older
+    assert await repo.save_turns([TurnWrite("t", "c", b"two", 2, SnapshotBase(1, "0" * 32))]) == [STALE]
+    assert (await repo.load_snapshot("t", "c")) == (b"one", 1)
+
+
+async def test_a_store_that_is_down_at_an_epoch_gets_a_trimmed_request():
+    repo = MemoryRepository()
+    upstream = ChatUpstream()
+    service = make_service(upstream, repo)
+    chat = Chat(service)
+    for i in range(8):
+        await chat.send(chat.user_text(i))
+    repo.fail = ConnectionError("database down")
+    budget = service._config(4096).budget(64)
+    unmanaged = 0
+    for i in range(8, 60):
+        answer = await service.handle(call_of(chat.messages + [{"role": "user", "content": chat.user_text(i)}]))
+        out = await answer_of(answer)
+        assert answer.status == 200
+        chat.messages += [{"role": "user", "content": chat.user_text(i)},
+                          {"role": "assistant", "content": out["choices"][0]["message"]["content"]}]
+        assert len(prompt_text(upstream.requests[-1])) / 4 < budget * 1.1  # never over budget
+        unmanaged += "X-Memci-Conversation-Id" not in answer.headers  # nothing archived without the store
+        if service.metrics.trimmed_requests._value.get() >= 2:
+            break
+    else:
+        raise AssertionError("never trimmed")
+    assert unmanaged >= 2
+    repo.fail = None
+    await service.close()
+    assert repo.user_texts(chat.conversation_id)[:8] == [chat.user_text(i) for i in range(8)]
+
+
+async def test_plain_forwarding_is_the_exchange_with_zero_rounds():
+    upstream = ChatUpstream()
+    service = make_service(upstream, recall_enabled=False)
+    chat = Chat(service)
+    for i in range(3):
+        await chat.send(chat.user_text(i))
+    assert all("tools" not in body for body in upstream.requests)
+    await service.close()
+    assert service.metrics.requests.labels("chat", "200")._value.get() == 3
+
+
+def test_a_fork_is_an_edit_of_the_known_history():
+    from proxy.engine import EngineConfig, EstimateCounter, TurnInput, plan
+    from turn_fakes import settings
+
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
+    raw = json.dumps(messages).encode()
+    system, rest = split_system(messages)
+    state = plan(None, TurnInput(system=system, messages=rest, raw_messages=raw), EngineConfig.from_settings(settings(), 4096),
+                 EstimateCounter()).state
+    longer = messages + [{"role": "assistant", "content": "d"}, {"role": "user", "content": "e"}]
+    assert continues(state, longer[1:], json.dumps(longer).encode())
+    assert continues(state, longer[1:])  # without the raw bytes: by entry hashes
+    edited = [*messages[:3], {"role": "user", "content": "C"}]
+    assert not continues(state, edited[1:], json.dumps(edited).encode())
+
+
+def test_the_last_prompts_are_bounded_in_entries_and_bytes():
+    metrics = Metrics()
+    prompts = LastPrompts(max_entries=3, max_bytes=5000, metrics=metrics)
+    for i in range(4):
+        prompts.put(f"c{i}", LastPrompt([], [], False, 0.0, size=2000))
+    assert len(prompts) == 2 and prompts.get("c0") is None and prompts.get("c3") is not None
+    assert prompts.bytes <= 5000
+    assert metrics.registry.get_sample_value("memci_process_cache_bytes", {"cache": "last_prompts"}) == prompts.bytes
+    for i in range(5):
+        prompts.put(f"d{i}", LastPrompt([], [], False, 0.0, size=10))
+    assert len(prompts) == 3
+
+
+async def test_the_hot_copy_and_tip_stay_in_sync_with_redis_like_shared_hot_state():
+    """Two replicas sharing one hot state (as with Redis): the next turn on either continues from the newest state,
+    so both send the prompts one replica would."""
+    repo = MemoryRepository()
+    hot = InProcessHotState()
+    upstream_one, upstream_two = ChatUpstream(), ChatUpstream()
+    one = make_service(upstream_one, MemoryRepository())
+    a = make_service(upstream_two, repo, hot=hot)
+    b = make_service(upstream_two, repo, hot=hot)
+    for s in (a, b):
+        s.states.shared_hot = True
+    single, pair = Chat(one), Chat(a)
+    for i in range(14):
+        pair.service = (a, b)[i % 2]
+        await single.send(single.user_text(i))
+        await pair.send(pair.user_text(i))
+    assert [r["messages"] for r in upstream_one.requests] == [r["messages"] for r in upstream_two.requests]
+    for s in (one, a, b):
+        await s.close()
+    assert repo.user_texts(pair.conversation_id) == [pair.user_text(i) for i in range(14)]
+    assert sum(s.metrics.engine_errors.labels("stale_state")._value.get() for s in (a, b)) == 0
