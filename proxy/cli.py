@@ -1,4 +1,4 @@
-"""The `memci-proxy` command: serve, emulate, migrate."""
+"""The `memci-proxy` command: serve, emulate, migrate, settings, doctor, inspect."""
 
 from __future__ import annotations
 
@@ -32,6 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = sub.add_parser("migrate", help="run the database migrations (DATABASE_URL, else the embedded database)")
     migrate.add_argument("--config", help="TOML config file (env MEMCI_CONFIG)")
     migrate.add_argument("--revision", default="head", help="target revision (default head)")
+
+    settings = sub.add_parser("settings", help="print the settings in effect (or, with --markdown, their reference page)")
+    settings.add_argument("--config", help="TOML config file (env MEMCI_CONFIG)")
+    settings.add_argument("--markdown", action="store_true", help="print docs/settings.md, generated from the code")
+
+    metrics = sub.add_parser("metrics", help="print the reference of the proxy's Prometheus metrics")
+    metrics.add_argument("--markdown", action="store_true", help="as docs/metrics.md (the default and only format)")
     return parser
 
 
@@ -86,6 +93,18 @@ def migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def show_settings(args: argparse.Namespace) -> int:
+    from proxy.settings import load_settings_with_sources
+    from proxy.settings_doc import markdown, resolved
+
+    if args.markdown:
+        sys.stdout.write(markdown())
+        return 0
+    settings, sources = load_settings_with_sources(overrides={"config": args.config})
+    sys.stdout.write(resolved(settings, sources))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -100,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "migrate":
             return migrate(args)
+        if args.command == "settings":
+            return show_settings(args)
+        if args.command == "metrics":
+            from proxy.metrics_doc import markdown
+
+            sys.stdout.write(markdown())
+            return 0
     except SettingsError as exc:
         print(f"memci-proxy: {exc}", file=sys.stderr)
         return 2

@@ -23,6 +23,21 @@ ENV_ALIASES: dict[str, str] = {
 }
 
 
+# The groups of settings, in order, each named by its first field (docs/settings.md and config/default.toml
+# follow them); a field belongs to the group of the nearest first field above it in `Settings`.
+SECTIONS: dict[str, str] = {
+    "host": "Serving",
+    "max_body_bytes": "Limits and timeouts",
+    "manage_context": "Context engine",
+    "recall_enabled": "Recall",
+    "intent_rewrite_enabled": "Intent rewrite and memory injection",
+    "memory_workers": "Long-term memory (background workers)",
+    "auth_mode": "Tenancy and auth",
+    "blob_store": "Images",
+    "admin_key": "Admin",
+}
+
+
 class SettingsError(ValueError):
     """A setting has a value that cannot be used; the message names the setting."""
 
@@ -407,12 +422,23 @@ def load_settings(
     read_file: bool = True,
 ) -> Settings:
     """Build the settings: overrides (CLI flags) > env > config file > defaults."""
+    return load_settings_with_sources(env, overrides, file_values, read_file)[0]
+
+
+def load_settings_with_sources(
+    env: typing.Mapping[str, str] | None = None,
+    overrides: typing.Mapping[str, typing.Any] | None = None,
+    file_values: typing.Mapping[str, typing.Any] | None = None,
+    read_file: bool = True,
+) -> tuple[Settings, dict[str, str]]:
+    """The settings and, for each value not left at its default, where it came from ("env MEMCI_PORT", ...)."""
     env = os.environ if env is None else env
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     known = {f.name: f for f in setting_fields()}
     values: dict[str, typing.Any] = {}
     sources: dict[str, str] = {}
 
+    file_label = "config file"
     if read_file:
         config_path = overrides.get("config") or env.get(env_name("config")) or ""
         file_path = config_path or (str(DEFAULT_CONFIG_FILE) if DEFAULT_CONFIG_FILE.exists() else "")
@@ -420,11 +446,13 @@ def load_settings(
             file_values = {**(file_values or {}), **read_config_file(file_path)}
             if config_path:
                 values["config"] = config_path
+            else:
+                file_label = "default config file"
     for key, raw in (file_values or {}).items():
         if key not in known:
-            raise SettingsError(f"setting '{key}' (config file): unknown setting")
+            raise SettingsError(f"setting '{key}' ({file_label}): unknown setting")
         values[key] = raw
-        sources[key] = "config file"
+        sources[key] = file_label
     for name in known:
         var = env_name(name)
         if var in env:
@@ -439,7 +467,7 @@ def load_settings(
     coerced = {k: _coerce(known[k], v, sources.get(k, "default")) for k, v in values.items()}
     settings = Settings(**coerced)
     _check(settings)
-    return settings
+    return settings, sources
 
 
 def _check(s: Settings) -> None:
