@@ -174,7 +174,7 @@ class Settings:
                       "stored before its answer."),
     )
     write_behind_max_lag_ms: int = field(
-        default=50, metadata=_doc("Longest time an answered turn waits before its batch is written (ms).", min=0)
+        default=100, metadata=_doc("Longest time an answered turn waits before its batch is written (ms).", min=0)
     )
     write_behind_batch: int = field(
         default=64, metadata=_doc("Most conversations written per PostgreSQL transaction.", min=1)
@@ -192,6 +192,11 @@ class Settings:
     )
     last_prompts_max_entries: int = field(
         default=1000, metadata=_doc("Last upstream prompts kept for the admin prompt view, in conversations.", min=1)
+    )
+    gc_gen0_threshold: int = field(
+        default=20000,
+        metadata=_doc("Allocations between collections of the youngest objects; what start-up built is frozen out of "
+                      "the collector's sight (0: Python's defaults, 700 and no freezing).", min=0),
     )
     last_prompts_max_mb: int = field(
         default=64, metadata=_doc("Memory bound of the last upstream prompts kept (MB, estimated).", min=1)

@@ -30,11 +30,14 @@ class Store:
     database_url: str  # asyncpg SQLAlchemy URL
     engine: AsyncEngine | None = None
     embedded: EmbeddedPostgres | None = field(default=None, repr=False)
+    write_engine: AsyncEngine | None = None  # the connections turns are written on
 
     async def close(self) -> None:
         await self.hot.close()
         if self.engine is not None:
             await self.engine.dispose()
+        if self.write_engine is not None:
+            await self.write_engine.dispose()
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)
 
@@ -57,6 +60,7 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
         if migrate:
             await asyncio.to_thread(run_migrations, database_url)
         engine = create_engine_from_url(database_url)
+        write_engine = create_engine_from_url(database_url, pool_size=4, max_overflow=4, pre_ping=False)
     except BaseException:
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
@@ -84,11 +88,12 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
                 settings.workers,
             )
     return Store(
-        repo=SqlConversationRepository(engine),
+        repo=SqlConversationRepository(engine, write_engine),
         hot=hot,
         kind_db=kind_db,
         kind_hot=kind_hot,
         database_url=database_url,
         engine=engine,
         embedded=embedded,
+        write_engine=write_engine,
     )

@@ -66,10 +66,10 @@ def page_rows(state: ConversationState, labels: Iterable[str]) -> dict[str, Page
 
 
 def turn_rows(
-    tenant: str, conversation_id: str, plan: Plan, state: ConversationState, chains: list[str], known_prefix: int,
+    tenant: str, conversation_id: str, plan: Plan, state: ConversationState, fingerprints: list[tuple[str, int]],
 ) -> RowSet:
-    """The rows of a planned turn: its new entries, the pages they touch (every page at an epoch), fingerprints of
-    the prefixes not known before, events, and the contents page of a new epoch. Work proportional to the new
+    """The rows of a planned turn: its new entries, the pages they touch (every page at an epoch), the fingerprints
+    of the prefixes not known before, events, and the contents page of a new epoch. Work proportional to the new
     messages, except at epochs."""
     rows = RowSet()
     for index, message, digest, tokens in plan.new_entries:
@@ -85,8 +85,7 @@ def turn_rows(
             rows.pages[p.label] = _page_row(p)
         changed = [*plan.archived, *(label for label, _ in plan.evicted)]
         rows.pages.update(page_rows(state, (label for label in changed if label not in rows.pages)))
-    for i in range(max(0, known_prefix), len(chains)):
-        rows.fingerprints[chains[i]] = i + 1
+    rows.fingerprints.update(fingerprints)
     rows.events = [
         EventRow(tenant, conversation_id, str(ev.get("type") or ev.get("kind") or "context.event"), ev)
         for ev in plan.events

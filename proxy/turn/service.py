@@ -21,8 +21,7 @@ import msgspec
 
 from proxy.blobs import make_blob_store
 from proxy.engine import (
-    ConversationState, EngineConfig, EstimateCounter, Plan, TurnInput, add_hidden, chain_hashes, entry_hashes,
-    observe_usage, plan, record_recall,
+    ConversationState, EngineConfig, EstimateCounter, Plan, TurnInput, add_hidden, observe_usage, plan, record_recall,
 )
 from proxy.metrics import Metrics
 from proxy.recall.loop import prepare_rounds
@@ -33,7 +32,8 @@ from proxy.settings import Settings
 from proxy.store.ports import LockTimeout, SnapshotBase, StaleState
 from proxy.turn.call import ChatCall
 from proxy.turn.fallback import trim_to_budget
-from proxy.turn.identity import continues, conversation_id_for_session, new_conversation_id, split_system
+from proxy.turn.identity import continues, new_conversation_id, split_system
+from proxy.turn.lookup import ConversationLookup, Found
 from proxy.turn.prompts import LastPrompt, LastPrompts
 from proxy.turn.recall_rounds import TurnRecall
 from proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
@@ -55,8 +55,7 @@ class Redo:
 
     input: TurnInput
     config: EngineConfig
-    chains: list[str]
-    known_prefix: int
+    fingerprints: list[tuple[str, int]]  # (chain hash, prefix length) of the prefixes this request adds
     last_index: int
     hidden: list[dict[str, Any]] = field(default_factory=list)
     recalled: list[str] = field(default_factory=list)
@@ -96,6 +95,7 @@ class TurnService:
         self.recall_enabled = s.recall_enabled
         self.volatile = VolatileContext(settings, metrics, self.resolver, getattr(exchange.client, "session", None))
         self.states = ConversationStates(store.repo, store.hot, store.kind_hot == "redis", metrics, settings, self._redo)
+        self.lookup = ConversationLookup(store.hot, store.repo, self.states.state_of, s.state_cache_max_entries, metrics)
         self.last_prompts = LastPrompts(s.last_prompts_max_entries, s.last_prompts_max_mb << 20, metrics)
         self.blobs = make_blob_store(settings)
         self.describer = make_describer(settings, self.blobs)
@@ -126,14 +126,12 @@ class TurnService:
     async def handle(self, call: ChatCall) -> Answer:
         system, messages = split_system(call.messages)
         try:
-            # The prefix chain identifies a conversation without an explicit key; with one it is not needed.
-            chains = [] if call.session_key else chain_hashes(entry_hashes(messages))
-            conversation_id, how, known_prefix = await self._identify(call, chains)
+            found = await self.lookup.find(call, messages)
         except Exception:
             log.exception("conversation lookup failed; forwarding without context management")
             self.metrics.engine_errors.labels("identify").inc()
             return await self._fallback(call, system, messages)
-        lock = self.store.hot.lock(conversation_id, LOCK_WAIT_S, LOCK_LEASE_S)
+        lock = self.store.hot.lock(found.conversation_id, LOCK_WAIT_S, LOCK_LEASE_S)
         waiting = time.perf_counter()
         try:
             await lock.__aenter__()
@@ -149,7 +147,7 @@ class TurnService:
         self.metrics.lock_wait.observe(time.perf_counter() - waiting)
         release = _Release(lock)
         try:
-            turn = await self._plan(call, conversation_id, how, known_prefix, system, messages, chains)
+            turn = await self._plan(call, found, system, messages)
         except BaseException as exc:
             await release()
             if not isinstance(exc, Exception):
@@ -172,31 +170,14 @@ class TurnService:
                              "upstream_error", "upstream_malformed") from None
         return await self._after_answer(answer, turn, release)
 
-    async def _identify(self, call: ChatCall, chains: list[str]) -> tuple[str, str, int]:
-        """(conversation id, how it was found, number of leading messages already known)."""
-        if call.session_key:
-            return conversation_id_for_session(call.tenant, call.session_key), "session_key", -1
-        if not chains:
-            return new_conversation_id(), "new", 0
-        hot = self.store.hot
-        for back in range(1, min(4, len(chains)) + 1):  # the usual case: all but the newest exchange is known
-            hit = await hot.get_fingerprint(call.tenant, chains[-back])
-            if hit is not None:
-                return hit[0], "prefix", len(chains) - back + 1
-        found = await self.store.repo.find_longest_prefix(call.tenant, chains)
-        if found is None:
-            return new_conversation_id(), "new", 0
-        return found[0], "prefix", found[1]
-
     # ------------------------------------------------------------------------------------------------------------
-    async def _plan(self, call: ChatCall, conversation_id: str, how: str, known_prefix: int,
-                    system: list[dict[str, Any]], messages: list[dict[str, Any]], chains: list[str]) -> Turn:
+    async def _plan(self, call: ChatCall, found: Found, system: list[dict[str, Any]], messages: list[dict[str, Any]]
+                    ) -> Turn:
         """Plan, and store what leaves the prompt before the upstream sees it (an epoch). A conversation's first
         turn is stored now too, so that its identity (the prefix fingerprints) survives a crash. Another state stored
         meanwhile (StaleState) plans once more from the stored state; a store that fails is StoreUnavailable."""
         for attempt in (0, 1):
-            turn = await self._plan_once(call, conversation_id, how, known_prefix, system, messages, chains,
-                                         fresh=attempt > 0)
+            turn = await self._plan_once(call, found, system, messages, fresh=attempt > 0)
             if not turn.plan.epoch and turn.known.state is not None:
                 return turn
             try:
@@ -208,17 +189,17 @@ class TurnService:
                 if attempt:
                     raise StoreUnavailable("the stored state kept changing") from None
                 log.warning("conversation %s: another state was stored meanwhile; planning again from it",
-                            conversation_id)
+                            turn.conversation_id)
                 self.metrics.engine_errors.labels("stale_state").inc()
             except Exception as exc:
                 log.warning("could not store archived pages (%s): no archiving this turn", exc)
                 raise StoreUnavailable(str(exc)) from exc
         raise AssertionError("unreachable")
 
-    async def _plan_once(self, call: ChatCall, conversation_id: str, how: str, known_prefix: int,
-                         system: list[dict[str, Any]], messages: list[dict[str, Any]], chains: list[str],
-                         fresh: bool) -> Turn:
+    async def _plan_once(self, call: ChatCall, found: Found, system: list[dict[str, Any]],
+                         messages: list[dict[str, Any]], fresh: bool) -> Turn:
         tenant, repo = call.tenant, self.store.repo
+        conversation_id, how, known_prefix = found.conversation_id, found.how, found.known_prefix
         known, parent_id = NOTHING_STORED, None
         if how != "new":
             known = await self.states.load(tenant, conversation_id, fresh)
@@ -261,8 +242,11 @@ class TurnService:
         await self._intake_images(result)
         self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
         self._count_plan(result)
-        redo = Redo(turn_input, config, chains, max(known_prefix, 0), len(messages) - 1)
-        rows = turn_rows(tenant, conversation_id, result, result.state, chains, redo.known_prefix)
+        fingerprints = self.lookup.fingerprints(Found(conversation_id, how, known_prefix, found.chains), conversation_id,
+                                                known.state, result, messages)
+        self.lookup.remember(tenant, messages, conversation_id)
+        redo = Redo(turn_input, config, fingerprints, len(messages) - 1)
+        rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints)
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo)
 
     async def _intake_images(self, result: Plan) -> None:
@@ -404,7 +388,7 @@ class TurnService:
         result = plan(stored, redo.input, redo.config, self.counter)
         await self._intake_images(result)
         state = result.state
-        rows = turn_rows(tenant, conversation_id, result, state, redo.chains, redo.known_prefix)
+        rows = turn_rows(tenant, conversation_id, result, state, redo.fingerprints)
         if redo.hidden and 0 <= redo.last_index < state.entry_count:
             state = add_hidden(state, redo.last_index, redo.hidden, self.counter)
             rows.hidden.update(hidden_rows(redo.last_index, 0, redo.hidden))
@@ -467,12 +451,13 @@ class TurnService:
     async def forget(self, conversation_id: str) -> None:
         """A deleted conversation leaves the per-process caches and the write queue."""
         self.last_prompts.pop(conversation_id, None)
+        self.lookup.forget(conversation_id)
         await self.states.forget(conversation_id)
         self.resolver.indexes.forget(conversation_id)
 
 
 class _Release:
-    """Releases the session lock once, whatever happens (shielded from cancellation)."""
+    """Releases the session lock once (the release itself is shielded from cancellation inside the lock)."""
 
     def __init__(self, lock: Any) -> None:
         self.lock = lock
@@ -481,8 +466,7 @@ class _Release:
     async def __call__(self) -> None:
         if not self.done:
             self.done = True
-            with anyio.CancelScope(shield=True):
-                await self.lock.__aexit__(None, None, None)
+            await self.lock.__aexit__(None, None, None)
 
 
 async def start_turn_service(settings: Settings, metrics: Metrics, exchange: Exchange) -> TurnService:

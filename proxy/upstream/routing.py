@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import xxhash
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -76,6 +77,8 @@ class WorkerRouter:
         self.health = WorkerHealth(self.workers, down_after, down_seconds, clock)
         self._requests: Counter | None = None
         self._down: Gauge | None = None
+        self._counted: dict[tuple[str, str], Any] = {}
+        self._down_shown = 0  # workers the gauge shows down (it is left alone while all is well)
         if registry is not None:
             self._requests = Counter(
                 "memci_upstream_worker_requests", "Upstream requests by worker and outcome.", ["worker", "outcome"],
@@ -100,9 +103,13 @@ class WorkerRouter:
         elif outcome == "connect_error":
             self.health.connection_failed(worker)
         if self._requests is not None:
-            self._requests.labels(worker, outcome).inc()
-        if self._down is not None:
-            self._down.set(self.health.down_count())
+            child = self._counted.get((worker, outcome))
+            if child is None:
+                child = self._counted[(worker, outcome)] = self._requests.labels(worker, outcome)
+            child.inc()
+        if self._down is not None and (outcome != "ok" or self._down_shown):
+            self._down_shown = self.health.down_count()
+            self._down.set(self._down_shown)
 
     def worker_of(self, url: str) -> str | None:
         """The worker a URL was built on (longest base URL that prefixes it)."""

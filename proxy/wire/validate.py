@@ -49,20 +49,21 @@ def validate_chat_request(data: dict[str, Any]) -> None:
         raise bad_request("'messages' must be an array", param="messages")
     if not messages:
         raise bad_request("'messages' must contain at least one message", param="messages")
-    for i, message in enumerate(messages):
-        param = f"messages[{i}]"
-        if not isinstance(message, dict):
-            raise bad_request(f"{param} must be an object", param=param)
+    for i, message in enumerate(messages):  # the error's text is built only on an error: this loop is per message
+        if type(message) is not dict and not isinstance(message, dict):
+            raise bad_request(f"messages[{i}] must be an object", param=f"messages[{i}]")
         role = message.get("role")
         if not isinstance(role, str) or role not in ROLES:
             raise bad_request(
-                f"{param}.role must be one of {', '.join(sorted(ROLES))}; got {role!r}", param=f"{param}.role"
+                f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}; got {role!r}", param=f"messages[{i}].role"
             )
         content = message.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise bad_request(f"{param}.content must be a string or an array of parts", param=f"{param}.content")
+        if content is not None and type(content) is not str and not isinstance(content, (str, list)):
+            raise bad_request(f"messages[{i}].content must be a string or an array of parts",
+                              param=f"messages[{i}].content")
         if role == "tool" and not isinstance(message.get("tool_call_id"), str):
-            raise bad_request(f"{param}.tool_call_id is required for role 'tool'", param=f"{param}.tool_call_id")
+            raise bad_request(f"messages[{i}].tool_call_id is required for role 'tool'",
+                              param=f"messages[{i}].tool_call_id")
     stream = data.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise bad_request("'stream' must be a boolean", param="stream")

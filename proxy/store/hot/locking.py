@@ -56,18 +56,37 @@ async def acquire_lease(backend: LeaseBackend, conversation_id: str, timeout_s: 
         backoff = min(backoff * 2, MAX_BACKOFF_S)
 
 
-async def _keep_renewing(backend: LeaseBackend, conversation_id: str, token: str, lease_s: float) -> None:
-    interval = max(lease_s / 3.0, 0.001)
-    while True:
-        await asyncio.sleep(interval)
+class _Renewer:
+    """Renews a held lease every third of it, on the event loop's timer (no task while nothing is due: most turns
+    end long before the first renewal)."""
+
+    def __init__(self, backend: LeaseBackend, conversation_id: str, token: str, lease_s: float) -> None:
+        self.backend, self.conversation_id, self.token, self.lease_s = backend, conversation_id, token, lease_s
+        self.interval = max(lease_s / 3.0, 0.001)
+        self.loop = asyncio.get_running_loop()
+        self.task: asyncio.Task[None] | None = None
+        self.handle: asyncio.TimerHandle | None = self.loop.call_later(self.interval, self._due)
+
+    def _due(self) -> None:
+        self.handle = None
+        self.task = self.loop.create_task(self._renew())
+
+    async def _renew(self) -> None:
         try:
-            still_ours = await backend.renew(conversation_id, token, lease_s)
+            still_ours = await self.backend.renew(self.conversation_id, self.token, self.lease_s)
         except Exception:  # noqa: BLE001 - a failed renewal is retried next interval
-            logger.warning("conversation %s: lock renewal failed", conversation_id, exc_info=True)
-            continue
+            logger.warning("conversation %s: lock renewal failed", self.conversation_id, exc_info=True)
+            still_ours = True
         if not still_ours:
-            logger.error("conversation %s: lock lost (lease expired before renewal)", conversation_id)
+            logger.error("conversation %s: lock lost (lease expired before renewal)", self.conversation_id)
             return
+        self.handle = self.loop.call_later(self.interval, self._due)
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+        if self.task is not None:
+            self.task.cancel()  # not awaited: a renewal racing the release finds the token gone and stops
 
 
 @contextlib.asynccontextmanager
@@ -75,11 +94,11 @@ async def hold_lease(
     backend: LeaseBackend, conversation_id: str, timeout_s: float = 30.0, lease_s: float = 60.0
 ) -> AsyncIterator[None]:
     token = await acquire_lease(backend, conversation_id, timeout_s, lease_s)
-    renewer = asyncio.create_task(_keep_renewing(backend, conversation_id, token, lease_s))
+    renewer = _Renewer(backend, conversation_id, token, lease_s)
     try:
         yield
     finally:
-        renewer.cancel()  # not awaited: a renewal racing the release finds the token gone and stops
+        renewer.cancel()
         try:
             await asyncio.shield(backend.release(conversation_id, token))
         except Exception:  # noqa: BLE001 - the lease expires by itself

@@ -13,8 +13,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from proxy.store.ports import (
     BEHIND,
     NOT_FOUND,
-    REPLAYED,
-    SAVED,
     STALE,
     ConversationConflict,
     ConversationNotFound,
@@ -25,8 +23,8 @@ from proxy.store.ports import (
     SnapshotBehind,
     StaleState,
     TurnWrite,
-    snapshot_digest,
 )
+from proxy.store.sql import batch_writes
 from proxy.store.sql import turn_statements as turn
 from proxy.store.sql.admin_queries import ConversationAdminQueries
 from proxy.store.sql.memory_queries import MemoryQueries
@@ -42,13 +40,14 @@ def _json_dumps(value: Any) -> str:
     return _json_encoder.encode(value).decode()
 
 
-def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20, echo: bool = False) -> AsyncEngine:
+def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20, echo: bool = False,
+                           pre_ping: bool = True) -> AsyncEngine:
     """An asyncpg engine for any PostgreSQL URL form; JSON columns through msgspec."""
     return create_async_engine(
         to_async_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         pool_recycle=1800,
         echo=echo,
         json_serializer=_json_dumps,
@@ -104,8 +103,10 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
     """Implements proxy.store.ports.ConversationRepository, ConversationAdmin and PageVectorStore; full-text
     page search."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, write_engine: AsyncEngine | None = None) -> None:
         self.engine = engine
+        # Turns are written on connections that are not pinged first (the writer retries a failed batch).
+        self.write_engine = write_engine or engine
 
     # --- conversations ---------------------------------------------------------------------
     async def create_conversation(
@@ -233,57 +234,23 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
                              f"{state_version} was planned from")
 
     async def save_turns(self, writes: list[TurnWrite]) -> list[str]:
-        """One transaction (one commit) for the whole batch: every snapshot is compared and set first, then the
-        rows of those that applied go in with one statement per table."""
+        """One statement (one round trip, one transaction) for the whole batch: memci_save_turns compares and
+        sets every snapshot, then writes the rows of those that applied. At most one write per conversation per
+        call (several are written one call after the other)."""
         if not writes:
             return []
-        async with self.engine.begin() as connection:
-            outcomes = [await self._store_snapshot(connection, w) for w in writes]
-            applied = [w for w, o in zip(writes, outcomes) if o in (SAVED, REPLAYED)]
-            entries = [p for w in applied for p in turn.entry_params(w.conversation_id, w.entries)]
-            pages = [p for w in applied for p in turn.page_params(w.conversation_id, w.pages)]
-            fingerprints = [p for w in applied for p in turn.fingerprint_params(w.tenant, w.conversation_id, w.fingerprints)]
-            hidden = [p for w in applied for p in turn.hidden_params(w.conversation_id, w.hidden)]
-            contents = [{"conversation_id": w.conversation_id, "epoch": w.contents[0], "text": w.contents[1]}
-                        for w in applied if w.contents is not None]
-            events = [p for w, o in zip(writes, outcomes) if o == SAVED for p in turn.event_params(w.events)]
-            for statement, params in ((turn.INSERT_ENTRIES, entries), (turn.UPSERT_PAGES, pages),
-                                      (turn.INSERT_FINGERPRINTS, fingerprints), (turn.UPSERT_HIDDEN, hidden),
-                                      (turn.UPSERT_CONTENTS, contents), (turn.INSERT_EVENTS, events)):
-                if params:
-                    await connection.execute(statement, params)
-        return outcomes
-
-    async def _store_snapshot(self, connection: AsyncConnection, w: TurnWrite) -> str:
-        """Compare and set the snapshot, locking the conversation row for the rest of the transaction."""
-        where = [conv.c.id == w.conversation_id, conv.c.tenant == w.tenant]
-        if w.base is None:
-            where.append(conv.c.state_version < w.version)
-        else:
-            where += [conv.c.state_version == w.base.version, func.md5(conv.c.state).is_not_distinct_from(w.base.digest)]
-        stored = (
-            await connection.execute(
-                update(conv).where(*where)
-                .values(state=w.snapshot, state_version=w.version, updated_at=func.now(), last_active_at=func.now())
-                .returning(conv.c.id)
-            )
-        ).first()
-        if stored is not None:
-            return SAVED
-        current = (
-            await connection.execute(
-                select(conv.c.state_version, func.md5(conv.c.state).label("digest"))
-                .where(conv.c.id == w.conversation_id, conv.c.tenant == w.tenant)
-                .with_for_update()
-            )
-        ).first()
-        if current is None:
-            return NOT_FOUND
-        if current.state_version == w.version and current.digest == snapshot_digest(w.snapshot):
-            return REPLAYED
-        if w.base is not None and current.state_version < w.base.version:
-            return BEHIND
-        return STALE
+        if len({w.conversation_id for w in writes}) < len(writes):
+            outcomes: list[str] = []
+            for w in writes:
+                outcomes += await self.save_turns([w])
+            return outcomes
+        async with self.write_engine.connect() as connection:
+            try:
+                raw = (await connection.get_raw_connection()).driver_connection
+                return await batch_writes.save_turns(raw, writes)
+            except BaseException:
+                await connection.invalidate()  # the driver's own error: the pool cannot tell a broken connection
+                raise
 
     # --- reads --------------------------------------------------------------------------------
     async def load_snapshot(self, tenant: str, conversation_id: str) -> tuple[bytes, int] | None:
