@@ -84,7 +84,7 @@ class WriteBehind:
         self._room = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
-        self._resolving: set[asyncio.Task[None]] = set()
+        self._resolving: dict[str, asyncio.Task[None]] = {}  # conversation -> its conflict being resolved
         metrics.writes_pending.set_function(lambda: len(self._queues))
 
     def start(self) -> None:
@@ -147,14 +147,15 @@ class WriteBehind:
         """Write the conversation's queued turns through the flusher now, and wait until they are written (or
         handed on after a conflict)."""
         waiting = set(map(id, self._queues.get(conversation_id, ())))
-        if not waiting and conversation_id not in self._in_flight:
+        if not waiting and conversation_id not in self._in_flight and conversation_id not in self._resolving:
             return
         for p in self._queues.get(conversation_id, ()):
             p.urgent = True
         self._wake.set()
         deadline = self.clock() + timeout_s
-        while self.clock() < deadline and (conversation_id in self._in_flight or waiting.intersection(
-                map(id, self._queues.get(conversation_id, ())))):
+        while self.clock() < deadline and (
+                conversation_id in self._in_flight or conversation_id in self._resolving
+                or waiting.intersection(map(id, self._queues.get(conversation_id, ())))):
             await asyncio.sleep(0.002)
 
     async def take(self, conversation_id: str) -> list[Pending]:
@@ -183,7 +184,7 @@ class WriteBehind:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        for task in list(self._resolving):
+        for task in list(self._resolving.values()):
             task.cancel()
 
     # --- the flusher -----------------------------------------------------------------------------------------
@@ -271,8 +272,8 @@ class WriteBehind:
             log.info("conversation %s was deleted before its last turns were stored", cid)
             return
         task = asyncio.get_running_loop().create_task(self._resolve(pendings))
-        self._resolving.add(task)
-        task.add_done_callback(self._resolving.discard)
+        self._resolving[cid] = task
+        task.add_done_callback(lambda done: self._resolving.pop(cid, None) if self._resolving.get(cid) is done else None)
 
     async def _resolve(self, pendings: list[Pending]) -> None:
         try:
