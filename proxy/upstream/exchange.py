@@ -26,7 +26,7 @@ from proxy.recall.loop import LoopConfig, complete_json, replay_as_stream, strea
 from proxy.recall.rounds import LoopRecord, ToolCall
 from proxy.upstream.client import response_headers
 from proxy.upstream.port import Upstream, UpstreamResponse
-from proxy.upstream.relay import relay_sse
+from proxy.upstream.relay import relay_sse, usage_of_json
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -74,17 +74,6 @@ class RecallRounds(Protocol):
         """Keep a finished exchange for later turns; called before the next round goes upstream."""
 
 
-def usage_of_body(body: bytes) -> dict | None:
-    if b'"usage"' not in body:
-        return None
-    try:
-        data = _decode(body)
-    except msgspec.DecodeError:
-        return None
-    usage = data.get("usage") if isinstance(data, dict) else None
-    return usage if isinstance(usage, dict) else None
-
-
 class Exchange:
     def __init__(self, client: Upstream, metrics: Metrics) -> None:
         self.client = client
@@ -122,7 +111,7 @@ class Exchange:
         content = await self.client.read_body(response)
         upstream_time = waited + (time.perf_counter() - read_started)
         if response.status == 200 and out.route == "chat":
-            usage = usage_of_body(content)
+            usage = usage_of_json(content)
             if usage is not None:
                 m.observe_usage(usage)
                 if on_usage is not None:

@@ -15,19 +15,24 @@ from proxy.wire.sse import DONE, SSESplitter, encode_data, event_data
 _decode = msgspec.json.Decoder().decode
 
 
+def usage_of_json(data: bytes) -> dict | None:
+    """The ``usage`` object of a completion or chunk (JSON bytes), if it carries one."""
+    if b'"usage"' not in data:
+        return None
+    try:
+        decoded = _decode(data)
+    except msgspec.DecodeError:
+        return None
+    usage = decoded.get("usage") if isinstance(decoded, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
 def usage_of_event(event: bytes) -> dict | None:
     """The ``usage`` object of a chunk event, if it carries one."""
     if b'"usage"' not in event:
         return None
     data = event_data(event)
-    if not data or data == b"[DONE]":
-        return None
-    try:
-        chunk = _decode(data)
-    except msgspec.DecodeError:
-        return None
-    usage = chunk.get("usage") if isinstance(chunk, dict) else None
-    return usage if isinstance(usage, dict) else None
+    return None if not data or data == b"[DONE]" else usage_of_json(data)
 
 
 def cut_stream_event(detail: str) -> bytes:
