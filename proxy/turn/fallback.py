@@ -8,9 +8,16 @@ prompt budget, cut at a user message so that no tool result loses its call.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import msgspec
+
+from proxy.engine import EngineConfig
 from proxy.engine.tokens import TokenCounter
+
+log = logging.getLogger("memci.turn")
+_encode = msgspec.json.Encoder().encode
 
 
 def trim_to_budget(
@@ -36,3 +43,20 @@ def trim_to_budget(
         if used + suffix_cost[start] <= budget:
             return [*system, *messages[start:]]
     return [*system, *messages[starts[-1]:]]
+
+
+def unmanaged_body(data: dict[str, Any], body: bytes, system: list[dict[str, Any]], messages: list[dict[str, Any]],
+                   config: EngineConfig, counter: TokenCounter, ratio: float) -> bytes:
+    """The body to send without context management: ``body`` itself when the request fits the budget (or cannot be
+    measured), else the request trimmed. ``ratio``: the upstream's tokens per estimated token, as last learned."""
+    try:
+        max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
+        budget = config.budget(max_tokens if isinstance(max_tokens, int) else None)
+        budget = int(budget / (1.03 * ratio))  # in the upstream's tokens, with a 3% margin
+        tools = data.get("tools")
+        fixed = counter.count_text(_encode(tools).decode()) if tools else 0
+        trimmed = trim_to_budget(system, messages, budget, counter, fixed)
+    except Exception:
+        log.exception("could not trim the request; forwarding it unchanged")
+        return body
+    return body if trimmed is None else _encode({**data, "messages": trimmed})

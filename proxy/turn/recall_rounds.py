@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from proxy.engine import ConversationState, Plan
 from proxy.metrics import Metrics
 from proxy.recall.loop import LoopConfig
 from proxy.recall.resolver import RecallContext, RecallResolver
@@ -15,6 +16,14 @@ from proxy.recall.tool import parse_arguments
 # What one call adds to the prompt besides its result: the assistant's call and its framing, in tokens.
 CALL_FRAMING_TOKENS = 48
 RESULT_FRAMING_TOKENS = 8
+
+
+def recall_room(plan: Plan, state: ConversationState, safety_margin_tokens: float) -> int:
+    """Tokens the recall rounds may add: what the plan left free, plus half of the window's safety margin (kept for
+    estimate errors, which the learned correction ratio mostly removes; a prompt near the high watermark would
+    otherwise leave recall no room at all). Estimates are scaled by that ratio, with a 5% margin."""
+    ratio = max(1.0, state.correction_ratio)
+    return max(0, int((0.95 * (plan.budget + 0.5 * safety_margin_tokens) - plan.estimated_tokens) / ratio))
 
 
 class TurnRecall:

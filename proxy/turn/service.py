@@ -13,7 +13,6 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -31,13 +30,14 @@ from proxy.recall.vector_index import build_page_vectors
 from proxy.settings import Settings
 from proxy.store.ports import LockTimeout, SnapshotBase, StaleState
 from proxy.turn.call import ChatCall
-from proxy.turn.fallback import trim_to_budget
+from proxy.turn.fallback import unmanaged_body
 from proxy.turn.identity import continues, new_conversation_id, split_system
 from proxy.turn.lookup import ConversationLookup, Found
 from proxy.turn.prompts import LastPrompt, LastPrompts
-from proxy.turn.recall_rounds import TurnRecall
+from proxy.turn.recall_rounds import TurnRecall, recall_room
 from proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
 from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
+from proxy.turn.turn import Redo, Release, Turn
 from proxy.turn.volatile import VolatileContext
 from proxy.turn.window import ContextWindow
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
@@ -47,34 +47,6 @@ from proxy.wire.errors import ProxyError
 log = logging.getLogger("memci.turn")
 _encode = msgspec.json.Encoder().encode
 NOTHING_STORED = Known(None, 0, SnapshotBase(0, None))
-
-
-@dataclass
-class Redo:
-    """What it takes to plan a turn again on another stored state (after a conflict)."""
-
-    input: TurnInput
-    config: EngineConfig
-    fingerprints: list[tuple[str, int]]  # (chain hash, prefix length) of the prefixes this request adds
-    last_index: int
-    hidden: list[dict[str, Any]] = field(default_factory=list)
-    recalled: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Turn:
-    """What one request learned and decided, carried from planning to the end of the answer."""
-
-    call: ChatCall
-    conversation_id: str
-    how: str  # "session_key" | "prefix" | "new" | "fork"
-    known: Known  # the state the next save builds on
-    plan: Plan
-    state: ConversationState  # the plan's state, with what the rounds and the answer add
-    rows: RowSet  # not stored yet
-    redo: Redo
-    record: Any = None  # proxy.recall.rounds.LoopRecord of the recall rounds
-    usage: dict[str, Any] | None = None
 
 
 class TurnService:
@@ -145,7 +117,7 @@ class TurnService:
             self.metrics.engine_errors.labels("lock").inc()
             return await self._fallback(call, system, messages)
         self.metrics.lock_wait.observe(time.perf_counter() - waiting)
-        release = _Release(lock)
+        release = Release(lock)
         try:
             turn = await self._plan(call, found, system, messages)
         except BaseException as exc:
@@ -280,12 +252,7 @@ class TurnService:
                                            call.stream)
         out.body = _encode(body)
         self._remember_prompt(turn, len(out.body))
-        # What the rounds add must fit in what the plan left free, plus half of the window's safety margin (kept for
-        # estimate errors, which the learned correction ratio mostly removes; a prompt near the high watermark would
-        # otherwise leave recall no room at all). Estimates are scaled by that ratio, with a 5% margin.
-        spare = 0.5 * s.safety_margin * await self.window.tokens()
-        ratio = max(1.0, turn.state.correction_ratio)
-        room = max(0, int((0.95 * (turn.plan.budget + spare) - turn.plan.estimated_tokens) / ratio))
+        room = recall_room(turn.plan, turn.state, s.safety_margin * await self.window.tokens())
         context = RecallContext(call.tenant, turn.conversation_id, turn.state, turn.redo.input.messages,
                                 self.describer.descriptions)
 
@@ -319,7 +286,7 @@ class TurnService:
             log.warning("could not store the recall exchange of %s now (%s)", turn.conversation_id, exc)
             self.metrics.store_write_failures.labels("recall").inc()
 
-    async def _after_answer(self, answer: Answer, turn: Turn, release: _Release) -> Answer:
+    async def _after_answer(self, answer: Answer, turn: Turn, release: Release) -> Answer:
         """Finish the turn once the answer is out: after the last event of a stream; for a whole body, right after
         it is handed over (or before, when write-behind is off)."""
         if answer.events is not None:
@@ -332,7 +299,7 @@ class TurnService:
             task.add_done_callback(self._finishing.discard)
         return answer
 
-    async def _finish_after(self, events: AsyncIterator[bytes], turn: Turn, release: _Release) -> AsyncIterator[bytes]:
+    async def _finish_after(self, events: AsyncIterator[bytes], turn: Turn, release: Release) -> AsyncIterator[bytes]:
         try:
             async for event in events:
                 yield event
@@ -340,7 +307,7 @@ class TurnService:
             with anyio.CancelScope(shield=True):
                 await self._finish(turn, release)
 
-    async def _finish(self, turn: Turn, release: _Release) -> None:
+    async def _finish(self, turn: Turn, release: Release) -> None:
         """After the answer: usage fed back, recall counts, the turn queued for the store, the lock released."""
         try:
             state, record, usage = turn.state, turn.record, turn.usage
@@ -401,20 +368,10 @@ class TurnService:
     async def _fallback(self, call: ChatCall, system: list[dict[str, Any]], messages: list[dict[str, Any]]) -> Answer:
         """Without context management: the request unchanged, or trimmed to the prompt budget when it would not
         fit (nothing is archived; the client keeps every message and resends it)."""
-        body = call.body
-        try:
-            max_tokens = call.data.get("max_completion_tokens") or call.data.get("max_tokens")
-            budget = self._config(await self.window.tokens()).budget(max_tokens if isinstance(max_tokens, int) else None)
-            budget = int(budget / (1.03 * self.fallback_ratio))  # in the upstream's tokens, with a 3% margin
-            tools = call.data.get("tools")
-            fixed = self.counter.count_text(_encode(tools).decode()) if tools else 0
-            trimmed = trim_to_budget(system, messages, budget, self.counter, fixed)
-        except Exception:
-            log.exception("could not trim the request; forwarding it unchanged")
-            trimmed = None
-        if trimmed is not None:
+        config = self._config(await self.window.tokens())
+        body = unmanaged_body(call.data, call.body, system, messages, config, self.counter, self.fallback_ratio)
+        if body is not call.body:
             self.metrics.trimmed_requests.inc()
-            body = _encode({**call.data, "messages": trimmed})
         return await self.exchange.send(Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, body,
                                                  call.started, call.stream))
 
@@ -454,19 +411,6 @@ class TurnService:
         self.lookup.forget(conversation_id)
         await self.states.forget(conversation_id)
         self.resolver.indexes.forget(conversation_id)
-
-
-class _Release:
-    """Releases the session lock once (the release itself is shielded from cancellation inside the lock)."""
-
-    def __init__(self, lock: Any) -> None:
-        self.lock = lock
-        self.done = False
-
-    async def __call__(self) -> None:
-        if not self.done:
-            self.done = True
-            await self.lock.__aexit__(None, None, None)
 
 
 async def start_turn_service(settings: Settings, metrics: Metrics, exchange: Exchange) -> TurnService:

@@ -121,27 +121,29 @@ class WriteBehind:
         return queue[-1] if queue else None
 
     async def settle(self, conversation_id: str) -> bool:
-        """Write this conversation's queued turns now, in order (the caller holds its session lock). False when
+        """Write this conversation's queued turns now, in order (the caller holds its session lock); a write whose
+        base has not landed yet (queued on another replica) is waited for, at most ``behind_wait_s``. False when
         they no longer apply to the stored state (they are dropped: the caller plans again from the stored state,
         with the client's resent history)."""
         pendings = await self.take(conversation_id)
-        if not pendings:
-            return True
-        for p in pendings:
+        for i, p in enumerate(pendings):
             p.encode()
-        try:
-            outcomes = await self.repo.save_turns(
-                [p.rows.write(p.tenant, p.conversation_id, p.snapshot, p.version, p.base) for p in pendings])
-        except BaseException:
-            self._queues.setdefault(conversation_id, deque()).extendleft(reversed(pendings))
-            raise
-        applied = True
-        for p, outcome in zip(pendings, outcomes):
-            if outcome in (SAVED, REPLAYED) and applied:
-                self._stored(p)
-            else:
-                applied = False
-        return applied
+            write = p.rows.write(p.tenant, p.conversation_id, p.snapshot, p.version, p.base)
+            waited, pause = 0.0, 0.005
+            try:
+                while True:
+                    outcome = (await self.repo.save_turns([write]))[0]
+                    if outcome != BEHIND or waited >= self.behind_wait_s:
+                        break
+                    await asyncio.sleep(pause)
+                    waited, pause = waited + pause, min(0.1, pause * 2)
+            except BaseException:
+                self._queues.setdefault(conversation_id, deque()).extendleft(reversed(pendings[i:]))
+                raise
+            if outcome not in (SAVED, REPLAYED):
+                return False
+            self._stored(p)
+        return True
 
     async def flush(self, conversation_id: str, timeout_s: float = 5.0) -> None:
         """Write the conversation's queued turns through the flusher now, and wait until they are written (or

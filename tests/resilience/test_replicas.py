@@ -27,3 +27,4 @@ def test_alternating_replicas_send_the_prompts_of_one(redis_proc, migrated_db_ur
     assert report["lock_wait_p99_s"] is not None
     for p in replicas:
         assert "StaleState" not in p.log()
+        assert "another state was stored" not in p.log()  # no turn planned or stored twice

@@ -73,7 +73,9 @@ async def save_turns(connection: Any, writes: list[TurnWrite]) -> list[str]:
             outcomes.append(NOT_FOUND)
         elif stored[0] == w.version and stored[1] == snapshot_digest(w.snapshot):
             outcomes.append(REPLAYED)  # its rows were stored with it, in the same statement
-        elif w.base is not None and stored[0] < w.base.version:
+        elif w.base is not None and (stored[0] < w.base.version or (stored[0], stored[1]) == (w.base.version,
+                                                                                          w.base.digest)):
+            # older than the base; or the base itself, stored by another writer between the two statements
             outcomes.append(BEHIND)
         else:
             outcomes.append(STALE)

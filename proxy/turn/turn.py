@@ -1,0 +1,52 @@
+"""What one managed turn carries from planning to the end of its answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.engine import ConversationState, EngineConfig, Plan, TurnInput
+from proxy.turn.call import ChatCall
+from proxy.turn.rows import RowSet
+from proxy.turn.states import Known
+
+
+@dataclass
+class Redo:
+    """What it takes to plan a turn again on another stored state (after a conflict)."""
+
+    input: TurnInput
+    config: EngineConfig
+    fingerprints: list[tuple[str, int]]  # (chain hash, prefix length) of the prefixes this request adds
+    last_index: int
+    hidden: list[dict[str, Any]] = field(default_factory=list)
+    recalled: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Turn:
+    """What one request learned and decided, carried from planning to the end of the answer."""
+
+    call: ChatCall
+    conversation_id: str
+    how: str  # "session_key" | "prefix" | "new" | "fork"
+    known: Known  # the state the next save builds on
+    plan: Plan
+    state: ConversationState  # the plan's state, with what the rounds and the answer add
+    rows: RowSet  # not stored yet
+    redo: Redo
+    record: Any = None  # proxy.recall.rounds.LoopRecord of the recall rounds
+    usage: dict[str, Any] | None = None
+
+
+class Release:
+    """Releases the session lock once (the release itself is shielded from cancellation inside the lock)."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.done = False
+
+    async def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            await self.lock.__aexit__(None, None, None)
