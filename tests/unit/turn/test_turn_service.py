@@ -276,3 +276,13 @@ async def test_the_hot_copy_and_tip_stay_in_sync_with_redis_like_shared_hot_stat
         await s.close()
     assert repo.user_texts(pair.conversation_id) == [pair.user_text(i) for i in range(14)]
     assert sum(s.metrics.engine_errors.labels("stale_state")._value.get() for s in (a, b)) == 0
+
+
+async def test_without_write_behind_every_turn_is_stored_before_its_answer():
+    repo = MemoryRepository()
+    service = make_service(ChatUpstream(), repo, write_behind=False)
+    chat = Chat(service)
+    for i in range(3):
+        await chat.send(chat.user_text(i))
+        assert repo.user_texts(chat.conversation_id) == [chat.user_text(j) for j in range(i + 1)]
+    await service.close()
