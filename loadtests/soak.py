@@ -1,9 +1,10 @@
 """Soak: Locust users hold conversations through one proxy (real Redis and PostgreSQL) while Redis is restarted once
 midway; afterwards every user message a client got an answer for must be stored, with zero 5xx from the proxy.
-Reports the proxy's RSS at the start and the end.
+Samples the proxy's RSS (and the bytes its bounded caches report) every minute, with a progress line each time;
+the report gives RSS by minute and its spread over the second half (the goal: within +-5%).
 
-    python -m loadtests.soak --users 100 --minutes 10            # orchestrates everything, prints JSON
-    python -m loadtests.soak --users 30 --minutes 3              # the short run
+    python -m loadtests.soak --users 100 --minutes 10 --json /tmp/soak.json   # the 10-minute soak
+    python -m loadtests.soak --users 30 --minutes 2 --sample-s 20             # a short check that it works
 
 The same file is the locustfile (Locust imports it): each user keeps one conversation for SOAK_TURNS turns,
 sending the whole history every turn, and appends every answered user message to the ledger SOAK_LEDGER.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -103,6 +105,43 @@ def check_ledger(ledger: Path, database_url: str) -> dict:
             "messages_answered": sum(len(t) for t in answered.values()), "messages_lost": lost}
 
 
+def ledger_counts(ledger: Path) -> tuple[int, int]:
+    """(answered, failed) requests so far."""
+    if not ledger.exists():
+        return 0, 0
+    answered = failed = 0
+    for line in ledger.read_text().splitlines():
+        if '"status": 200' in line:
+            answered += 1
+        else:
+            failed += 1
+    return answered, failed
+
+
+def cache_figures(proxy_url: str) -> dict[str, dict[str, float]]:
+    """The proxy's bounded caches (memci_cache_entries / memci_cache_bytes by cache)."""
+    import httpx
+
+    out: dict[str, dict[str, float]] = {}
+    try:
+        text = httpx.get(proxy_url + "/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return out
+    for line in text.splitlines():
+        for metric in ("memci_cache_entries", "memci_cache_bytes"):
+            if line.startswith(metric + "{"):
+                name = line.split('cache="', 1)[1].split('"', 1)[0]
+                out.setdefault(name, {})[metric[len("memci_cache_"):]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def spread_pct(values: list[float]) -> float | None:
+    """(max - min) / mean, in percent: how flat a stretch of RSS samples is."""
+    if len(values) < 2:
+        return None
+    return round(100 * (max(values) - min(values)) / statistics.mean(values), 2)
+
+
 def main() -> None:
     from proxy.emulator.config import EmulatorConfig
     from proxy.emulator.testing import running_emulator
@@ -113,6 +152,8 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=100)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--redis-down-s", type=float, default=5.0, help="how long Redis stays down midway")
+    parser.add_argument("--sample-s", type=float, default=60.0, help="seconds between RSS samples (default: a minute)")
+    parser.add_argument("--json", dest="json_out", help="write the report here too")
     args = parser.parse_args()
     seconds = int(args.minutes * 60)
 
@@ -132,24 +173,52 @@ def main() -> None:
                  "--only-summary", "--csv", str(work / "locust")],
                 cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
-            time.sleep(min(30, seconds / 6))
-            rss_start = rss_mb(proxy.proc.pid)
-            time.sleep(max(0, seconds / 2 - min(30, seconds / 6)))
-            redis.kill()
-            time.sleep(args.redis_down_s)
-            redis.start()
-            locust.wait(timeout=seconds + 120)
+            started = time.monotonic()
+            samples = [{"minute": 0.0, "rss_mb": rss_mb(proxy.proc.pid), "answered": 0, "failed": 0}]
+            redis_restarted_at = None
+            next_sample = args.sample_s
+            while locust.poll() is None:
+                elapsed = time.monotonic() - started
+                if redis_restarted_at is None and elapsed >= seconds / 2:
+                    print(f"[soak] {elapsed / 60:.1f} min: restarting Redis ({args.redis_down_s:g} s down)",
+                          flush=True)
+                    redis.kill()
+                    time.sleep(args.redis_down_s)
+                    redis.start()
+                    redis_restarted_at = round(elapsed / 60, 2)
+                    continue
+                if elapsed >= next_sample:
+                    answered, failed = ledger_counts(ledger)
+                    caches = cache_figures(proxy.url)
+                    sample = {"minute": round(elapsed / 60, 2), "rss_mb": rss_mb(proxy.proc.pid),
+                              "answered": answered, "failed": failed,
+                              "cache_mb": round(sum(max(0.0, c.get("bytes", 0.0)) for c in caches.values()) / 2**20, 1)}
+                    samples.append(sample)
+                    print(f"[soak] {sample['minute']:.1f}/{args.minutes:g} min: proxy RSS {sample['rss_mb']} MB, "
+                          f"{answered} answered, {failed} failed, measured caches {sample['cache_mb']} MB", flush=True)
+                    next_sample += args.sample_s
+                time.sleep(min(1.0, max(0.05, next_sample - elapsed)))
             time.sleep(2)  # the last streams' turns are stored
-            rss_end = rss_mb(proxy.proc.pid)
+            answered, failed = ledger_counts(ledger)
+            samples.append({"minute": round((time.monotonic() - started) / 60, 2), "rss_mb": rss_mb(proxy.proc.pid),
+                            "answered": answered, "failed": failed})
             log = proxy.log_path.read_text(errors="replace")
+            half = [s["rss_mb"] for s in samples if s["minute"] >= args.minutes / 2]
             report = {
                 "users": args.users, "minutes": args.minutes, **check_ledger(ledger, database),
-                "proxy_rss_mb_start": rss_start, "proxy_rss_mb_end": rss_end,
+                "rss_mb_by_minute": [(s["minute"], s["rss_mb"]) for s in samples],
+                "proxy_rss_mb_start": samples[0]["rss_mb"], "proxy_rss_mb_end": samples[-1]["rss_mb"],
+                "rss_spread_second_half_pct": spread_pct(half),
+                "samples": samples, "caches_at_end": cache_figures(proxy.url),
+                "redis_restarted_at_minute": redis_restarted_at,
                 "redis_outage_logged": "Redis unreachable" in log, "redis_recovery_logged": "Redis reachable again" in log,
                 "unhandled_errors_logged": log.count("unhandled error"), "stale_state_logged": log.count("newer state"),
                 "work_dir": str(work),
             }
-            print(json.dumps(report, indent=2))
+            text = json.dumps(report, indent=2)
+            print(text)
+            if args.json_out:
+                Path(args.json_out).write_text(text)
     finally:
         if proxy is not None:
             proxy.stop()

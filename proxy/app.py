@@ -13,12 +13,14 @@ from litestar.middleware import DefineMiddleware
 
 from proxy.api.admin import ADMIN_ROUTES
 from proxy.api.auth import AuthMiddleware, Authenticator
+from proxy.api.keys import KEY_ROUTES
 from proxy.api.limits import Limits, LimitsMiddleware
 from proxy.api.conversations import CONVERSATION_ROUTES
 from proxy.api.routes import ROUTES
 from proxy.api.rewrite import REWRITE_ROUTES
 from proxy.api.search import SEARCH_ROUTES
 from proxy.api.services import Services
+from proxy.log_redaction import install_log_redaction
 from proxy.metrics import Metrics
 from proxy.settings import Settings, load_settings
 from proxy.upstream.client import UpstreamClient
@@ -80,6 +82,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 services.store = services.context.store
                 services.notes["database"] = services.store.kind_db
                 services.notes["hot_state"] = services.store.kind_hot
+                # Virtual keys from PostgreSQL from now on (proxy.keys), changes announced through Redis.
+                from proxy.store.sql.key_queries import SqlKeyRepository
+
+                await authenticator.attach(SqlKeyRepository(services.store.engine), settings.redis_url)
                 await start_memory_worker(services)
                 services.context.memory = services.memory
             else:
@@ -87,6 +93,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             tune_garbage_collector(settings.gc_gen0_threshold)
             yield
         finally:
+            await authenticator.keys.close()
             if services.memory is not None:
                 await services.memory.stop()
             if services.context is not None:
@@ -97,7 +104,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await limits.close()
 
     app = Litestar(
-        route_handlers=[*ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES, *REWRITE_ROUTES, *CONVERSATION_ROUTES],
+        route_handlers=[*ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES, *REWRITE_ROUTES, *CONVERSATION_ROUTES, *KEY_ROUTES],
         lifespan=[lifespan],
         # Auth first: it decides the tenant the limits and every handler use.
         middleware=[DefineMiddleware(AuthMiddleware, authenticator=authenticator),
@@ -105,14 +112,19 @@ def create_app(settings: Settings | None = None) -> Litestar:
         exception_handlers={ProxyError: _proxy_error, HTTPException: _http_error, Exception: _internal_error},
         request_max_body_size=settings.max_body_bytes,
         openapi_config=None,
+        logging_config=None,  # logging is configured once, with its redaction filter (create_app_from_env)
         debug=False,
     )
     app.state.services = services
     app.state.limits = limits
+    app.state.authenticator = authenticator  # the keys admin API (proxy.api.keys)
     return app
 
 
 def create_app_from_env() -> Litestar:
     """Factory for the ASGI server: settings come from the environment the CLI prepared."""
-    logging.basicConfig(level=load_settings().log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return create_app()
+    settings = load_settings()
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(settings.log_level.upper())  # the server may have configured logging first
+    install_log_redaction(settings)  # no key reaches a log line (proxy.log_redaction)
+    return create_app(settings)

@@ -5,6 +5,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from proxy import usage_meter
+from proxy.caches import CacheCollector
+
 disable_created_metrics()
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -14,6 +17,8 @@ _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
+        # memci_cache_*: every bounded per-process cache (proxy.caches)
+        r.register(CacheCollector())
         self.requests = Counter("memci_requests", "Requests answered, by route and status.", ["route", "status"], registry=r)
         self.request_duration = Histogram(
             "memci_request_duration_seconds", "Time from request to the last byte answered.", ["route"],
@@ -135,6 +140,7 @@ class Metrics:
     def observe_usage(self, usage: object) -> None:
         if not isinstance(usage, dict):
             return
+        usage_meter.record(usage)  # the request's own count (virtual keys' budgets)
         prompt = usage.get("prompt_tokens")
         if isinstance(prompt, int) and prompt > 0:
             self.prompt_tokens.inc(prompt)

@@ -48,6 +48,13 @@ def metric_rows(registry: CollectorRegistry) -> list[tuple[str, str, tuple[str, 
     seen = set()
     for collector in list(registry._collector_to_names):  # noqa: SLF001 - prometheus_client keeps no public list
         name = getattr(collector, "_name", None)
+        if name is None and hasattr(collector, "describe"):  # a custom collector (proxy.caches.CacheCollector)
+            for family in collector.describe():
+                if family.name not in seen:
+                    seen.add(family.name)
+                    shown = family.name + "_total" if family.type == "counter" else family.name
+                    rows.append((shown, family.type, tuple(getattr(family, "_labelnames", ())), family.documentation))
+            continue
         if name is None or name in seen:
             continue
         seen.add(name)

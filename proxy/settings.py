@@ -32,6 +32,7 @@ SECTIONS: dict[str, str] = {
     "recall_enabled": "Recall",
     "intent_rewrite_enabled": "Intent rewrite and memory injection",
     "memory_workers": "Long-term memory (background workers)",
+    "hot_state_max_mb": "Memory bounds of one process",
     "auth_mode": "Tenancy and auth",
     "blob_store": "Images",
     "admin_key": "Admin",
@@ -70,6 +71,11 @@ class Settings:
     redis_url: str = field(default="", metadata=_doc("Redis URL. Empty: in-process hot state (one replica only)."))
     workers: int = field(default=1, metadata=_doc("Server worker processes.", min=1, max=64))
     log_level: str = field(default="info", metadata=_doc("Log level.", choices=("debug", "info", "warning", "error")))
+    log_prompts: bool = field(
+        default=False,
+        metadata=_doc("Write each chat request's messages to the log at debug level (with log_level debug). Off: "
+                      "logs never hold message content or keys."),
+    )
 
     # --- limits and timeouts -------------------------------------------------------------------
     max_body_bytes: int = field(default=16 * 1024 * 1024, metadata=_doc("Largest request body accepted (413 above).", min=1))
@@ -296,6 +302,18 @@ class Settings:
     )
     summary_cache_ttl_s: float = field(
         default=30.0, metadata=_doc("Seconds the latest summary and profile are cached per process.", min=0.0)
+    )
+
+    # --- memory bounds of one process ----------------------------------------------------------
+    hot_state_max_mb: int = field(
+        default=256,
+        metadata=_doc("MiB of conversation snapshots the in-process hot state keeps (no Redis, or while Redis is "
+                      "down); older ones are read back from PostgreSQL.", min=1),
+    )
+    search_index_max_mb: int = field(
+        default=128,
+        metadata=_doc("MiB (estimated) of recall search indexes kept per process; an index dropped is rebuilt from "
+                      "PostgreSQL when next searched.", min=1),
     )
 
     # --- tenancy and auth ----------------------------------------------------------------------

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hmac
-
 from litestar import Request, Response, get
 
+from proxy.api.auth import bearer_of, is_admin_key
 from proxy.api.forwarding import error_response, services_of
 from proxy.api.services import Services
+from proxy.engine.markup import quote
 from proxy.engine.state import STATUS_NAMES as STATUS_NAMES_BY_CODE
 from proxy.wire.errors import ProxyError
 
@@ -17,9 +17,7 @@ def require_admin(request: Request) -> Services:
     key = services.settings.admin_key
     if not key:
         raise ProxyError(403, "the admin API is off: set MEMCI_ADMIN_KEY", "permission_error", "admin_disabled")
-    auth = request.headers.get("authorization", "")
-    given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-    if not hmac.compare_digest(given.encode(), key.encode()):
+    if not is_admin_key(bearer_of(request.headers), key):
         raise ProxyError(401, "admin key required (Authorization: Bearer <admin key>)", "authentication_error", "invalid_admin_key")
     if services.context is None:
         raise ProxyError(404, "context management is off", "invalid_request_error", "context_off")
@@ -70,9 +68,16 @@ def describe_blocks(remembered, state) -> list[dict]:
             out.append({"name": name, "start": start, "end": end})
             continue
         text = remembered.messages[start].get("content") or ""
-        parts = [("B2a", state.profile if state else ""), ("B4", state.summary if state else ""),
+        parts = [("B2a", quote(state.profile) if state else ""), ("B4", quote(state.summary) if state else ""),
                  ("B4", state.contents_text if state else "")]
-        found = sorted((text.find(part), name, len(part)) for name, part in parts if part and part in text)
+        # From the end: the proxy's parts follow B1, whose client text may contain look-alikes of them.
+        found: list[tuple[int, str, int]] = []
+        limit = len(text)
+        for name, part in reversed(parts):
+            position = text.rfind(part, 0, limit) if part else -1
+            if position >= 0:
+                found.insert(0, (position, name, len(part)))
+                limit = position
         b1_end = found[0][0] if found else len(text)
         out.append({"name": "B1", "start": start, "end": end, "chars": [0, b1_end]})
         for pos, name, length in found:

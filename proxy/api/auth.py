@@ -2,96 +2,59 @@
 
 Modes (setting ``auth_mode``):
 - ``passthrough``: the tenant is a hash of the client's bearer key (``tenant_of``); the key goes upstream.
-- ``virtual_keys``: only configured client keys are accepted (401 otherwise), each mapped to a tenant and an
-  upstream key; the client's key is replaced before any handler sees the request, so it never goes upstream.
+- ``virtual_keys``: only known virtual keys are accepted (401 otherwise), each mapped to a tenant and an upstream
+  key (proxy.keys: PostgreSQL, seeded from the ``virtual_keys`` setting, managed through /memci/keys); the
+  client's key is replaced before any handler sees the request, so it never goes upstream. A key over its
+  token budget gets 429 ``insufficient_quota``.
 
 The ASGI middleware ``AuthMiddleware`` resolves every /v1 and /memci request once and writes the tenant into the
 proxy-owned request header ``X-Memci-Auth-Tenant`` (a client's own copy is always dropped);
 ``proxy.turn.identity.tenant_of(headers)`` reads it from there, so every tenant-scoped lookup takes its tenant
 from this module. Requests bearing the admin key pass untouched (admin endpoints check that key themselves).
+Keys are compared as sha256 digests with ``hmac.compare_digest``.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
-import os
-import tomllib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import xxhash
 
+from proxy import usage_meter
 from proxy.turn.identity import AUTH_TENANT_HEADER, key_tenant
+from proxy.keys import (  # noqa: F401 - parse_virtual_keys and SettingsKey are re-exported
+    KeyRegistry,
+    KeyStoreUnavailable,
+    SettingsKey,
+    VirtualKey,
+    key_digest,
+    parse_virtual_keys,
+    same_digest,
+)
 from proxy.settings import Settings, SettingsError
 from proxy.wire.errors import ProxyError
 
+log = logging.getLogger("memci.auth")
 _AUTH_TENANT = AUTH_TENANT_HEADER.encode()
 _encode = msgspec.json.Encoder().encode
+KEY_SCOPE = "memci.key"  # ASGI scope entry: the VirtualKey of the request (limits read its rate)
+PROMPT_LOG_LIMIT = 64 * 1024  # bytes of a request body the prompt log shows at most
 
 
 @dataclass(frozen=True)
 class Identity:
     tenant: str
     upstream_key: str | None  # None: the request's own Authorization goes upstream unchanged
-
-
-@dataclass(frozen=True)
-class VirtualKey:
-    tenant: str
-    upstream_key: str
+    key: VirtualKey | None = None
 
 
 def virtual_tenant(name: str) -> str:
     """The tenant id of a configured tenant name (same shape as a key's tenant, distinct prefix)."""
     return "v" + xxhash.xxh3_128_hexdigest(name.encode())[:24]
-
-
-def _digest(key: str) -> str:
-    return xxhash.xxh3_128_hexdigest(key.encode())
-
-
-def parse_virtual_keys(text: str) -> dict[str, VirtualKey]:
-    """Client key -> VirtualKey from JSON or TOML given inline or as a file path.
-
-    Shape: ``{"<client key>": {"tenant": "<name>", "upstream_key": "<key>"}}``, optionally under a ``keys`` table.
-    ``upstream_key`` may be empty or missing: the upstream then gets ``upstream_api_key`` (or no key).
-    """
-    raw = text.strip()
-    if not raw:
-        return {}
-    if not raw.startswith(("{", "[")) and "=" not in raw:
-        path = Path(os.path.expanduser(raw))
-        try:
-            raw = path.read_text()
-        except OSError as exc:
-            raise SettingsError(f"setting 'virtual_keys': cannot read {path}: {exc}") from None
-    data: Any
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        try:
-            data = tomllib.loads(raw)
-        except tomllib.TOMLDecodeError as exc:
-            raise SettingsError(f"setting 'virtual_keys': neither JSON nor TOML: {exc}") from None
-    if isinstance(data, dict) and isinstance(data.get("keys"), dict):
-        data = data["keys"]
-    if not isinstance(data, dict):
-        raise SettingsError("setting 'virtual_keys': expected a table of client key -> {tenant, upstream_key}")
-    out: dict[str, VirtualKey] = {}
-    for client_key, entry in data.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("tenant"), str) or not entry["tenant"].strip():
-            raise SettingsError(f"setting 'virtual_keys': the entry of key {client_key[:4]}... needs a 'tenant' name")
-        upstream_key = entry.get("upstream_key") or ""
-        if not isinstance(upstream_key, str):
-            raise SettingsError(f"setting 'virtual_keys': 'upstream_key' of key {client_key[:4]}... must be text")
-        if not client_key.strip():
-            raise SettingsError("setting 'virtual_keys': empty client key")
-        out[_digest(client_key.strip())] = VirtualKey(virtual_tenant(entry["tenant"].strip()), upstream_key)
-    return out
 
 
 def bearer_of(headers: Mapping[str, str]) -> str:
@@ -103,29 +66,64 @@ def invalid_key() -> ProxyError:
     return ProxyError(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
 
 
+def over_budget(vk: VirtualKey) -> ProxyError:
+    """OpenAI's answer to an exhausted quota: 429 ``insufficient_quota`` (no Retry-After: waiting will not help)."""
+    return ProxyError(
+        429, f"This key has used its budget of {vk.budget_tokens} tokens ({vk.used_tokens} used). Ask the operator "
+        "to raise the budget or issue another key.", "insufficient_quota", "insufficient_quota")
+
+
+def is_admin_key(given: str, admin_key: str) -> bool:
+    """Constant-time comparison of a bearer key with the admin key (as sha256 digests of equal length)."""
+    if not admin_key or not given:
+        return False
+    return same_digest(key_digest(given), key_digest(admin_key))
+
+
 class Authenticator:
     """Resolves a request's identity from its Authorization header."""
 
     def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         self.mode = settings.auth_mode
         self.admin_key = settings.admin_key
-        self.keys = parse_virtual_keys(settings.virtual_keys) if self.mode == "virtual_keys" else {}
-        if self.mode == "virtual_keys" and not self.keys:
-            raise SettingsError("setting 'virtual_keys': auth_mode virtual_keys needs at least one key")
+        self.seeds = parse_virtual_keys(settings.virtual_keys) if self.mode == "virtual_keys" else {}
+        if self.mode == "virtual_keys" and not self.seeds and not self.admin_key:
+            raise SettingsError("setting 'virtual_keys': auth_mode virtual_keys needs at least one key (or an "
+                                "admin_key to create keys with through /memci/keys)")
+        static = {
+            digest: VirtualKey("key_s" + digest[:15], virtual_tenant(k.tenant_name), k.tenant_name, k.upstream_key,
+                               digest)
+            for digest, k in self.seeds.items()
+        }
+        self.keys = KeyRegistry(static, virtual_tenant)
+
+    async def attach(self, repo: Any, redis_url: str = "") -> None:
+        """Keys from PostgreSQL from now on (the settings' keys written there first)."""
+        seeds = {d: (k.hint, k.tenant_name, k.upstream_key) for d, k in self.seeds.items()}
+        await self.keys.attach(repo, redis_url, seeds)
 
     def is_admin(self, headers: Mapping[str, str]) -> bool:
-        given = bearer_of(headers)
-        return bool(self.admin_key and given) and hmac.compare_digest(given.encode(), self.admin_key.encode())
+        return is_admin_key(bearer_of(headers), self.admin_key)
 
-    def resolve(self, headers: Mapping[str, str]) -> Identity:
-        """The caller's identity; ProxyError(401) for a key virtual_keys mode does not know."""
+    async def resolve(self, headers: Mapping[str, str]) -> Identity:
+        """The caller's identity; ProxyError 401 for a key virtual_keys mode does not know, 429 for a key over its
+        budget, 503 when the key store cannot be asked."""
         key = bearer_of(headers)
         if self.mode != "virtual_keys":
             return Identity(key_tenant(key), None)
-        found = self.keys.get(_digest(key)) if key else None
+        if not key:
+            raise invalid_key()
+        try:
+            found = await self.keys.lookup(key)
+        except KeyStoreUnavailable:
+            raise ProxyError(503, "The key store is unavailable; retry shortly.", "server_error",
+                             "key_store_unavailable", headers={"Retry-After": "1"}) from None
         if found is None:
             raise invalid_key()
-        return Identity(found.tenant, found.upstream_key)
+        if found.over_budget:
+            raise over_budget(found)
+        return Identity(found.tenant, found.upstream_key, found)
 
 
 def _guarded(path: str) -> bool:
@@ -133,11 +131,13 @@ def _guarded(path: str) -> bool:
 
 
 class AuthMiddleware:
-    """ASGI middleware: resolve the tenant once, rewrite the headers the handlers and the upstream will see."""
+    """ASGI middleware: resolve the tenant once, rewrite the headers the handlers and the upstream will see, and
+    count the upstream's reported tokens against the request's virtual key."""
 
     def __init__(self, app: Any, authenticator: Authenticator) -> None:
         self.app = app
         self.auth = authenticator
+        self.log_prompts = authenticator.settings.log_prompts
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope.get("type") != "http":
@@ -153,7 +153,7 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            identity = self.auth.resolve(headers)
+            identity = await self.auth.resolve(headers)
         except ProxyError as exc:
             await send_error(send, exc)
             return
@@ -163,7 +163,40 @@ class AuthMiddleware:
                 raw.append((b"authorization", f"Bearer {identity.upstream_key}".encode("latin-1")))
         raw.append((_AUTH_TENANT, identity.tenant.encode()))
         scope["headers"] = raw
-        await self.app(scope, receive, send)
+        if self.log_prompts and log.isEnabledFor(logging.DEBUG) and scope.get("path") == "/v1/chat/completions":
+            receive = _logged_body(receive, identity.tenant)
+        if identity.key is None:
+            await self.app(scope, receive, send)
+            return
+        scope[KEY_SCOPE] = identity.key
+        meter = usage_meter.UsageMeter()
+        token = usage_meter.CURRENT.set(meter)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            usage_meter.CURRENT.reset(token)
+            self.auth.keys.charge(identity.key, meter.tokens)
+
+
+def _logged_body(receive: Any, tenant: str) -> Any:
+    """``receive`` that writes the request body to the debug log once it is complete (setting log_prompts)."""
+    chunks: list[bytes] = []
+    size = 0
+
+    async def logged() -> dict:
+        nonlocal size
+        message = await receive()
+        if message.get("type") == "http.request":
+            body = message.get("body", b"")
+            if size < PROMPT_LOG_LIMIT:
+                chunks.append(body[: PROMPT_LOG_LIMIT - size])
+            size += len(body)
+            if not message.get("more_body"):
+                text = b"".join(chunks).decode("utf-8", "replace")
+                log.debug("chat request of tenant %s (%d bytes): %s", tenant, size, text)
+        return message
+
+    return logged
 
 
 async def send_error(send: Any, exc: ProxyError) -> None:

@@ -7,12 +7,13 @@ named by the header `X-Memci-Tenant`.
 from __future__ import annotations
 
 import bisect
-import hmac
 from typing import Any
 
 from litestar import Request, Response, delete, get
 
+from proxy.api.auth import bearer_of, is_admin_key
 from proxy.api.forwarding import error_response, services_of
+from proxy.blobs.store import description_blob_name, image_blob_name
 from proxy.api.services import Services
 from proxy.turn.identity import tenant_of
 from proxy.store.ports import ConversationInfo, PageRow
@@ -25,10 +26,7 @@ def _caller(request: Request) -> tuple[Services, str]:
     services = services_of(request)
     if services.context is None or services.store is None:
         raise ProxyError(404, "conversation APIs need context management on", "invalid_request_error", "context_off")
-    admin = services.settings.admin_key
-    auth = request.headers.get("authorization", "")
-    given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-    if admin and given and hmac.compare_digest(given.encode(), admin.encode()):
+    if is_admin_key(bearer_of(request.headers), services.settings.admin_key):
         tenant = request.headers.get("x-memci-tenant", "").strip()
         if not tenant:
             raise bad_request("the admin key acts for a tenant named by the header X-Memci-Tenant", param="X-Memci-Tenant")
@@ -146,16 +144,43 @@ async def export_conversation(request: Request, conversation_id: str) -> Respons
 
 @delete("/memci/conversations/{conversation_id:str}", status_code=200)
 async def delete_conversation(request: Request, conversation_id: str) -> Response:
-    """Remove the conversation from every table, from the hot state and from this replica's caches."""
+    """Remove the conversation from every table (page vectors, summaries and profile facts learnt from it
+    included), the images only it referenced from the blob store, and the conversation from the hot state and
+    from this replica's caches."""
     try:
         services, tenant = _caller(request)
         await _require(services, tenant, conversation_id)
-        deleted = await services.store.repo.delete_conversation(tenant, conversation_id)
+        context = services.context
+        # Queued writes and per-process caches first: nothing written behind may bring the conversation back.
+        await context.forget(conversation_id)
+        owners = getattr(services.store, "owners", None)
+        body: dict[str, Any] = {"id": conversation_id}
+        if owners is not None:
+            erased = await owners.erase_conversation(tenant, conversation_id, _object_deleter(context.blobs))
+            context.describer.forget(tenant, erased.descriptions_deleted)
+            body.update(deleted=erased.deleted, page_vectors=erased.page_vectors,
+                        images_deleted=len(erased.blobs_deleted), images_kept=len(erased.blob_keys)
+                        - len(erased.blobs_deleted), images_failed=len(erased.blobs_failed))
+        else:
+            body["deleted"] = bool(await services.store.repo.delete_conversation(tenant, conversation_id))
         await services.store.hot.delete_conversation(conversation_id)
-        await services.context.forget(conversation_id)
-        return Response(content={"id": conversation_id, "deleted": bool(deleted)})
+        if services.memory is not None:
+            services.memory.forget(tenant, conversation_id)
+        return Response(content=body)
     except ProxyError as exc:
         return error_response(exc)
+
+
+def _object_deleter(blobs: Any):
+    """What erasing a conversation does with an image no longer referenced: the tenant's description goes, and
+    the bytes too when no conversation of anyone references them."""
+
+    async def delete_object(tenant: str, key: str, with_bytes: bool) -> None:
+        await blobs.delete(description_blob_name(key, tenant))
+        if with_bytes:
+            await blobs.delete(image_blob_name(key))
+
+    return delete_object
 
 
 CONVERSATION_ROUTES = [list_conversations, conversation_history, export_conversation, delete_conversation]

@@ -18,13 +18,14 @@ import logging
 import math
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from proxy.api.auth import send_error
+from proxy.api.auth import KEY_SCOPE, send_error
+from proxy.caches import BoundedLru
 from proxy.turn.identity import AUTH_TENANT_HEADER, ANONYMOUS
 from proxy.settings import Settings
 from proxy.wire.errors import ProxyError, bad_request
@@ -56,20 +57,20 @@ def bucket_size(rate: float, burst: int) -> float:
 
 
 class LocalBuckets:
-    """Per-tenant token buckets in this process (LRU-capped), on an injectable clock."""
+    """Token buckets in this process (an LRU bounded in entries: a bucket dropped starts full again), on an
+    injectable clock. ``take`` may name its own rate and size (per-key limits)."""
 
     def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.rate, self.burst, self.clock = rate, burst, clock
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._buckets: BoundedLru[str, tuple[float, float]] = BoundedLru("limit_buckets", _MAX_LOCAL_TENANTS)
 
-    def take(self, tenant: str) -> tuple[bool, float]:
+    def take(self, tenant: str, rate: float | None = None, burst: float | None = None) -> tuple[bool, float]:
+        rate = self.rate if rate is None else rate
+        burst = self.burst if burst is None else burst
         now = self.clock()
-        tokens, last = self._buckets.get(tenant, (self.burst, now))
-        allowed, tokens, wait = take_token(tokens, last, now, self.rate, self.burst)
-        self._buckets[tenant] = (tokens, now)
-        self._buckets.move_to_end(tenant)
-        while len(self._buckets) > _MAX_LOCAL_TENANTS:
-            self._buckets.popitem(last=False)
+        tokens, last = self._buckets.get(tenant) or (burst, now)
+        allowed, tokens, wait = take_token(tokens, last, now, rate, burst)
+        self._buckets.put(tenant, (tokens, now))
         return allowed, wait
 
 
@@ -239,24 +240,29 @@ class Limits:
                 f"'messages' has {len(messages)} items; at most {limit} are accepted", param="messages",
                 code="too_many_messages"))
 
-    async def check_rate(self, tenant: str) -> None:
-        if self.rate <= 0:
+    async def check_rate(self, tenant: str, key: Any = None) -> None:
+        """The tenant's bucket; a virtual key with a rate of its own (``rate_limit_rps``, 0: none) has its own
+        bucket instead."""
+        rate, burst, bucket = self.rate, self.burst, tenant
+        if key is not None and key.rate_limit_rps is not None:
+            rate, bucket = key.rate_limit_rps, f"key:{key.id}"
+            burst = bucket_size(rate, key.rate_limit_burst or 0) if rate > 0 else 0.0
+        if rate <= 0:
             return
         allowed, wait = None, 0.0
         client = self._client()
         if client is not None:
             try:
-                ttl_ms = int(1000 * max(60.0, 2 * self.burst / self.rate))
-                got, wait_text = await self._scripts["take"](keys=[rate_key(tenant)],
-                                                            args=[self.rate, self.burst, 1, ttl_ms])
+                ttl_ms = int(1000 * max(60.0, 2 * burst / rate))
+                got, wait_text = await self._scripts["take"](keys=[rate_key(bucket)], args=[rate, burst, 1, ttl_ms])
                 allowed, wait = bool(int(got)), float(wait_text)
             except Exception:
                 self._fell_back("rate")
         if allowed is None:
-            allowed, wait = self.buckets.take(tenant)
+            allowed, wait = self.buckets.take(bucket, rate, burst)
         if not allowed:
             raise self.reject("rate", rate_limited(
-                f"Rate limit reached: {self.rate:g} requests per second for this key. Retry after the "
+                f"Rate limit reached: {rate:g} requests per second for this key. Retry after the "
                 "Retry-After header's seconds.", wait))
 
     async def acquire_stream(self, tenant: str) -> Callable[[], Any] | None:
@@ -322,11 +328,12 @@ class LimitsMiddleware:
             await self.app(scope, receive, send)
             return
         tenant = next((v.decode() for k, v in scope.get("headers", []) if k == _TENANT), ANONYMOUS)
+        key = scope.get(KEY_SCOPE)  # the virtual key (proxy.api.auth), when the request came with one
         holding = False
         releases: list[Callable[[], Any]] = scope.setdefault(RELEASES_KEY, [])
         try:
             try:
-                await self.limits.check_rate(tenant)
+                await self.limits.check_rate(tenant, key)
                 holding = await self.limits.acquire_upstream()
             except ProxyError as exc:
                 await send_error(send, exc)

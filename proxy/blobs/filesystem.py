@@ -58,5 +58,18 @@ class FilesystemBlobStore:
     async def exists(self, name: str) -> bool:
         return await asyncio.to_thread(self.path_of(name).exists)
 
+    def _delete(self, name: str) -> bool:
+        try:
+            self.path_of(name).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def delete(self, name: str) -> bool:
+        try:
+            return await asyncio.to_thread(self._delete, name)
+        except OSError as exc:
+            raise BlobStoreError(f"cannot delete blob {name}: {exc}") from exc
+
     async def close(self) -> None:
         return None

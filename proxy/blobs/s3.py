@@ -91,6 +91,15 @@ class S3BlobStore:
             raise BlobStoreError(f"S3 HEAD {name}: HTTP {status}")
         return True
 
+    async def delete(self, name: str) -> bool:
+        """True when it was there (S3 answers 204 either way: a HEAD tells which)."""
+        if not await self.exists(name):
+            return False
+        status, body = await self._request("DELETE", name)
+        if status // 100 != 2 and status != 404:
+            raise BlobStoreError(f"S3 DELETE {name}: HTTP {status} {body[:200]!r}")
+        return True
+
     async def close(self) -> None:
         if self._own_session and self._session is not None:
             await self._session.close()

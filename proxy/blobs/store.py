@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Protocol, runtime_checkable
 
@@ -15,13 +16,16 @@ class BlobStoreError(Exception):
 @runtime_checkable
 class BlobStore(Protocol):
     """Names are relative paths of `[a-z0-9._/-]` (see `image_blob_name`). Objects never change once written,
-    so `put` of an existing name is a no-op that returns False."""
+    so `put` of an existing name is a no-op that returns False. `delete` removes an object no conversation
+    references any more (False when it was not there)."""
 
     async def put(self, name: str, data: bytes, content_type: str = "application/octet-stream") -> bool: ...
 
     async def get(self, name: str) -> bytes | None: ...
 
     async def exists(self, name: str) -> bool: ...
+
+    async def delete(self, name: str) -> bool: ...
 
     async def close(self) -> None: ...
 
@@ -40,7 +44,15 @@ def image_blob_name(key: str) -> str:
     return f"images/sha256/{key[:2]}/{key}"
 
 
-def description_blob_name(key: str) -> str:
-    """Where the text description of an image lives: `descriptions/sha256/ab/<hash>.txt`."""
+def tenant_dir(tenant: str) -> str:
+    """A tenant's folder name in the blob store (a digest: tenant ids may hold any character)."""
+    return "t" + hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def description_blob_name(key: str, tenant: str) -> str:
+    """Where one tenant's text description of an image lives: `descriptions/<tenant dir>/ab/<hash>.txt`.
+
+    Descriptions are kept per tenant: the image bytes are shared by hash underneath, but what a tenant reads
+    about an image is only ever what was made for that tenant."""
     key = check_key(key)
-    return f"descriptions/sha256/{key[:2]}/{key}.txt"
+    return f"descriptions/{tenant_dir(tenant)}/{key[:2]}/{key}.txt"

@@ -13,6 +13,8 @@ from typing import Any
 
 import xxhash
 
+from .markup import quote
+
 REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 THINKING_PART_TYPES = ("thinking", "reasoning", "redacted_thinking")
 IMAGE_PART_TYPES = ("image_url", "input_image", "image")
@@ -130,9 +132,10 @@ def image_placeholder(ref: ImageRef) -> str:
 
 
 def image_description(ref: ImageRef, descriptions: Mapping[str, str] | None) -> str:
-    """The description of the image (an empty or missing value means: the placeholder)."""
+    """The description of the image (an empty or missing value means: the placeholder). Descriptions are the
+    vision model's output: quoted (proxy.engine.markup)."""
     text = descriptions.get(ref.key) if descriptions is not None else None
-    return " ".join(text.split()) if text else image_placeholder(ref)
+    return quote(" ".join(text.split())) if text else image_placeholder(ref)
 
 
 def image_text(ref: ImageRef, descriptions: Mapping[str, str] | None, with_reference: bool = True) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .condense import image_reference, image_text, message_images
+from .markup import quote
 from .state import ARCHIVED, PageRecord
 
 
@@ -42,7 +43,7 @@ def _call_text(call: Any, limit: int) -> str:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict):
         return "called a tool"
-    return f"called {fn.get('name') or '?'}({_one_line(str(fn.get('arguments') or '')[: 8 * limit])})"
+    return f"called {quote(str(fn.get('name') or '?'))}({quote(_one_line(str(fn.get('arguments') or '')[: 8 * limit]))})"
 
 
 def summary_line(message: dict[str, Any], limit: int, image_descriptions: Mapping[str, str] | None = None) -> str:
@@ -51,7 +52,7 @@ def summary_line(message: dict[str, Any], limit: int, image_descriptions: Mappin
     anchor of a screenshot), else as `[image_url]` in place."""
     role = str(message.get("role") or "?")
     images = message_images(message) if image_descriptions is not None else []
-    text = _one_line(_content_text(message.get("content"), skip_images=bool(images))[: 8 * limit])
+    text = quote(_one_line(_content_text(message.get("content"), skip_images=bool(images))[: 8 * limit]))
     if images:
         described = " ".join(image_text(ref, image_descriptions, with_reference=False) for ref in images)
         text = f"{_cut(text, max(8, limit // 3))} {described}" if text else described  # only the start can show

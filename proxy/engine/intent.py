@@ -29,6 +29,7 @@ The client's words are never replaced in the prompt: the result goes into the B2
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -441,10 +442,13 @@ def _possessive(surface: str) -> str:
 
 
 _PREVIOUS_WORD = re.compile(r"([A-Za-z0-9][A-Za-z0-9\-']*)\W*$")
+# The word before a pronoun is looked for in the characters just before it: a search over the whole text would
+# cost time quadratic in its length (the pattern is tried at every start of a long run of letters).
+PREVIOUS_WORD_WINDOW = 64
 
 
 def _after_noun(text: str, offset: int) -> bool:
-    match = _PREVIOUS_WORD.search(text, 0, offset)
+    match = _PREVIOUS_WORD.search(text, max(0, offset - PREVIOUS_WORD_WINDOW), offset)
     return match is not None and _is_content(match.group(1))
 
 
@@ -454,12 +458,19 @@ def _resolve_pronouns(text: str, salience: _Salience) -> str:
         if pattern.search(text_scan):
             text_scan = pattern.sub(lambda m: "\x00" * len(m.group()), text_scan)
     sentences = [(m.start(), m.end(), _is_query(m.group())) for m in _SENTENCE.finditer(text)]
+    starts = [start for start, _, _ in sentences]
+    picks: dict[tuple[bool | None, bool | None], _Entity | None] = {}  # _pick's answer for this text, memoised
 
     def sentence_of(offset: int) -> int | None:  # index of the question/request sentence holding offset
-        for k, (start, end, query) in enumerate(sentences):
-            if start <= offset < end:
-                return k if query else None
+        k = bisect.bisect_right(starts, offset) - 1
+        if k >= 0 and sentences[k][0] <= offset < sentences[k][1]:
+            return k if sentences[k][2] else None
         return None
+
+    def pick(plural: bool | None, cjk: bool) -> _Entity | None:  # the same for every pronoun of the text
+        if (plural, cjk) not in picks:
+            picks[(plural, cjk)] = _pick(salience, text, plural=plural, cjk=cjk)
+        return picks[(plural, cjk)]
 
     pieces: list[str] = []
     position = 0
@@ -475,7 +486,7 @@ def _resolve_pronouns(text: str, salience: _Salience) -> str:
         # the antecedent may be in this sentence or the one before ("What is X and why is it important?")
         if any(e.plural == plural for e in english_entities(text[sentences[max(k - 1, 0)][0] : match.start()])):
             continue  # "What is X and why is it important?": the antecedent is in the message itself
-        entity = _pick(salience, text, plural=plural, cjk=False)
+        entity = pick(plural, False)
         if entity is None or entity.key in used:
             continue
         used.add(entity.key)
@@ -486,7 +497,7 @@ def _resolve_pronouns(text: str, salience: _Salience) -> str:
     for match in _ZH_PRONOUN.finditer(text):
         if match.start() < position or sentence_of(match.start()) is None:
             continue
-        entity = _pick(salience, text, cjk=True)
+        entity = pick(None, True)
         if entity is None or entity.key in used:
             continue
         used.add(entity.key)
@@ -499,17 +510,29 @@ def _resolve_pronouns(text: str, salience: _Salience) -> str:
 
 # -- ellipsis ------------------------------------------------------------------------------------
 _WHAT_ABOUT = re.compile(
-    r"^\s*(?:\w+[.!,]\s+)?(?:(?:so|and|but|ok|okay|then|now)[,\s]+)?(?:what|how)\s+about\s+(?P<x>.+?)\s*[?.!]*\s*$",
+    # The tail is atomic ((?>...)): spaces, stops, spaces can be split only one way, and trying every split
+    # at every end of the lazy x made a message of spaces cost seconds (cubic). Same matches as without.
+    r"^\s*(?:\w+[.!,]\s+)?(?:(?:so|and|but|ok|okay|then|now)[,\s]+)?(?:what|how)\s+about\s+(?P<x>.+?)"
+    r"(?>\s*)(?>[?.!]*)(?>\s*)$",
     re.IGNORECASE | re.DOTALL,
 )
 _AND_X = re.compile(r"^\s*(?:and|or)\s+(?P<x>[^?.!]{1,60}?)\s*\?\s*$", re.IGNORECASE)
 _ZH_X_NE = re.compile(r"^\s*(?:那么|那)?(?P<x>[^，。？！?!,\s]{1,16}?)(?:呢|怎么样|如何)\s*[？?。!！]*\s*$")
 _ELSE = re.compile(
-    r"^\s*(?:(?:what|anything|who|where)\s+else|any\s+others?|others?|more)\s*[?.!]*\s*$"
+    r"^\s*(?:(?:what|anything|who|where)\s+else|any\s+others?|others?|more)(?>\s*)(?>[?.!]*)(?>\s*)$"
     r"|^\s*(?:其他的?|其它的?|还有|别的)(?:呢|吗|还有吗)?\s*[？?。!！]*\s*$",
     re.IGNORECASE,
 )
-_TRAILING_FILLER = re.compile(r"\s+(?:in particular|instead|then|too|as well|though|specifically)$", re.IGNORECASE)
+_TRAILING_FILLER_WORDS = re.compile(r"(?:in particular|instead|then|too|as well|though|specifically)$", re.IGNORECASE)
+
+
+def _without_trailing_filler(text: str) -> str:
+    """``text`` without a final filler phrase and the whitespace before it ("... instead" -> "..."). Linear:
+    the pattern ``\\s+(?:filler)$`` run as a search is quadratic on a long run of spaces."""
+    match = _TRAILING_FILLER_WORDS.search(text)
+    if match is None or match.start() == 0 or not text[match.start() - 1].isspace():
+        return text
+    return text[: match.start()].rstrip() + text[match.end():]  # ($ may match before a final newline)
 _FILLER = re.compile(r"^(?:for|in|on|with|the|a|an)\s+", re.IGNORECASE)
 
 
@@ -521,7 +544,7 @@ def _strip_end(text: str) -> tuple[str, str]:
 
 def _substitute(previous: str, x: str) -> str | None:
     """``previous`` with the entity that ``x`` stands in for replaced by ``x``; None when none fits."""
-    x_core = _TRAILING_FILLER.sub("", _FILLER.sub("", x.strip()))
+    x_core = _without_trailing_filler(_FILLER.sub("", x.strip()))
     cjk = bool(_CJK_RUN.fullmatch(x_core))
     candidates = chinese_entities(previous) if cjk else english_entities(previous)
     if not candidates:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .condense import condense_message, condense_messages
+from .markup import escape_tags, quote
 from .state import HiddenGroup
 
 VOLATILE_OPEN = "<memci-context>"
@@ -29,33 +30,41 @@ def system_message_text(messages: Sequence[dict[str, Any]]) -> str:
 
 
 def render_system_text(b1: str, profile: str, summary: str, contents: str) -> str | None:
-    """B1 + B2a (profile) + B4 (summary, contents page); None when all are empty (no system message)."""
-    parts = [b1, profile, "## Conversation summary\n" + summary if summary else "", contents]
+    """B1 + B2a (profile) + B4 (summary, contents page); None when all are empty (no system message). The
+    profile and summary are model-written from client text: quoted (proxy.engine.markup)."""
+    parts = [b1, quote(profile), "## Conversation summary\n" + quote(summary) if summary else "", contents]
     text = "\n\n".join(p for p in parts if p)
     return text or None
 
 
 def volatile_block(task_state: str, intent: str, memory: str) -> str:
-    """B3 task state, B2b rewritten intent, B5 retrieved memory, delimited; empty when none is given."""
+    """B3 task state, B2b rewritten intent, B5 retrieved memory, delimited; empty when none is given. Their
+    texts derive from client text: quoted, so none can close or open a tag of the block (the memory block is
+    the proxy's own lines around quoted page text: only its tags are escaped)."""
     sections = []
     if task_state:
-        sections.append(f"<task-state>\n{task_state}\n</task-state>")
+        sections.append(f"<task-state>\n{quote(task_state)}\n</task-state>")
     if intent:
-        sections.append(f"<intent>\n{intent}\n</intent>")
+        sections.append(f"<intent>\n{quote(intent)}\n</intent>")
     if memory:
-        sections.append(f"<memory>\n{memory}\n</memory>")
+        sections.append(f"<memory>\n{escape_tags(memory)}\n</memory>")
     if not sections:
         return ""
     return VOLATILE_OPEN + "\n" + "\n".join(sections) + "\n" + VOLATILE_CLOSE
 
 
 def with_volatile(message: dict[str, Any], block: str) -> dict[str, Any]:
-    """A copy of the user message with the volatile block appended after the client's text."""
+    """A copy of the user message with the volatile block appended after the client's text, in which look-alikes
+    of the block's tags are escaped (the block the model reads in this message is the proxy's alone)."""
     content = message.get("content")
     if isinstance(content, list):
-        return {**message, "content": [*content, {"type": "text", "text": block}]}
+        parts = [
+            {**p, "text": escape_tags(p["text"])} if isinstance(p, dict) and isinstance(p.get("text"), str) else p
+            for p in content
+        ]
+        return {**message, "content": [*parts, {"type": "text", "text": block}]}
     if isinstance(content, str) and content:
-        return {**message, "content": content + "\n\n" + block}
+        return {**message, "content": escape_tags(content) + "\n\n" + block}
     return {**message, "content": block}
 
 

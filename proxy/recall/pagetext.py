@@ -7,13 +7,15 @@ from typing import Any
 
 from proxy.engine.condense import image_reference, image_text
 from proxy.engine.contents import utc_date
+from proxy.engine.markup import quote
 
 
 def content_text(content: Any, image_descriptions: Mapping[str, str] | None = None) -> str:
-    """Text parts as they are; each image as `[image <blob reference or URL>: <description>]` (the placeholder
-    with its type and size when no description is known)."""
+    """Text parts quoted (proxy.engine.markup: page text lands inside the proxy's recall results, excerpts and
+    memory block); each image as `[image <blob reference or URL>: <description>]` (the placeholder with its type
+    and size when no description is known)."""
     if isinstance(content, str):
-        return content
+        return quote(content)
     if isinstance(content, list):
         parts = []
         for part in content:
@@ -21,7 +23,7 @@ def content_text(content: Any, image_descriptions: Mapping[str, str] | None = No
             if ref is not None:
                 parts.append(image_text(ref, image_descriptions or {}))
             elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
+                parts.append(quote(part["text"]))
         return "\n".join(parts)
     return ""
 
@@ -33,7 +35,7 @@ def message_text(message: dict[str, Any], image_descriptions: Mapping[str, str] 
     lines = [f"{role}: {text}"] if text else []
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {} if isinstance(call, dict) else {}
-        lines.append(f"{role} called {fn.get('name', '?')}({fn.get('arguments', '')})")
+        lines.append(f"{role} called {quote(str(fn.get('name', '?')))}({quote(str(fn.get('arguments', '')))})")
     if role == "tool" and not text:
         lines.append("tool: (empty result)")
     return "\n".join(lines) if lines else f"{role}: (empty)"

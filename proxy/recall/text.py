@@ -63,6 +63,8 @@ _HIRAGANA = re.compile(r"[\u3040-\u309f]")
 # (with inner apostrophes).
 _TOKEN_PATTERN = re.compile(rf"[{_CJK}]+|\d+(?:[.,]\d+)+|[^\W_{_CJK}]+(?:'[^\W_{_CJK}]+)*")
 _VOWELS = frozenset("aeiouy")
+MAX_TOKENIZE_CHARS = 262_144
+MAX_TERM_CHARS = 64
 _NO_UNDOUBLE = frozenset("lsz")
 
 
@@ -109,15 +111,22 @@ def _cjk_terms(run: str) -> list[str]:
 
 
 def tokenize(text: str) -> list[str]:
-    """Search terms of ``text`` in order of appearance (duplicates kept: they are term frequencies)."""
+    """Search terms of ``text`` in order of appearance (duplicates kept: they are term frequencies).
+
+    Bounded cost whatever a client sends: only the first ``MAX_TOKENIZE_CHARS`` characters are read (about
+    0.3 s of CPU; a page or query longer than that is far beyond any context window), and a Latin-script
+    term is at most ``MAX_TERM_CHARS`` long (a longer run of letters or digits is cut), which also bounds the
+    ``stem`` memo in bytes."""
     terms: list[str] = []
-    for match in _TOKEN_PATTERN.finditer(text.casefold().replace("\u2019", "'")):
+    for match in _TOKEN_PATTERN.finditer(text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'")):
         token = match.group()
         first = token[0]
+        if "\u3040" <= first <= "\u30ff" or "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
+            terms.extend(_cjk_terms(token))  # unigrams and bigrams: no term is long
+            continue
+        token = token[:MAX_TERM_CHARS]
         if first.isdigit():
             terms.append(token)
-        elif "\u3040" <= first <= "\u30ff" or "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
-            terms.extend(_cjk_terms(token))
         elif any(char.isdigit() for char in token):  # identifiers such as v2, gpt4, h264: kept whole
             terms.append(token)
         elif len(token) > 1 and token not in STOP_WORDS_EN:

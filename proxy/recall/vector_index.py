@@ -21,9 +21,11 @@ from typing import Protocol
 
 import xxhash
 
+from proxy.caches import BoundedLru, CacheStats, register
 from proxy.store.ports import PageVectorStore
 
 log = logging.getLogger("memci.recall")
+ARRIVED_MAX_BYTES = 64 * 2**20  # page texts waiting to be embedded, per process
 
 __all__ = ["Embedder", "PageVectors", "VectorSearchFailed", "build_page_vectors", "text_digest"]
 
@@ -78,22 +80,25 @@ class PageVectors:
         self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
         self._indexed_dims: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        # conversation -> pages not yet compared with the store (bounded like the conversations)
-        self._arrived: OrderedDict[str, dict[str, str]] = OrderedDict()
+        # conversation -> pages not yet compared with the store: bounded like the conversations and in bytes (a
+        # conversation dropped here keeps its lexical index; its new pages are embedded when next re-indexed)
+        self._arrived: BoundedLru[str, dict[str, str]] = BoundedLru(
+            "page_vectors_arrived", capacity, ARRIVED_MAX_BYTES,
+            size_of=lambda k, pages: 64 + len(k) + sum(len(n) + len(t) + 64 for n, t in pages.items()))
+        register("page_vectors_conversations", self)  # reports through cache_stats
 
     def remember(self, conversation_id: str, pages: dict[str, str]) -> None:
         """Pages (number -> text) that entered the lexical index: embedded at the next ``nearest`` call."""
         if pages:
-            self._arrived.setdefault(conversation_id, {}).update(pages)
-            self._arrived.move_to_end(conversation_id)
-            while len(self._arrived) > self.capacity:
-                self._arrived.popitem(last=False)
+            waiting = self._arrived.get(conversation_id) or {}
+            waiting.update(pages)
+            self._arrived.put(conversation_id, waiting)
 
     async def nearest(self, tenant: str, conversation_id: str, query: str, k: int) -> list[tuple[str, float]]:
         """(page number, cosine) of the conversation's pages nearest to ``query``, best first, after embedding
         the pages remembered since the last call. Raises VectorSearchFailed (the caller goes lexical)."""
         conversation = await self._conversation(tenant, conversation_id)
-        for number, text in self._arrived.pop(conversation_id, {}).items():
+        for number, text in (self._arrived.pop(conversation_id) or {}).items():
             if conversation.digests.get(number) != text_digest(text):
                 conversation.pending[number] = text
             else:
@@ -193,8 +198,11 @@ class PageVectors:
         if close is not None:
             await close()
 
+    def cache_stats(self) -> CacheStats:
+        return CacheStats(len(self._conversations), -1, self.capacity, 0, 0)
+
     def forget(self, conversation_id: str) -> None:
-        self._arrived.pop(conversation_id, None)
+        self._arrived.pop(conversation_id)
         dropped = self._conversations.pop(conversation_id, None)
         if dropped is not None and dropped.backlog_task is not None:
             dropped.backlog_task.cancel()

@@ -12,7 +12,8 @@ from proxy.settings import Settings
 from proxy.store.hot.memory import InProcessHotState
 from proxy.store.hot.redis import RedisHotState
 from proxy.store.hot.resilient import ResilientHotState
-from proxy.store.ports import ConversationRepository, HotState
+from proxy.store.ports import BlobOwnership, ConversationRepository, HotState
+from proxy.store.sql.blob_queries import SqlBlobOwnership
 from proxy.store.sql.embedded import EmbeddedPostgres, start_embedded_postgres
 from proxy.store.sql.migrate import run_migrations
 from proxy.store.sql.repository import SqlConversationRepository, create_engine_from_url
@@ -31,6 +32,7 @@ class Store:
     engine: AsyncEngine | None = None
     embedded: EmbeddedPostgres | None = field(default=None, repr=False)
     write_engine: AsyncEngine | None = None  # the connections turns are written on
+    owners: BlobOwnership | None = None  # who sent which image bytes (tenant walls for blobs)
 
     async def close(self) -> None:
         await self.hot.close()
@@ -69,7 +71,8 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
 
     hot: HotState
     if settings.redis_url:
-        hot, kind_hot = ResilientHotState(RedisHotState(settings.redis_url)), "redis"
+        fallback = InProcessHotState(max_snapshot_bytes=settings.hot_state_max_mb * 2**20)
+        hot, kind_hot = ResilientHotState(RedisHotState(settings.redis_url), fallback), "redis"
         reachable = await hot.ping()
         logger.log(
             logging.INFO if reachable else logging.WARNING,
@@ -78,7 +81,7 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
             "" if reachable else " (unreachable now: in-process until it answers)",
         )
     else:
-        hot, kind_hot = InProcessHotState(), "in-process"
+        hot, kind_hot = InProcessHotState(max_snapshot_bytes=settings.hot_state_max_mb * 2**20), "in-process"
         logger.warning("hot state and session locks: in-process (no REDIS_URL) - run one replica only")
         if settings.workers > 1:
             logger.warning(
@@ -96,4 +99,5 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
         engine=engine,
         embedded=embedded,
         write_engine=write_engine,
+        owners=SqlBlobOwnership(engine),
     )

@@ -272,3 +272,19 @@ class ConversationAdmin(Protocol):
         self, tenant: str, conversation_id: str | None = None, kinds: tuple[str, ...] = (), limit: int = 100
     ) -> list[StoredEvent]:
         """Newest first."""
+
+
+@runtime_checkable
+class BlobOwnership(Protocol):
+    """Which tenant's conversations sent which image bytes (proxy.store.sql.blob_queries)."""
+
+    async def claim_blobs(self, tenant: str, conversation_id: str, keys: Any, write: Any) -> None:
+        """Record the references, then call ``write()`` to store the bytes (serialised against erasure)."""
+
+    async def owns_blob(self, tenant: str, key: str) -> bool:
+        """Whether one of the tenant's conversations references the image with this sha256."""
+
+    async def delete_page_vectors(self, tenant: str, conversation_id: str) -> int: ...
+
+    async def erase_conversation(self, tenant: str, conversation_id: str, delete_object: Any = None) -> Any:
+        """Delete the conversation and what only it referenced (returns a blob_queries.ErasedConversation)."""

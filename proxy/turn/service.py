@@ -41,6 +41,7 @@ from proxy.turn.turn import Redo, Release, Turn
 from proxy.turn.volatile import VolatileContext
 from proxy.turn.window import ContextWindow
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
+from proxy.turn.memos import register_process_memos
 from proxy.vision import intake_images, make_describer
 from proxy.wire.errors import ProxyError
 
@@ -57,12 +58,14 @@ class TurnService:
         self.store = store
         self.memory = memory  # proxy.workers.runner.MemoryWorker when the memory workers run
         self.counter = EstimateCounter()
+        register_process_memos()  # the engine's and the search's memos, in memci_cache_*
         self.window = ContextWindow(settings, exchange.client)
         vectors = build_page_vectors(store.repo, s.embeddings_url, s.upstream_url, s.embeddings_model,
                                      s.embeddings_api_key, s.embeddings_timeout)
         self.resolver = RecallResolver(
             store.repo, self.counter, s.recall_max_tokens, vectors=vectors, metrics=metrics,
             lexical_weight=s.recall_lexical_weight, vector_weight=s.recall_vector_weight, min_cosine=s.recall_min_cosine,
+            index_max_bytes=s.search_index_max_mb * 2**20,
         )
         self.recall_enabled = s.recall_enabled
         self.volatile = VolatileContext(settings, metrics, self.resolver, getattr(exchange.client, "session", None))
@@ -70,7 +73,8 @@ class TurnService:
         self.lookup = ConversationLookup(store.hot, store.repo, self.states.state_of, s.state_cache_max_entries, metrics)
         self.last_prompts = LastPrompts(s.last_prompts_max_entries, s.last_prompts_max_mb << 20, metrics)
         self.blobs = make_blob_store(settings)
-        self.describer = make_describer(settings, self.blobs)
+        owners = getattr(store, "owners", None)  # tenant walls for images (proxy.store.sql.blob_queries)
+        self.describer = make_describer(settings, self.blobs, owns=owners.owns_blob if owners else None)
         self._configs: dict[int, EngineConfig] = {}
         self._finishing: set[asyncio.Task[None]] = set()
         self.fallback_ratio = 1.0  # the upstream's tokens per estimated token, as the last plan learned it
@@ -208,10 +212,10 @@ class TurnService:
             intent=volatile.intent, memory=volatile.memory, system=system, messages=messages,
             tools_tokens=self.counter.count_text(_encode(tools).decode()) if tools else 0,
             max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
-            raw_messages=call.raw_messages, image_descriptions=self.describer.descriptions,
+            raw_messages=call.raw_messages, image_descriptions=self.describer.for_tenant(tenant),  # its own only
         )
         result = plan(state, turn_input, config, self.counter)
-        await self._intake_images(result)
+        await self._intake_images(result, tenant, conversation_id)
         self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
         self._count_plan(result)
         fingerprints = self.lookup.fingerprints(Found(conversation_id, how, known_prefix, found.chains), conversation_id,
@@ -221,12 +225,13 @@ class TurnService:
         rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints)
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo)
 
-    async def _intake_images(self, result: Plan) -> None:
+    async def _intake_images(self, result: Plan, tenant: str, conversation_id: str) -> None:
         """New messages' data: images to the blob store (once per hash), descriptions started; the entries
         rows keep blob references instead of the bytes."""
         if not any(isinstance(m.get("content"), list) for _, m, _, _ in result.new_entries):
             return
-        stored = await intake_images([m for _, m, _, _ in result.new_entries], self.blobs, self.describer)
+        stored = await intake_images([m for _, m, _, _ in result.new_entries], self.blobs, self.describer,
+                                     tenant, conversation_id, getattr(self.store, "owners", None))
         result.new_entries = [(i, s, d, t) for (i, _, d, t), s in zip(result.new_entries, stored)]
 
     # ------------------------------------------------------------------------------------------------------------
@@ -254,7 +259,7 @@ class TurnService:
         self._remember_prompt(turn, len(out.body))
         room = recall_room(turn.plan, turn.state, s.safety_margin * await self.window.tokens())
         context = RecallContext(call.tenant, turn.conversation_id, turn.state, turn.redo.input.messages,
-                                self.describer.descriptions)
+                                turn.redo.input.image_descriptions)
 
         async def keep(exchange: list[dict[str, Any]]) -> None:
             await self._keep(turn, exchange)
@@ -353,7 +358,7 @@ class TurnService:
                     ) -> tuple[ConversationState, RowSet]:
         """The turn planned again on another stored state: every message past that state is new to it."""
         result = plan(stored, redo.input, redo.config, self.counter)
-        await self._intake_images(result)
+        await self._intake_images(result, tenant, conversation_id)
         state = result.state
         rows = turn_rows(tenant, conversation_id, result, state, redo.fingerprints)
         if redo.hidden and 0 <= redo.last_index < state.entry_count:
@@ -411,6 +416,8 @@ class TurnService:
         self.lookup.forget(conversation_id)
         await self.states.forget(conversation_id)
         self.resolver.indexes.forget(conversation_id)
+        if self.resolver.vectors is not None:
+            self.resolver.vectors.forget(conversation_id)
 
 
 async def start_turn_service(settings: Settings, metrics: Metrics, exchange: Exchange) -> TurnService:

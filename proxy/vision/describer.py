@@ -1,16 +1,17 @@
-"""Image descriptions by image hash: started when an image first arrives, computed in the background, kept in
-memory (LRU) and in the blob store, so they are ready by the time an epoch decays the image."""
+"""Image descriptions by tenant and image hash: started when an image first arrives, computed in the background,
+kept in memory (LRU bounded in entries and bytes) and in the blob store, so they are ready by the time an epoch
+decays the image."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import logging
-from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.caches import BoundedLru
 from proxy.blobs.store import BlobStore, BlobStoreError, description_blob_name, image_blob_name
 from proxy.engine.condense import ImageRef, image_reference, image_url_of
 
@@ -19,38 +20,49 @@ from .client import VisionClient, VisionError
 log = logging.getLogger("memci.vision")
 
 
+Owner = Callable[[str, str], Awaitable[bool]]  # (tenant, image key) -> may this tenant read these bytes?
+GIVEN_UP_ENTRIES = 16_384
+
+
 @dataclass
 class DescriberStats:
     described: int = 0  # vision model calls that gave a description
     loaded: int = 0  # descriptions read back from the blob store
     failed: int = 0  # images left with the placeholder (no model, no bytes, or the model failed)
-    started: int = 0  # background tasks started (one per image hash at most, while it is not ready)
+    started: int = 0  # background tasks started (one per tenant and image hash at most, while it is not ready)
+    refused: int = 0  # blob references to bytes the tenant does not own (never read, never described)
 
 
 class DescriptionView(Mapping[str, str]):
-    """Read-only view of the ready descriptions (what `TurnInput.image_descriptions` takes). A lookup of a hash
-    whose description is in the blob store but not in memory schedules loading it for the next epoch."""
+    """Read-only view of one tenant's ready descriptions (what `TurnInput.image_descriptions` takes). A lookup of
+    a hash whose description is in the blob store but not in memory schedules loading it for the next epoch."""
 
-    def __init__(self, describer: "ImageDescriber") -> None:
+    def __init__(self, describer: "ImageDescriber", tenant: str) -> None:
         self._d = describer
+        self._tenant = tenant
 
     def __getitem__(self, key: str) -> str:
-        text = self._d.ready(key)
+        text = self._d.ready(key, self._tenant)
         if text is None:
-            self._d.load_later(key)
+            self._d.load_later(key, self._tenant)
             raise KeyError(key)
         return text
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._d._ready))
+        return iter([key for tenant, key in self._d._ready if tenant == self._tenant])
 
     def __len__(self) -> int:
-        return len(self._d._ready)
+        return sum(1 for tenant, _ in self._d._ready if tenant == self._tenant)
 
 
 class ImageDescriber:
     """`client`: None when no vision model is configured (the engine's placeholder serves then).
-    `store`: where descriptions persist and where blob references' bytes are read (None: memory only)."""
+    `store`: where descriptions persist and where blob references' bytes are read (None: memory only).
+    `owns(tenant, key)`: whether a tenant may read the stored bytes of an image (a blob reference a client
+    wrote itself is honoured only for bytes that tenant sent); None: blob references are never read.
+
+    Everything is kept per tenant: two tenants sending the same image each get their own description, and a
+    tenant naming another's image by `memci-blob://` reference gets the placeholder."""
 
     def __init__(
         self,
@@ -58,32 +70,41 @@ class ImageDescriber:
         store: BlobStore | None,
         capacity: int = 4096,
         concurrency: int = 2,
+        owns: Owner | None = None,
+        max_bytes: int = 16 * 2**20,
     ) -> None:
         self.client = client
         self.store = store
+        self.owns = owns
         self.capacity = capacity
-        self._ready: OrderedDict[str, str] = OrderedDict()
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._given_up: set[str] = set()
+        self._ready: BoundedLru[tuple[str, str], str] = BoundedLru(
+            "image_descriptions", capacity, max_bytes, size_of=lambda k, v: len(k[0]) + len(k[1]) + len(v) + 160)
+        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._describe_after_load: dict[tuple[str, str], tuple[ImageRef, str]] = {}  # only while a load runs
+        self._given_up: BoundedLru[tuple[str, str], bool] = BoundedLru("image_descriptions_given_up",
+                                                                        GIVEN_UP_ENTRIES)
         self._semaphore = asyncio.Semaphore(max(1, concurrency))
         self.stats = DescriberStats()
-        self.descriptions = DescriptionView(self)
+
+    def for_tenant(self, tenant: str) -> DescriptionView:
+        return DescriptionView(self, tenant)
 
     # -- reading -----------------------------------------------------------------------------------
-    def ready(self, key: str) -> str | None:
-        text = self._ready.get(key)
-        if text is not None:
-            self._ready.move_to_end(key)
-        return text
+    def ready(self, key: str, tenant: str) -> str | None:
+        return self._ready.get((tenant, key))
 
-    def _remember(self, key: str, text: str) -> None:
-        self._ready[key] = text
-        self._ready.move_to_end(key)
-        while len(self._ready) > self.capacity:
-            self._ready.popitem(last=False)
+    def _remember(self, key: str, tenant: str, text: str) -> None:
+        self._ready.put((tenant, key), text)
+
+    def forget(self, tenant: str, keys: Iterable[str]) -> None:
+        """Drop a tenant's descriptions of these images from memory (after the conversation that held them was
+        deleted)."""
+        for key in keys:
+            self._ready.pop((tenant, key))
+            self._given_up.pop((tenant, key))
 
     # -- starting ----------------------------------------------------------------------------------
-    def start(self, message: dict[str, Any]) -> list[str]:
+    def start(self, message: dict[str, Any], tenant: str) -> list[str]:
         """Start describing the message's images that are neither ready nor under way; returns their keys
         (all image keys of the message). Needs a running event loop."""
         content = message.get("content")
@@ -95,87 +116,110 @@ class ImageDescriber:
             if ref is None:
                 continue
             keys.append(ref.key)
-            self._schedule(ref, image_url_of(part) or "")
+            self._schedule(ref, image_url_of(part) or "", tenant)
         return keys
 
-    def start_all(self, messages: Iterable[dict[str, Any]]) -> list[str]:
-        return [k for m in messages for k in self.start(m)]
+    def start_all(self, messages: Iterable[dict[str, Any]], tenant: str) -> list[str]:
+        return [k for m in messages for k in self.start(m, tenant)]
 
-    def load_later(self, key: str) -> None:
+    def load_later(self, key: str, tenant: str) -> None:
         """Bring a persisted description back into memory (no model call); no-op without a store or loop."""
-        if self.store is None or key in self._tasks or key in self._given_up or len(key) != 64:
+        if self.store is None or (tenant, key) in self._given_up or len(key) != 64:
             return
-        self._schedule(ImageRef(key, "", -1, "blob", ""), "", describe=False)
+        self._schedule(ImageRef(key, "", -1, "blob", ""), "", tenant, describe=False)
 
-    def _schedule(self, ref: ImageRef, url: str, describe: bool = True) -> None:
-        if ref.key in self._ready or ref.key in self._tasks or ref.key in self._given_up:
+    def _schedule(self, ref: ImageRef, url: str, tenant: str, describe: bool = True) -> None:
+        slot = (tenant, ref.key)
+        running = self._tasks.get(slot)
+        if running is not None and not running.done() and describe:
+            self._describe_after_load[slot] = (ref, url)  # a load under way describes if it finds nothing
+            return
+        if slot in self._ready or (running is not None and not running.done()) or slot in self._given_up:
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
         self.stats.started += 1
-        task = loop.create_task(self._run(ref, url, describe))
-        self._tasks[ref.key] = task
-        task.add_done_callback(lambda _t, key=ref.key: self._tasks.pop(key, None))
+        task = loop.create_task(self._run(ref, url, tenant, describe))
+        self._tasks[slot] = task
+        task.add_done_callback(lambda t, slot=slot: self._task_done(slot, t))
+
+    def _task_done(self, slot: tuple[str, str], task: asyncio.Task[None]) -> None:
+        if self._tasks.get(slot) is task:
+            del self._tasks[slot]
+        self._describe_after_load.pop(slot, None)
 
     # -- the work ----------------------------------------------------------------------------------
-    async def _run(self, ref: ImageRef, url: str, describe: bool) -> None:
+    async def _run(self, ref: ImageRef, url: str, tenant: str, describe: bool) -> None:
         try:
-            text = await self._load(ref.key)
+            text = await self._load(ref.key, tenant)
             if text is not None:
                 self.stats.loaded += 1
-                self._remember(ref.key, text)
+                self._remember(ref.key, tenant, text)
                 return
             if not describe:
-                return
+                wanted = self._describe_after_load.pop((tenant, ref.key), None)
+                if wanted is None:
+                    return
+                ref, url = wanted
             if self.client is None:
-                self._give_up(ref.key, "no vision model configured")
+                self._give_up(ref.key, tenant, "no vision model configured")
                 return
-            image_url = await self._image_url(ref, url)
+            image_url = await self._image_url(ref, url, tenant)
             if image_url is None:
-                self._give_up(ref.key, "image bytes not found")
+                self._give_up(ref.key, tenant, "image bytes not found")
                 return
             async with self._semaphore:
                 text = await self.client.describe(image_url)
             self.stats.described += 1
-            self._remember(ref.key, text)
-            await self._save(ref.key, text)
+            self._remember(ref.key, tenant, text)
+            await self._save(ref.key, tenant, text)
         except VisionError as exc:
-            self._give_up(ref.key, str(exc))
+            self._give_up(ref.key, tenant, str(exc))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a description must never break a turn
             log.exception("image description failed")
-            self._give_up(ref.key, repr(exc))
+            self._give_up(ref.key, tenant, type(exc).__name__)
 
-    def _give_up(self, key: str, why: str) -> None:
+    def _give_up(self, key: str, tenant: str, why: str) -> None:
         self.stats.failed += 1
-        self._given_up.add(key)
+        self._given_up.put((tenant, key), True)
         log.info("image %s keeps its placeholder: %s", key[:12], why)
 
-    async def _load(self, key: str) -> str | None:
+    async def _load(self, key: str, tenant: str) -> str | None:
         if self.store is None or len(key) != 64:
             return None
         try:
-            data = await self.store.get(description_blob_name(key))
+            data = await self.store.get(description_blob_name(key, tenant))
         except (BlobStoreError, ValueError):
             return None
         return data.decode("utf-8", "replace") if data else None
 
-    async def _save(self, key: str, text: str) -> None:
+    async def _save(self, key: str, tenant: str, text: str) -> None:
         if self.store is None:
             return
         try:
-            await self.store.put(description_blob_name(key), text.encode("utf-8"), "text/plain; charset=utf-8")
+            await self.store.put(description_blob_name(key, tenant), text.encode("utf-8"),
+                                 "text/plain; charset=utf-8")
         except (BlobStoreError, ValueError) as exc:
             log.warning("cannot persist the description of image %s: %s", key[:12], exc)
 
-    async def _image_url(self, ref: ImageRef, url: str) -> str | None:
-        """What the vision model gets: the data URI or remote URL as sent, or the stored bytes of a reference."""
+    async def _image_url(self, ref: ImageRef, url: str, tenant: str) -> str | None:
+        """What the vision model gets: the data URI or remote URL as sent, or the stored bytes of a reference
+        when (and only when) the tenant owns them."""
         if ref.source != "blob":
             return url or None
-        if self.store is None:
+        if self.store is None or self.owns is None:
+            return None
+        try:
+            owned = await self.owns(tenant, ref.key)
+        except Exception as exc:  # the ownership check failing means: not readable now
+            log.warning("cannot check who owns image %s: %s", ref.key[:12], type(exc).__name__)
+            return None
+        if not owned:
+            self.stats.refused += 1
             return None
         try:
             data = await self.store.get(image_blob_name(ref.key))
@@ -187,8 +231,13 @@ class ImageDescriber:
 
     # -- control -----------------------------------------------------------------------------------
     async def wait(self, keys: Iterable[str] | None = None, timeout: float | None = None) -> bool:
-        """Wait for the given (default: all) descriptions under way; False when the timeout passed first."""
-        wanted = list(self._tasks.values()) if keys is None else [self._tasks[k] for k in keys if k in self._tasks]
+        """Wait for the given (default: all) image keys' descriptions under way; False when the timeout passed
+        first."""
+        if keys is None:
+            wanted = list(self._tasks.values())
+        else:
+            chosen = set(keys)
+            wanted = [task for (_, key), task in self._tasks.items() if key in chosen]
         if not wanted:
             return True
         done, pending = await asyncio.wait(wanted, timeout=timeout)

@@ -7,14 +7,15 @@ from typing import Any
 from proxy.blobs.store import BlobStore
 
 from .client import DEFAULT_PROMPT, VisionClient
-from .describer import ImageDescriber
+from .describer import ImageDescriber, Owner
 
 
-def make_describer(settings: Any, store: BlobStore | None) -> ImageDescriber:
+def make_describer(settings: Any, store: BlobStore | None, owns: Owner | None = None) -> ImageDescriber:
     """Settings read (missing ones take these defaults): `vision_model` ("" = placeholders only),
     `vision_url` ("" = the first upstream URL), `vision_api_key` ("" = `upstream_api_key`),
     `vision_timeout` (60 s), `vision_max_tokens` (300), `vision_prompt`, `vision_concurrency` (2),
-    `vision_cache_size` (4096 descriptions in memory)."""
+    `vision_cache_size` (4096 descriptions in memory). ``owns(tenant, key)``: whether a tenant may read stored
+    image bytes (see ImageDescriber)."""
     model = str(getattr(settings, "vision_model", "") or "")
     client = None
     if model:
@@ -33,4 +34,5 @@ def make_describer(settings: Any, store: BlobStore | None) -> ImageDescriber:
         store,
         capacity=int(getattr(settings, "vision_cache_size", 4096)),
         concurrency=int(getattr(settings, "vision_concurrency", 2)),
+        owns=owns,
     )

@@ -11,17 +11,39 @@ from proxy.wire.errors import ProxyError, bad_request
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _decoder = msgspec.json.Decoder()
 _fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+# Deeper JSON is refused with a 400: nothing legitimate nests that deep (tool schemas stay far below), and
+# Python's recursion limit (about 1000 frames, shared with the proxy's own calls) must never be reached.
+MAX_JSON_DEPTH = 256
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests containers more than ``limit`` deep (iterative: no recursion of its own)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:
+    """The request body as a dict; 400 for an empty, malformed, non-object or too deeply nested body."""
     if not body:
         raise bad_request("request body is empty; expected a JSON object", code="invalid_json")
+    too_deep = bad_request(f"request body nests JSON more than {MAX_JSON_DEPTH} levels deep", code="invalid_json")
     try:
         data = _decoder.decode(body)
     except msgspec.DecodeError as exc:
         raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise too_deep from None
     if not isinstance(data, dict):
         raise bad_request("request body must be a JSON object", code="invalid_json")
+    # Depth cannot exceed the number of brackets: most bodies are cleared by two C-speed counts.
+    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _too_deep(data, MAX_JSON_DEPTH):
+        raise too_deep
     return data
 
 
@@ -30,14 +52,21 @@ def parse_chat_body(body: bytes) -> tuple[dict[str, Any], msgspec.Raw | None]:
     top level is split into raw fields first, then each field is decoded once."""
     if not body:
         raise bad_request("request body is empty; expected a JSON object", code="invalid_json")
+    too_deep = bad_request(f"request body nests JSON more than {MAX_JSON_DEPTH} levels deep", code="invalid_json")
     try:
         fields = _fields_decoder.decode(body)
+        decode = _decoder.decode
+        data = {name: decode(raw) for name, raw in fields.items()}
     except msgspec.ValidationError:
         raise bad_request("request body must be a JSON object", code="invalid_json") from None
     except msgspec.DecodeError as exc:
         raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
-    decode = _decoder.decode
-    return {name: decode(raw) for name, raw in fields.items()}, fields.get("messages")
+    except RecursionError:
+        raise too_deep from None
+    # Depth cannot exceed the number of brackets: most bodies are cleared by two C-speed counts.
+    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _too_deep(data, MAX_JSON_DEPTH):
+        raise too_deep
+    return data, fields.get("messages")
 
 
 def validate_chat_request(data: dict[str, Any]) -> None:

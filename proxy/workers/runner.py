@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from proxy.caches import BoundedLru
 from proxy.workers.archival import ArchiveSweep, SweepReport
 from proxy.workers.config import MemoryConfig
 from proxy.workers.queue import ARCHIVE_JOB, PROFILE_JOB, SUMMARY_JOB, Job, JobQueue
@@ -49,8 +50,11 @@ class MemoryWorker:
         self.config = config or MemoryConfig()
         self.clock = clock
         self.sweep = ArchiveSweep(repo, summarizer, self.config)
-        self._summaries: dict[tuple[str, str], tuple[float, str]] = {}
-        self._profiles: dict[str, tuple[float, str]] = {}
+        # Per-process caches, bounded in entries and bytes (proxy.caches); a miss reads PostgreSQL.
+        self._summaries: BoundedLru[tuple[str, str], tuple[float, str]] = BoundedLru(
+            "summaries", 10_000, 32 * 2**20, size_of=lambda k, v: 160 + len(k[0]) + len(k[1]) + len(v[1]))
+        self._profiles: BoundedLru[str, tuple[float, str]] = BoundedLru(
+            "profiles", 10_000, 16 * 2**20, size_of=lambda k, v: 160 + len(k) + len(v[1]))
         self._tasks: list[asyncio.Task[None]] = []
         self.outcomes: dict[str, int] = {}
         self._swept_on = ""
@@ -75,9 +79,7 @@ class MemoryWorker:
             log.warning("could not read the summary of %s: %s", conversation_id, exc)
             return cached[1] if cached is not None else ""
         text = row.text if row is not None and row.status == "done" else ""
-        self._summaries[key] = (time.monotonic(), text)
-        if len(self._summaries) > 10_000:
-            self._summaries.pop(next(iter(self._summaries)))
+        self._summaries.put(key, (time.monotonic(), text))
         return text
 
     async def latest_profile(self, tenant: str) -> str:
@@ -90,15 +92,13 @@ class MemoryWorker:
         except Exception as exc:
             log.warning("could not read the profile of a tenant: %s", exc)
             return cached[1] if cached is not None else ""
-        self._profiles[tenant] = (time.monotonic(), text)
-        if len(self._profiles) > 10_000:
-            self._profiles.pop(next(iter(self._profiles)))
+        self._profiles.put(tenant, (time.monotonic(), text))
         return text
 
     def forget(self, tenant: str, conversation_id: str) -> None:
         """Drop cached values (after a delete)."""
-        self._summaries.pop((tenant, conversation_id), None)
-        self._profiles.pop(tenant, None)
+        self._summaries.pop((tenant, conversation_id))
+        self._profiles.pop(tenant)
 
     # --- the jobs -----------------------------------------------------------------------------
     async def handle(self, job: Job, now: dt.datetime | None = None) -> str | SweepReport:
@@ -107,10 +107,10 @@ class MemoryWorker:
         if job.kind == SUMMARY_JOB:
             result = await update_conversation_summary(self.repo, self.summarizer, self.config, job.tenant,
                                                        job.conversation_id, now)
-            self._summaries.pop((job.tenant, job.conversation_id), None)
+            self._summaries.pop((job.tenant, job.conversation_id))
         elif job.kind == PROFILE_JOB:
             result = await update_profile(self.repo, self.summarizer, self.config, job.tenant, job.conversation_id, now)
-            self._profiles.pop(job.tenant, None)
+            self._profiles.pop(job.tenant)
         elif job.kind == ARCHIVE_JOB:
             result = await self.sweep.run(job.tenant, job.conversation_id, now)
         else:

@@ -1,39 +1,39 @@
 """In-process HotState: one replica only (no REDIS_URL).
 
-Snapshots and fingerprints in bounded LRU maps with lazily honoured TTLs; the session lock is a
-lease in a dict, and waiters wake on release instead of polling.
+Snapshots and fingerprints in LRU maps bounded in entries and bytes, with lazily honoured TTLs (both are
+caches: PostgreSQL holds the truth); the session lock is a lease in a dict, and waiters wake on release
+instead of polling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from proxy.caches import BoundedLru
 from proxy.store.hot.locking import hold_lease
 
 K = TypeVar("K")
 V = TypeVar("V")
+DEFAULT_SNAPSHOT_BYTES = 256 * 2**20
 
 
 class _TtlLru(Generic[K, V]):
-    """A size-bounded LRU map whose items expire (checked when read)."""
+    """A bounded LRU map (entries and bytes, see proxy.caches.BoundedLru) whose items expire (checked when read)."""
 
     def __init__(
-        self, max_items: int, clock: Callable[[], float], on_drop: Callable[[K, V], None] | None = None
+        self, name: str, max_items: int, clock: Callable[[], float],
+        on_drop: Callable[[K, V], None] | None = None, max_bytes: int = 0,
+        size_of: Callable[[K, V], int] | None = None,
     ) -> None:
-        self._items: OrderedDict[K, tuple[V, float]] = OrderedDict()
-        self._max_items = max_items
         self._clock = clock
-        self._on_drop = on_drop
-
-    def _dropped(self, key: K, value: V) -> None:
-        if self._on_drop is not None:
-            self._on_drop(key, value)
+        measure = None if size_of is None else (lambda k, item: size_of(k, item[0]))
+        drop = None if on_drop is None else (lambda k, item: on_drop(k, item[0]))
+        self._items: BoundedLru[K, tuple[V, float]] = BoundedLru(name, max_items, max_bytes, measure, drop)
 
     def get(self, key: K) -> V | None:
         item = self._items.get(key)
@@ -41,26 +41,22 @@ class _TtlLru(Generic[K, V]):
             return None
         value, expires_at = item
         if expires_at <= self._clock():
-            del self._items[key]
-            self._dropped(key, value)
+            self._items.pop(key)
             return None
-        self._items.move_to_end(key)
         return value
 
     def put(self, key: K, value: V, ttl_s: float) -> None:
-        self._items[key] = (value, self._clock() + ttl_s)
-        self._items.move_to_end(key)
-        while len(self._items) > self._max_items:
-            old_key, (old_value, _) = self._items.popitem(last=False)
-            self._dropped(old_key, old_value)
+        self._items.put(key, (value, self._clock() + ttl_s))
 
     def pop(self, key: K) -> None:
-        item = self._items.pop(key, None)
-        if item is not None:
-            self._dropped(key, item[0])
+        self._items.pop(key)
 
     def __len__(self) -> int:
         return len(self._items)
+
+    @property
+    def bytes(self) -> int:
+        return self._items.bytes
 
 
 @dataclass
@@ -77,13 +73,18 @@ class InProcessHotState:
     def __init__(
         self,
         max_conversations: int = 10_000,
-        max_fingerprints: int = 1_000_000,
+        max_fingerprints: int = 200_000,
         clock: Callable[[], float] = time.monotonic,
+        max_snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
     ) -> None:
         self._clock = clock
-        self._snapshots: _TtlLru[str, tuple[bytes, int]] = _TtlLru(max_conversations, clock)
+        self._snapshots: _TtlLru[str, tuple[bytes, int]] = _TtlLru(
+            "hot_snapshots", max_conversations, clock, max_bytes=max_snapshot_bytes,
+            size_of=lambda key, value: len(key) + len(value[0]) + 96,
+        )
+        # ~250 bytes an item (two tuples, three short strings): 200,000 items ~ 50 MB at most.
         self._fingerprints: _TtlLru[tuple[str, str], tuple[str, int]] = _TtlLru(
-            max_fingerprints, clock, on_drop=self._unindex_fingerprint
+            "hot_fingerprints", max_fingerprints, clock, on_drop=self._unindex_fingerprint
         )
         self._fingerprints_of: dict[str, set[tuple[str, str]]] = {}  # conversation -> its cached keys
         self._leases: dict[str, _Lease] = {}

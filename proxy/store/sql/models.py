@@ -13,12 +13,14 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
     LargeBinary,
     MetaData,
     Text,
+    UniqueConstraint,
     func,
     text,
 )
@@ -194,3 +196,47 @@ class MemoryVector(Base):
     created_at: Mapped[datetime] = _created_at()
 
     __table_args__ = (CheckConstraint("dim = vector_dims(embedding)", name="dim"),)
+
+
+class BlobRef(Base):
+    """An image's bytes (by sha256 ``key``) sent in a conversation: what a tenant may read, and what deleting the
+    conversation deletes (migration 0005)."""
+
+    __tablename__ = "blob_refs"
+
+    conversation_id: Mapped[str] = _conversation_fk()
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = _created_at()
+
+    __table_args__ = (Index("ix_blob_refs_tenant_key", "tenant", "key"), Index("ix_blob_refs_key", "key"))
+
+
+class VirtualKeyRow(Base):
+    """A client key (its sha256 only) mapped to a tenant and an upstream key, with its limits (migration 0005)."""
+
+    __tablename__ = "virtual_keys"
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    key_hash: Mapped[str] = mapped_column(Text, nullable=False)
+    key_hint: Mapped[str] = mapped_column(Text, nullable=False)
+    previous_key_hash: Mapped[str | None] = mapped_column(Text)
+    previous_valid_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    name: Mapped[str | None] = mapped_column(Text)
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    upstream_key: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+    rate_limit_rps: Mapped[float | None] = mapped_column(Float)
+    rate_limit_burst: Mapped[int | None] = mapped_column(Integer)
+    budget_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    used_tokens: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
+    source: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'api'"))
+    created_at: Mapped[datetime] = _created_at()
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        UniqueConstraint("key_hash", name="uq_virtual_keys_key_hash"),
+        CheckConstraint("source IN ('api', 'settings')", name="source"),
+        Index("ix_virtual_keys_previous_key_hash", "previous_key_hash"),
+        Index("ix_virtual_keys_tenant", "tenant"),
+    )

@@ -28,7 +28,7 @@ from proxy.store.sql import batch_writes
 from proxy.store.sql import turn_statements as turn
 from proxy.store.sql.admin_queries import ConversationAdminQueries
 from proxy.store.sql.memory_queries import MemoryQueries
-from proxy.store.sql.models import Conversation, Entry, Event, Fingerprint, HiddenMessage, Page
+from proxy.store.sql.models import BlobRef, Conversation, Entry, Event, Fingerprint, HiddenMessage, Page
 from proxy.store.sql.search_queries import PageSearchQueries
 from proxy.store.sql.urls import to_async_url
 from proxy.store.sql.vector_queries import PageVectorQueries
@@ -50,6 +50,7 @@ def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20
         pool_pre_ping=pre_ping,
         pool_recycle=1800,
         echo=echo,
+        hide_parameters=True,  # error messages (and so logs) never carry message content or keys
         json_serializer=_json_dumps,
         json_deserializer=msgspec.json.decode,
     )
@@ -161,6 +162,16 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
                 select(literal(child_id), hidden_t.c.after_seq, hidden_t.c.ordinal, hidden_t.c.message,
                        hidden_t.c.created_at)
                 .where(hidden_t.c.conversation_id == parent_id, hidden_t.c.after_seq < forked_at, owned),
+            ).on_conflict_do_nothing()
+        )
+        # The copied entries may reference the parent's images: the fork owns them too (deleting the parent must
+        # not delete bytes the fork still shows). All of the parent's are taken: a superset never loses any.
+        refs_t = BlobRef.__table__
+        await connection.execute(
+            insert(refs_t).from_select(
+                ["conversation_id", "key", "tenant"],
+                select(literal(child_id), refs_t.c.key, refs_t.c.tenant)
+                .where(refs_t.c.conversation_id == parent_id, refs_t.c.tenant == tenant, owned),
             ).on_conflict_do_nothing()
         )
 

@@ -78,6 +78,8 @@ async def row_counts(repo: SqlConversationRepository, conversation_id: str) -> d
     counts = {}
     async with repo.engine.connect() as connection:
         for table in Base.metadata.sorted_tables:
+            if table.name != "conversations" and "conversation_id" not in table.c:
+                continue  # not a conversation's table (virtual keys)
             column = table.c.id if table.name == "conversations" else table.c.conversation_id
             counts[table.name] = (
                 await connection.execute(select(func.count()).select_from(table).where(column == conversation_id))

@@ -49,21 +49,34 @@ def test_virtual_mode_without_keys_fails_at_start():
         Authenticator(Settings(auth_mode="virtual_keys"))
 
 
-def test_resolve_maps_keys_to_tenants_and_upstream_keys():
+async def test_resolve_maps_keys_to_tenants_and_upstream_keys():
     auth = authenticator()
-    alice = auth.resolve({"authorization": "Bearer sk-alice"})
+    alice = await auth.resolve({"authorization": "Bearer sk-alice"})
     assert (alice.tenant, alice.upstream_key) == (virtual_tenant("acme"), "up-acme")
-    bob = auth.resolve({"Authorization": "Bearer sk-bob"})
+    bob = await auth.resolve({"Authorization": "Bearer sk-bob"})
     assert (bob.tenant, bob.upstream_key) == (virtual_tenant("globex"), "")
     for headers in ({"authorization": "Bearer sk-eve"}, {}, {"authorization": "Bearer "}):
         with pytest.raises(Exception) as info:
-            auth.resolve(headers)
+            await auth.resolve(headers)
         assert info.value.status == 401 and info.value.code == "invalid_api_key"
 
 
-def test_passthrough_tenant_is_the_key_hash():
+def test_virtual_mode_with_only_an_admin_key_starts_empty():
+    auth = Authenticator(Settings(auth_mode="virtual_keys", admin_key="adm"))
+    assert auth.seeds == {}
+
+
+def test_admin_key_comparison():
+    from proxy.api.auth import is_admin_key
+
+    assert is_admin_key("adm-secret", "adm-secret")
+    assert not is_admin_key("adm-secre", "adm-secret") and not is_admin_key("", "adm-secret")
+    assert not is_admin_key("adm-secret", "")
+
+
+async def test_passthrough_tenant_is_the_key_hash():
     auth = Authenticator(Settings())
-    identity = auth.resolve({"authorization": "Bearer sk-x"})
+    identity = await auth.resolve({"authorization": "Bearer sk-x"})
     assert identity.tenant == key_tenant("sk-x") == tenant_of({"authorization": "Bearer sk-x"})
     assert identity.upstream_key is None
 
@@ -126,3 +139,63 @@ def test_a_client_salt_stays_inside_the_tenant_salt():
     assert new_data["cache_salt"] == cache_salt_of("tA", "mine") != cache_salt_of("tB", "mine")
     assert new_data["cache_salt"].startswith("tA:")
     assert msgspec.json.decode(new_body)["cache_salt"] == new_data["cache_salt"]
+
+
+def test_log_redaction_hides_configured_secrets_and_key_shapes():
+    import logging
+
+    from proxy.log_redaction import RedactSecrets
+
+    redactor = RedactSecrets(["adm-secret-1", "up-acme-key"])
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "key %s and %s, header %s", (
+        "adm-secret-1", "up-acme-key", "Authorization: Bearer abc.def"), None)
+    assert redactor.filter(record)
+    text = record.getMessage()
+    assert "adm-secret-1" not in text and "up-acme-key" not in text and "abc.def" not in text
+    assert text.count("[redacted]") == 3
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "client sent sk-live-0123456789abcdef", (), None)
+    redactor.filter(record)
+    assert "0123456789" not in record.getMessage()
+
+
+def test_key_hints_show_the_ends_only():
+    from proxy.keys import key_hint, new_secret
+
+    secret = new_secret()
+    hint = key_hint(secret)
+    assert hint.startswith("sk-memci-") and hint.endswith(secret[-4:]) and len(hint) < 20 and secret not in hint
+    assert key_hint("short") == "sh…"
+
+
+async def test_a_key_over_its_budget_gets_429_insufficient_quota_and_usage_is_charged():
+    from proxy import usage_meter
+    from proxy.keys import VirtualKey, key_digest
+
+    auth = authenticator()
+    charged = []
+    auth.keys.charge = lambda vk, tokens: charged.append((vk.id, tokens))
+    digest = key_digest("sk-alice")
+    auth.keys.static[digest] = VirtualKey("k1", virtual_tenant("acme"), "acme", "up-acme", digest,
+                                          budget_tokens=100, used_tokens=40)
+
+    async def app(scope, receive, send):
+        usage_meter.record({"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25})
+        usage_meter.record({"prompt_tokens": 10, "completion_tokens": 1})
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    def scope():
+        return {"type": "http", "path": "/v1/chat/completions", "headers": [(b"authorization", b"Bearer sk-alice")]}
+
+    await AuthMiddleware(app, auth)(scope(), None, send)
+    assert charged == [("k1", 36)] and sent == []
+    auth.keys.static[digest] = VirtualKey("k1", virtual_tenant("acme"), "acme", "up-acme", digest,
+                                          budget_tokens=100, used_tokens=100)
+    await AuthMiddleware(app, auth)(scope(), None, send)
+    assert sent[0]["status"] == 429
+    error = msgspec.json.decode(sent[1]["body"])["error"]
+    assert error["code"] == "insufficient_quota" and error["type"] == "insufficient_quota"
+    assert len(charged) == 1

@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestServer
 from proxy.blobs import FilesystemBlobStore, description_blob_name, image_blob_name
 from proxy.vision import ImageDescriber, VisionClient, VisionError, intake_images, make_describer
 
+TENANT = "tenant-a"
 DATA = b"\x89PNG" + b"\x01" * 100
 URI = "data:image/png;base64," + base64.b64encode(DATA).decode()
 KEY = hashlib.sha256(DATA).hexdigest()
@@ -44,46 +45,89 @@ async def test_the_same_image_twice_is_described_once(tmp_path) -> None:
     client = FakeClient()
     client.release.clear()
     describer = ImageDescriber(client, FilesystemBlobStore(tmp_path))
-    assert describer.start(message()) == [KEY]
-    describer.start(message())  # under way: not started again
-    assert KEY not in describer.descriptions  # until ready, the engine's placeholder serves
+    assert describer.start(message(), TENANT) == [KEY]
+    describer.start(message(), TENANT)  # under way: not started again
+    assert KEY not in describer.for_tenant(TENANT)  # until ready, the engine's placeholder serves
     client.release.set()
     assert await describer.wait(timeout=5)
-    describer.start(message())  # ready: not started again
+    describer.start(message(), TENANT)  # ready: not started again
     await describer.wait(timeout=5)
     assert client.calls == [URI]
-    assert describer.descriptions[KEY] == "description 1"
-    assert (tmp_path / description_blob_name(KEY)).read_text() == "description 1"
+    assert describer.for_tenant(TENANT)[KEY] == "description 1"
+    assert (tmp_path / description_blob_name(KEY, TENANT)).read_text() == "description 1"
     assert describer.stats.described == 1 and describer.stats.started == 1
 
 
 async def test_a_persisted_description_is_loaded_without_the_model(tmp_path) -> None:
     store = FilesystemBlobStore(tmp_path)
-    await store.put(description_blob_name(KEY), b"a stored description")
+    await store.put(description_blob_name(KEY, TENANT), b"a stored description")
     client = FakeClient()
     describer = ImageDescriber(client, store)
-    assert describer.descriptions.get(KEY) is None  # a miss schedules loading it
+    assert describer.for_tenant(TENANT).get(KEY) is None  # a miss schedules loading it
     await describer.wait(timeout=5)
-    assert describer.descriptions[KEY] == "a stored description" and client.calls == []
+    assert describer.for_tenant(TENANT)[KEY] == "a stored description" and client.calls == []
 
 
-async def test_blob_references_are_described_from_the_stored_bytes(tmp_path) -> None:
+class Owners:
+    """proxy.store.ports.BlobOwnership in memory."""
+
+    def __init__(self) -> None:
+        self.refs: set[tuple[str, str, str]] = set()
+
+    async def claim_blobs(self, tenant, conversation_id, keys, write) -> None:
+        self.refs.update((tenant, conversation_id, k) for k in keys)
+        await write()
+
+    async def owns_blob(self, tenant: str, key: str) -> bool:
+        return any(t == tenant and k == key for t, _, k in self.refs)
+
+
+async def test_blob_references_are_described_from_the_stored_bytes_of_their_owner_only(tmp_path) -> None:
+    store = FilesystemBlobStore(tmp_path)
+    owners = Owners()
+    client = FakeClient()
+    describer = ImageDescriber(client, store, owns=owners.owns_blob)
+    stored = await intake_images([message()], store, None, TENANT, "c1", owners)
+    assert (tmp_path / image_blob_name(KEY)).read_bytes() == DATA
+    assert owners.refs == {(TENANT, "c1", KEY)}
+    describer.start(stored[0], "tenant-b")  # another tenant writes the reference itself: never read
+    await describer.wait(timeout=5)
+    assert client.calls == [] and describer.stats.refused == 1 and KEY not in describer.for_tenant("tenant-b")
+    describer.start(stored[0], TENANT)
+    await describer.wait(timeout=5)
+    assert client.calls == [URI]
+    assert describer.for_tenant(TENANT)[KEY] == "description 1" and KEY not in describer.for_tenant("tenant-b")
+
+
+async def test_descriptions_are_kept_per_tenant(tmp_path) -> None:
     store = FilesystemBlobStore(tmp_path)
     client = FakeClient()
     describer = ImageDescriber(client, store)
-    stored = await intake_images([message()], store, None)
-    assert (tmp_path / image_blob_name(KEY)).read_bytes() == DATA
-    describer.start(stored[0])
+    describer.start(message(), TENANT)
     await describer.wait(timeout=5)
-    assert client.calls == [URI]
+    assert describer.for_tenant("tenant-b").get(KEY) is None  # a miss schedules a load: nothing stored for b
+    await describer.wait(timeout=5)
+    assert KEY not in describer.for_tenant("tenant-b") and list(describer.for_tenant(TENANT)) == [KEY]
+    describer.start(message(), "tenant-b")  # b sends the same bytes: described for b on its own
+    await describer.wait(timeout=5)
+    assert len(client.calls) == 2 and describer.for_tenant("tenant-b")[KEY] == "description 2"
+    describer.forget(TENANT, [KEY])
+    assert KEY not in describer.for_tenant(TENANT) and describer.for_tenant("tenant-b")[KEY] == "description 2"
+
+
+async def test_descriptions_in_memory_are_bounded_in_bytes(tmp_path) -> None:
+    describer = ImageDescriber(None, None, capacity=1000, max_bytes=4000)
+    for i in range(50):
+        describer._remember(f"{i:064x}", TENANT, "d" * 500)
+    assert describer._ready.bytes <= 4000 and len(describer._ready) < 10 and describer._ready.evictions > 40
 
 
 async def test_failures_and_no_model_leave_the_placeholder(tmp_path) -> None:
     for describer in (ImageDescriber(FakeClient(fail=True), None), ImageDescriber(None, None)):
-        describer.start(message())
+        describer.start(message(), TENANT)
         await describer.wait(timeout=5)
-        assert KEY not in describer.descriptions and describer.stats.failed == 1
-        describer.start(message())  # not retried
+        assert KEY not in describer.for_tenant(TENANT) and describer.stats.failed == 1
+        describer.start(message(), TENANT)  # not retried
         await describer.wait(timeout=5)
         assert describer.stats.started == 1
 

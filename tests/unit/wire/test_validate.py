@@ -46,3 +46,16 @@ def test_bad_json_is_400(raw):
         parse_json_object(raw)
     assert err.value.status == 400
     assert err.value.code == "invalid_json"
+
+
+@pytest.mark.parametrize("depth", [10, 256, 257, 900, 5000, 200_000])
+def test_deeply_nested_bodies_are_a_400_at_any_depth(depth):
+    from proxy.wire.validate import MAX_JSON_DEPTH
+
+    body = b'{"messages": [{"role": "user", "content": "hi"}], "metadata": ' + b"[" * depth + b"]" * depth + b"}"
+    if depth + 1 <= MAX_JSON_DEPTH:
+        assert parse_json_object(body)["metadata"]
+        return
+    with pytest.raises(ProxyError) as info:
+        parse_json_object(body)
+    assert info.value.status == 400 and "levels deep" in info.value.message

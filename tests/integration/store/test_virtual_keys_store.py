@@ -1,0 +1,92 @@
+"""Virtual keys on a real PostgreSQL and Redis: two registries stand for two replicas; a revocation reaches the
+other within a second, with Redis (version key) and without it (one-second cache)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from proxy.api.auth import virtual_tenant
+from proxy.keys import KeyRegistry, key_digest, key_hint, new_key_id, new_secret
+from proxy.store.sql.key_queries import SqlKeyRepository
+from proxy.store.sql.repository import SqlConversationRepository
+
+
+async def _replicas(repo: SqlConversationRepository, redis_url: str = "") -> tuple[KeyRegistry, KeyRegistry, SqlKeyRepository]:
+    keys = SqlKeyRepository(repo.engine)
+    one, two = KeyRegistry({}, virtual_tenant), KeyRegistry({}, virtual_tenant)
+    await one.attach(keys, redis_url)
+    await two.attach(keys, redis_url)
+    return one, two, keys
+
+
+async def _refused_within(registry: KeyRegistry, secret: str, limit_s: float) -> float:
+    started = time.monotonic()
+    while await registry.lookup(secret) is not None:
+        assert time.monotonic() - started < limit_s, "the key still works"
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+async def _revocation_reaches_the_other_replica(repo, redis_url: str) -> float:
+    one, two, keys = await _replicas(repo, redis_url)
+    try:
+        secret = new_secret()
+        record = await keys.create(new_key_id(), key_digest(secret), key_hint(secret), "acme", "up-1",
+                                   budget_tokens=1000)
+        await one.changed()
+        found = await two.lookup(secret)
+        assert found is not None and found.tenant == virtual_tenant("acme") and found.upstream_key == "up-1"
+        assert await two.lookup(secret + "x") is None
+        await keys.revoke(record.id)
+        await one.changed()
+        assert await one.lookup(secret) is None  # the replica that revoked: at once
+        return await _refused_within(two, secret, 1.0)
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_revocation_reaches_another_replica_within_a_second_through_redis(repo, redis_url) -> None:
+    took = await _revocation_reaches_the_other_replica(repo, redis_url)
+    assert took < 0.6  # the version is polled every 0.25 s
+
+
+async def test_revocation_reaches_another_replica_within_a_second_without_redis(repo) -> None:
+    assert await _revocation_reaches_the_other_replica(repo, "") <= 1.0
+
+
+async def test_seeding_rotation_with_grace_and_usage(repo) -> None:
+    keys = SqlKeyRepository(repo.engine)
+    registry = KeyRegistry({}, virtual_tenant)
+    seeds = {key_digest("sk-settings-key"): (key_hint("sk-settings-key"), "globex", "up-g")}
+    await registry.attach(keys, "", seeds)
+    await registry.attach(keys, "", seeds)  # a restart: the same row
+    [record] = await keys.list_keys()
+    assert record.source == "settings" and record.tenant == "globex" and record.key_hint == "sk-s…-key"
+    found = await registry.lookup("sk-settings-key")
+    assert found is not None and found.id == record.id
+
+    registry.charge(found, 120)
+    await asyncio.gather(*registry._writes)
+    assert (await keys.get(record.id)).used_tokens == 120
+    assert (await registry.lookup("sk-settings-key")).used_tokens == 120  # this process: at once
+
+    new = new_secret()
+    await keys.rotate(record.id, key_digest(new), key_hint(new), grace_seconds=60)
+    await registry.changed()
+    assert (await registry.lookup(new)).id == record.id
+    assert (await registry.lookup("sk-settings-key")).id == record.id  # the old one, within its grace period
+    newer = new_secret()
+    await keys.rotate(record.id, key_digest(newer), key_hint(newer), grace_seconds=0)
+    await registry.changed()
+    assert await registry.lookup(new) is None and await registry.lookup("sk-settings-key") is None
+    await registry.attach(keys, "", seeds)  # a restart with the old key still in the settings: stays rotated
+    assert await registry.lookup("sk-settings-key") is None and (await registry.lookup(newer)).id == record.id
+
+    await keys.revoke(record.id)
+    await registry.attach(keys, "", seeds)  # a restart does not revive a revoked key
+    await registry.changed()
+    assert await registry.lookup(newer) is None
+    assert [r.id for r in await keys.list_keys(include_revoked=True)] == [record.id] and await keys.list_keys() == []
+    await registry.close()
