@@ -87,12 +87,6 @@ class Metrics:
             "Requests sent without context management and trimmed to the prompt budget (store or engine failure).",
             registry=r,
         )
-        self.process_cache_entries = Gauge(
-            "memci_process_cache_entries", "Entries in a per-process cache, by cache.", ["cache"], registry=r
-        )
-        self.process_cache_bytes = Gauge(
-            "memci_process_cache_bytes", "Estimated bytes held by a per-process cache, by cache.", ["cache"], registry=r
-        )
         self.writes_pending = Gauge(
             "memci_write_behind_pending",
             "Conversations whose latest turns are answered but not yet stored in PostgreSQL.", registry=r,

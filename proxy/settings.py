@@ -196,6 +196,10 @@ class Settings:
     state_cache_max_mb: int = field(
         default=256, metadata=_doc("Memory bound of the decoded conversation states (MB, estimated).", min=1)
     )
+    state_cache_idle_s: float = field(
+        default=300.0, metadata=_doc("Seconds a conversation's decoded state stays in memory without a turn (0: until "
+                                     "the bounds push it out); a later turn reads it again from the hot state.", min=0.0)
+    )
     last_prompts_max_entries: int = field(
         default=1000, metadata=_doc("Last upstream prompts kept for the admin prompt view, in conversations.", min=1)
     )

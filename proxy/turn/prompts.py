@@ -20,6 +20,4 @@ class LastPrompt:
 
 class LastPrompts(SizedLru[str, LastPrompt]):
     def __init__(self, max_entries: int, max_bytes: int, metrics: Metrics) -> None:
-        super().__init__(max_entries, max_bytes, lambda p: p.size + 256)
-        metrics.process_cache_entries.labels("last_prompts").set_function(lambda: len(self))
-        metrics.process_cache_bytes.labels("last_prompts").set_function(lambda: self.bytes)
+        super().__init__(max_entries, max_bytes, lambda p: p.size + 256, name="last_prompts")
