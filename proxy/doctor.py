@@ -1,0 +1,207 @@
+"""`memci-proxy doctor`: checks what the proxy depends on (the upstream, the database, Redis) and says what the
+proxy will do with these settings, and why. Each check prints one line: ok, warn (works, but something is
+lost) or FAIL (the proxy cannot work); the exit status is 1 when any check failed.
+
+The upstream check asks `/models` (names, `max_model_len`) and sends two tiny identical chat requests, to see
+whether the upstream reports `usage.prompt_tokens_details.cached_tokens` (the proxy's cold-cache check and the
+hit-rate metrics read it; SGLang reports it with `--enable-cache-report`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from proxy.engine.config import EngineConfig
+from proxy.settings import Settings
+
+FALLBACK_WINDOW = 32768  # as proxy.turn.window
+# Long enough to fill a few cache blocks (vLLM caches whole 16-token blocks), short enough to cost nothing.
+PROBE_TEXT = "memci-proxy doctor: is the prefix cache reported? " * 12
+
+
+@dataclass
+class Report:
+    lines: list[tuple[str, str]] = field(default_factory=list)
+    say: Callable[[str], None] = print
+
+    def add(self, level: str, text: str) -> None:
+        self.lines.append((level, text))
+        self.say(f"{level:<5} {text}")
+
+    @property
+    def failed(self) -> bool:
+        return any(level == "FAIL" for level, _ in self.lines)
+
+
+@dataclass
+class UpstreamFacts:
+    models: list[str] = field(default_factory=list)
+    max_model_len: int | None = None
+
+
+def check_upstream(settings: Settings, report: Report, api_key: str = "", model: str = "",
+                   timeout: float = 10.0, transport: httpx.BaseTransport | None = None) -> UpstreamFacts | None:
+    urls = settings.upstream_urls
+    if not urls:
+        report.add("FAIL", "upstream: no upstream_url set (MEMCI_UPSTREAM_URL or --upstream)")
+        return None
+    key = settings.upstream_api_key or api_key
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    facts: UpstreamFacts | None = None
+    with httpx.Client(timeout=timeout, headers=headers, transport=transport) as client:
+        for url in urls:
+            found = _check_one_upstream(client, url, report, model)
+            facts = facts or found
+    return facts
+
+
+def _check_one_upstream(client: httpx.Client, url: str, report: Report, model: str) -> UpstreamFacts | None:
+    try:
+        response = client.get(url + "/models")
+    except httpx.HTTPError as exc:
+        report.add("FAIL", f"upstream {url}: unreachable ({type(exc).__name__}: {exc})")
+        return None
+    if response.status_code != 200:
+        report.add("FAIL", f"upstream {url}/models: HTTP {response.status_code} {response.text[:200]}")
+        return None
+    data = _json(response).get("data") or []
+    facts = UpstreamFacts(models=[str(m.get("id")) for m in data if isinstance(m, dict)])
+    for m in data:
+        value = m.get("max_model_len") or m.get("context_length") or m.get("max_context_length") if isinstance(m, dict) else None
+        if isinstance(value, int) and value > 0:
+            facts.max_model_len = value
+            break
+    length = f"max_model_len {facts.max_model_len}" if facts.max_model_len else "no max_model_len reported"
+    report.add("ok", f"upstream {url}: models {', '.join(facts.models) or '(none listed)'}; {length}")
+
+    chosen = model or (facts.models[0] if facts.models else "")
+    if not chosen:
+        report.add("FAIL", f"upstream {url}: no model to probe (pass --model)")
+        return facts
+    body = {"model": chosen, "messages": [{"role": "user", "content": PROBE_TEXT}], "max_tokens": 1}
+    usages = []
+    for _ in range(2):  # the second request repeats the first: its prefix is cached if caching works
+        try:
+            answer = client.post(url + "/chat/completions", json=body)
+        except httpx.HTTPError as exc:
+            report.add("FAIL", f"upstream {url}: chat request failed ({type(exc).__name__}: {exc})")
+            return facts
+        if answer.status_code != 200:
+            report.add("FAIL", f"upstream {url}/chat/completions: HTTP {answer.status_code} {answer.text[:200]}")
+            return facts
+        usages.append(_json(answer).get("usage") or {})
+    prompt_tokens = usages[-1].get("prompt_tokens")
+    details = usages[-1].get("prompt_tokens_details") or {}
+    if "cached_tokens" in details and details["cached_tokens"] is not None:
+        report.add("ok", f"upstream {url}: model {chosen} answers; reports cached_tokens "
+                         f"({details['cached_tokens']} of {prompt_tokens} prompt tokens on a repeated request)")
+    else:
+        report.add("warn", f"upstream {url}: model {chosen} answers but reports no usage.prompt_tokens_details."
+                           "cached_tokens: hit-rate metrics stay empty and cold caches go unnoticed (SGLang: "
+                           "--enable-cache-report)")
+    return facts
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        value = response.json()
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def check_database(settings: Settings, report: Report) -> None:
+    from proxy.store.sql.migrate import current_revision, head_revision
+
+    if not settings.database_url:
+        path = settings.home_path / "pg"
+        try:
+            import pgserver  # noqa: F401  (the embedded PostgreSQL's wheel)
+        except ImportError as exc:
+            report.add("FAIL", f"database: embedded PostgreSQL unavailable ({exc}); set DATABASE_URL")
+            return
+        state = "exists" if path.exists() else "is created at the first start"
+        report.add("ok", f"database: embedded PostgreSQL under {path} ({state}; serve migrates it at start)")
+        return
+    try:
+        current = current_revision(settings.database_url)
+    except Exception as exc:  # any driver error is a failed check
+        report.add("FAIL", f"database {redact(settings.database_url)}: {type(exc).__name__}: {str(exc)[:200]}")
+        return
+    head = head_revision()
+    if current == head:
+        report.add("ok", f"database {redact(settings.database_url)}: reachable, schema at {head}")
+    else:
+        report.add("warn", f"database {redact(settings.database_url)}: reachable, schema at {current or 'nothing'}, "
+                           f"code expects {head} (run `memci-proxy migrate`; serve migrates at start)")
+
+
+def check_redis(settings: Settings, report: Report) -> None:
+    if not settings.redis_url:
+        report.add("ok", "redis: none; hot state and locks in this process (one replica only)")
+        return
+    import redis
+
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=3, socket_connect_timeout=3)
+    try:
+        client.ping()
+        report.add("ok", f"redis {redact(settings.redis_url)}: reachable (replicas share hot state and locks)")
+    except Exception as exc:
+        report.add("FAIL", f"redis {redact(settings.redis_url)}: {type(exc).__name__}: {exc}")
+    finally:
+        client.close()
+
+
+def explain(settings: Settings, facts: UpstreamFacts | None, report: Report) -> None:
+    """What the proxy will do, and why (each line says which setting or fact decided it)."""
+    if not settings.manage_context:
+        report.add("plan", "pass-through: manage_context is off; requests go upstream unchanged")
+        return
+    if settings.context_window:
+        window, why = settings.context_window, "setting context_window"
+    elif facts and facts.max_model_len:
+        window, why = facts.max_model_len, "the upstream's max_model_len"
+    else:
+        window, why = FALLBACK_WINDOW, "fallback: context_window is 0 and the upstream reports no max_model_len"
+    config = EngineConfig.from_settings(settings, window)
+    budget = config.budget(None)
+    report.add("plan", f"context window {window:,} tokens ({why})")
+    report.add("plan", f"prompt budget {budget:,} tokens = window - answer reserve "
+                       f"{min(config.output_reserve, window // 4):,} - safety margin {int(config.safety_margin * window):,} "
+                       "(a request's max_tokens replaces the reserve)")
+    report.add("plan", f"compaction epoch when the prompt passes {int(config.high_watermark * budget):,} tokens "
+                       f"(active_high_watermark {config.high_watermark}), down to {int(config.low_watermark * budget):,} "
+                       f"(active_low_watermark {config.low_watermark}); between epochs prompts only grow at their end")
+    if settings.recall_enabled:
+        report.add("plan", f"pull: the model may call the `{settings.recall_tool_name}` tool (answered by the proxy, "
+                           f"at most {settings.recall_max_rounds} rounds a request)")
+    else:
+        report.add("plan", "pull: off (recall_enabled false): archived pages are reachable only through the admin API")
+    push = "on" if settings.memory_injection_enabled else "off"
+    report.add("plan", f"push: memory injection next to the latest user message is {push} "
+                       f"(memory_injection_enabled); the rewritten intent goes in the prompt: {settings.intent_in_prompt}")
+    report.add("plan", f"tenants: auth_mode {settings.auth_mode}; admin API {'on' if settings.admin_key else 'off (MEMCI_ADMIN_KEY unset)'}")
+
+
+def redact(url: str) -> str:
+    """A URL with its password hidden (any scheme)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{netloc}"))
+
+
+def run(settings: Settings, api_key: str = "", model: str = "", say: Callable[[str], None] = print) -> int:
+    report = Report(say=say)
+    facts = check_upstream(settings, report, api_key=api_key, model=model)
+    check_database(settings, report)
+    check_redis(settings, report)
+    explain(settings, facts, report)
+    say("doctor: " + ("FAILED" if report.failed else "all checks passed"))
+    return 1 if report.failed else 0
