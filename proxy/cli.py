@@ -46,10 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect = sub.add_parser("inspect", help="print a conversation's last upstream prompt, its blocks coloured")
     inspect.add_argument("conversation", help="conversation id (response header X-Memci-Conversation-Id)")
-    inspect.add_argument("--url", default=os.environ.get("MEMCI_URL", "http://127.0.0.1:8080"),
-                         help="the running proxy (env MEMCI_URL, default http://127.0.0.1:8080)")
-    inspect.add_argument("--admin-key", default=os.environ.get("MEMCI_ADMIN_KEY", ""),
-                         help="the proxy's admin key (env MEMCI_ADMIN_KEY)")
+    inspect.add_argument("--url", default=os.environ.get("MEMCI_URL", ""),
+                         help="the running proxy (env MEMCI_URL; default: host and port of the settings, "
+                              "http://127.0.0.1:8080 unless changed)")
+    inspect.add_argument("--admin-key", default="", help="the proxy's admin key (default: the setting admin_key, "
+                                                         "env MEMCI_ADMIN_KEY)")
+    inspect.add_argument("--config", help="TOML config file (env MEMCI_CONFIG)")
     inspect.add_argument("--no-color", action="store_true", help="plain text (the default when stdout is not a terminal)")
     inspect.add_argument("--color", action="store_true", help="colour even when stdout is not a terminal")
     inspect.add_argument("--json", action="store_true", help="print the admin API's JSON instead")
@@ -132,11 +134,15 @@ def doctor(args: argparse.Namespace) -> int:
 def inspect_prompt(args: argparse.Namespace) -> int:
     from proxy import prompt_view
 
-    if not args.admin_key:
+    settings = load_settings(overrides={"config": args.config})
+    admin_key = args.admin_key or settings.admin_key
+    host = "127.0.0.1" if settings.host in ("", "0.0.0.0", "::") else settings.host
+    url = args.url or f"http://{host}:{settings.port}"
+    if not admin_key:
         print("memci-proxy inspect: the admin key is needed (--admin-key or MEMCI_ADMIN_KEY)", file=sys.stderr)
         return 2
     try:
-        view = prompt_view.fetch_prompt(args.url, args.conversation, args.admin_key)
+        view = prompt_view.fetch_prompt(url, args.conversation, admin_key)
     except prompt_view.InspectError as exc:
         print(f"memci-proxy inspect: {exc}", file=sys.stderr)
         return 1

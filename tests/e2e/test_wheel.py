@@ -3,23 +3,18 @@ a fresh virtualenv, and its own `memci-proxy` migrates the embedded database, se
 through the emulator, from a directory with no checkout in sight.
 
 Offline and quick: the wheel is built with --no-build-isolation (setuptools and wheel are test extras) and installed
-with --no-deps; the new virtualenv reaches the dependencies through a .pth line naming this interpreter's
-site-packages (a .pth line adds a directory to sys.path without running the .pth files inside it, so this
-checkout's editable install stays out of reach; the test checks that `proxy` is the wheel's).
+with --no-deps into a virtualenv that reaches the dependencies through a .pth line (tests/e2e/fresh_install.py);
+the test checks that `proxy` is the wheel's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import site
 import subprocess
 import sys
 import tempfile
 import time
-import venv
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,12 +22,11 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.proxyproc import REPO, free_port, wait_http
+from tests.e2e.fresh_install import copy_source, new_venv, running
+from tests.e2e.proxyproc import free_port
 
 pytestmark = pytest.mark.slow
 
-SOURCE_IGNORE = shutil.ignore_patterns(".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", "*.pyc",
-                                       ".pytest_cache", ".hypothesis", ".memci", "tests", "loadtests", "docs")
 
 
 @pytest.fixture(scope="module")
@@ -40,21 +34,15 @@ def installed() -> Iterator[Path]:
     """A fresh virtualenv with the built wheel installed; yields its directory."""
     work = Path(tempfile.mkdtemp(prefix="memci-wheel-"))
     try:
-        source = work / "src"
-        shutil.copytree(REPO, source, ignore=SOURCE_IGNORE)
+        source = copy_source(work / "src")
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                         "--wheel-dir", str(work / "dist"), str(source)], check=True, cwd=work)
         wheels = list((work / "dist").glob("memci_proxy-*.whl"))
         assert len(wheels) == 1, wheels
         shutil.rmtree(source)  # nothing of the checkout is left next to the install
-        env_dir = work / "venv"
-        venv.create(env_dir, with_pip=False)
-        python = env_dir / "bin" / "python"
-        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                        "--no-index", str(wheels[0])], check=True, cwd=work)
-        purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 check=True, capture_output=True, text=True).stdout.strip()
-        (Path(purelib) / "memci_test_dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+        env_dir = new_venv(work / "venv")
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "-q",
+                        "--no-deps", "--no-index", str(wheels[0])], check=True, cwd=work)
         yield env_dir
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -74,25 +62,8 @@ def clean_env(home: Path) -> dict[str, str]:
     return env
 
 
-@contextlib.contextmanager
-def started(env_dir: Path, args: list[str], health: str, env: dict[str, str], log: Path) -> Iterator[None]:
-    with log.open("ab") as out:
-        proc = subprocess.Popen([str(env_dir / "bin" / "memci-proxy"), *args], cwd=env_dir, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        try:
-            wait_http(health, proc, 180)
-        except Exception:
-            raise AssertionError(f"{args[0]} did not start:\n{log.read_text(errors='replace')[-4000:]}") from None
-        yield
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+def started(env_dir: Path, args: list[str], health: str, env: dict[str, str], log: Path):
+    return running([str(env_dir / "bin" / "memci-proxy"), *args], env_dir, env, log, [health])
 
 
 def test_the_installed_package_is_the_wheel_with_its_data(installed: Path) -> None:
