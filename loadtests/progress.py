@@ -1,7 +1,7 @@
 """Progress of the long commands (cache_bench, eval_recall, soak, locust_compare), on stderr.
 
 On a terminal (or with --progress) a bar redrawn in place: label, bar, done/total, rate, time left. Elsewhere
-(CI logs, files) plain lines, one per tenth of the work, so a log stays readable. stdout stays for results.
+(CI logs, files) plain lines, at most one per tenth of the work and every two seconds, so a log stays readable. stdout stays for results.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import time
 from typing import TextIO
 
 WIDTH = 28
+PLAIN_EVERY_S = 2.0  # plain lines: at most one per tenth of the work and per this many seconds (and the last)
 
 
 def add_argument(parser: argparse.ArgumentParser) -> None:
@@ -57,8 +58,9 @@ class Progress:
                 self.stream.flush()
         elif self.total:
             step = 10 * done // self.total
-            if step != self._last_step and step > 0:
-                self._last_step = step
+            now = self.clock()
+            if step != self._last_step and step > 0 and (now - self._last_draw >= PLAIN_EVERY_S or done >= self.total):
+                self._last_step, self._last_draw = step, now
                 self.stream.write(self.line() + "\n")
                 self.stream.flush()
 
@@ -84,3 +86,33 @@ class Progress:
             self.stream.write(self.line() + "\n")
             self.stream.flush()
         self._last_step = 10
+
+
+class Silent(Progress):
+    """No output: what library callers (tests) get when they ask for no progress."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(None, "", bars=False)
+
+    def update(self, done: int) -> None:
+        self.done = done
+
+    def close(self) -> None:
+        pass
+
+
+def progress(total: int | None, label: str, bars: bool | None, unit: str = "") -> Progress:
+    """A bar (bars True), plain lines (False), or nothing (None: a library call)."""
+    return Silent() if bars is None else Progress(total, label, bars=bars, unit=unit)
+
+
+def seconds_of(duration: str) -> int:
+    """Locust's run time ('90', '30s', '3m', '1h30m') in seconds."""
+    total, number = 0, ""
+    for char in duration.strip():
+        if char.isdigit():
+            number += char
+        else:
+            total += int(number or 0) * {"s": 1, "m": 60, "h": 3600}[char]
+            number = ""
+    return total + int(number or 0)

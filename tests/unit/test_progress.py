@@ -8,11 +8,11 @@ from loadtests.progress import Progress, bars_wanted
 
 
 class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
+    def __init__(self, step: float = 0.5) -> None:
+        self.now, self.step = 0.0, step
 
     def __call__(self) -> float:
-        self.now += 0.5
+        self.now += self.step
         return self.now
 
 
@@ -23,13 +23,22 @@ class Tty(io.StringIO):
 
 def test_plain_lines_off_a_terminal_one_per_tenth() -> None:
     out = io.StringIO()
-    with Progress(50, "chat: proxy", stream=out, unit="requests", clock=Clock()) as p:
+    with Progress(50, "chat: proxy", stream=out, unit="requests", clock=Clock(3.0)) as p:
         for _ in range(50):
             p.advance()
     lines = out.getvalue().splitlines()
     assert "\r" not in out.getvalue()
     assert len(lines) == 10
     assert lines[0].startswith("chat: proxy: 5/50 requests (10%") and lines[-1].startswith("chat: proxy: 50/50 requests (100%")
+
+
+def test_a_quick_loop_off_a_terminal_prints_its_last_line_only() -> None:
+    out = io.StringIO()
+    with Progress(50, "search", stream=out, clock=Clock(0.01)) as p:
+        for _ in range(50):
+            p.advance()
+    assert out.getvalue().splitlines() == [out.getvalue().splitlines()[-1]]
+    assert out.getvalue().startswith("search: 50/50 (100%")
 
 
 def test_a_bar_redrawn_in_place_on_a_terminal() -> None:
