@@ -60,19 +60,27 @@ def check_upstream(settings: Settings, report: Report, api_key: str = "", model:
     return facts
 
 
-def _check_one_upstream(client: httpx.Client, url: str, report: Report, model: str) -> UpstreamFacts | None:
+def _call(client: httpx.Client, report: Report, method: str, url: str, **kwargs: Any) -> dict[str, Any] | None:
+    """The JSON answer of one upstream request, or None after a FAIL line saying what went wrong."""
     try:
-        response = client.get(url + "/models")
+        response = client.request(method, url, **kwargs)
     except httpx.HTTPError as exc:
         report.add("FAIL", f"upstream {url}: unreachable ({type(exc).__name__}: {exc})")
         return None
     if response.status_code != 200:
-        report.add("FAIL", f"upstream {url}/models: HTTP {response.status_code} {response.text[:200]}")
+        report.add("FAIL", f"upstream {url}: HTTP {response.status_code} {response.text[:200]}")
         return None
-    data = _json(response).get("data") or []
-    facts = UpstreamFacts(models=[str(m.get("id")) for m in data if isinstance(m, dict)])
+    return _json(response)
+
+
+def _check_one_upstream(client: httpx.Client, url: str, report: Report, model: str) -> UpstreamFacts | None:
+    listed = _call(client, report, "GET", url + "/models")
+    if listed is None:
+        return None
+    data = [m for m in listed.get("data") or [] if isinstance(m, dict)]
+    facts = UpstreamFacts(models=[str(m.get("id")) for m in data])
     for m in data:
-        value = m.get("max_model_len") or m.get("context_length") or m.get("max_context_length") if isinstance(m, dict) else None
+        value = m.get("max_model_len") or m.get("context_length") or m.get("max_context_length")
         if isinstance(value, int) and value > 0:
             facts.max_model_len = value
             break
@@ -86,15 +94,10 @@ def _check_one_upstream(client: httpx.Client, url: str, report: Report, model: s
     body = {"model": chosen, "messages": [{"role": "user", "content": PROBE_TEXT}], "max_tokens": 1}
     usages = []
     for _ in range(2):  # the second request repeats the first: its prefix is cached if caching works
-        try:
-            answer = client.post(url + "/chat/completions", json=body)
-        except httpx.HTTPError as exc:
-            report.add("FAIL", f"upstream {url}: chat request failed ({type(exc).__name__}: {exc})")
+        answer = _call(client, report, "POST", url + "/chat/completions", json=body)
+        if answer is None:
             return facts
-        if answer.status_code != 200:
-            report.add("FAIL", f"upstream {url}/chat/completions: HTTP {answer.status_code} {answer.text[:200]}")
-            return facts
-        usages.append(_json(answer).get("usage") or {})
+        usages.append(answer.get("usage") or {})
     prompt_tokens = usages[-1].get("prompt_tokens")
     details = usages[-1].get("prompt_tokens_details") or {}
     if "cached_tokens" in details and details["cached_tokens"] is not None:
