@@ -38,12 +38,15 @@ def plot_workload(path: Path, title: str, rows: Sequence[Any], budget: int) -> P
     for row in rows:
         numbers, hit, largest = per_request(row.records)
         hits.plot(numbers, hit, label=f"{row.strategy} ({row.hit_rate:.3f})", linewidth=1)
-        sizes.plot(numbers, largest, label=row.strategy, linewidth=1)
+        peak = max((x for x in largest if x == x), default=0.0)  # NaN != NaN
+        clipped = f" (up to {peak:,.0f}, off the top)" if peak > 1.5 * budget else ""
+        sizes.plot(numbers, largest, label=row.strategy + clipped, linewidth=1)
     sizes.axhline(budget, color="black", linestyle="--", linewidth=0.8, label=f"budget {budget:,}")
     hits.set_ylabel("prefix-cache hit rate")
     hits.set_ylim(-0.02, 1.02)
     hits.set_title(title)
     hits.legend(loc="center right", fontsize=8, title="strategy (token-weighted hit rate)", title_fontsize=8)
+    sizes.set_ylim(0, 1.5 * budget)  # the bounded strategies' saw-teeth stay readable next to an unbounded one
     sizes.set_ylabel("largest upstream prompt (tokens)")
     sizes.set_xlabel("request (a chat's turns, an agent's steps)")
     sizes.legend(loc="upper left", fontsize=8)
