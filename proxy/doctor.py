@@ -119,29 +119,43 @@ def _json(response: httpx.Response) -> dict[str, Any]:
 
 
 def check_database(settings: Settings, report: Report) -> None:
-    from proxy.store.sql.migrate import current_revision, head_revision
-
-    if not settings.database_url:
-        path = settings.home_path / "pg"
-        try:
-            import pgserver  # noqa: F401  (the embedded PostgreSQL's wheel)
-        except ImportError as exc:
-            report.add("FAIL", f"database: embedded PostgreSQL unavailable ({exc}); set DATABASE_URL")
-            return
-        state = "exists" if path.exists() else "is created at the first start"
-        report.add("ok", f"database: embedded PostgreSQL under {path} ({state}; serve migrates it at start)")
+    if settings.database_url:
+        _check_schema(settings.database_url, redact(settings.database_url), report)
+        return
+    path = settings.home_path / "pg"
+    try:
+        from proxy.store.sql.embedded import start_embedded_postgres
+    except ImportError as exc:
+        report.add("FAIL", f"database: embedded PostgreSQL unavailable ({exc}); set DATABASE_URL")
+        return
+    if not path.exists():
+        report.add("ok", f"database: embedded PostgreSQL under {path}, created and migrated by serve at its first start")
+        return
+    try:  # joins the server a running proxy shares, or starts it; released (stopped if nobody else holds it) below
+        embedded = start_embedded_postgres(path)
+    except Exception as exc:
+        report.add("FAIL", f"database: embedded PostgreSQL under {path} does not start: {type(exc).__name__}: {exc}")
         return
     try:
-        current = current_revision(settings.database_url)
+        _check_schema(embedded.sync_url, f"embedded PostgreSQL under {path}", report)
+    finally:
+        embedded.stop()
+
+
+def _check_schema(url: str, name: str, report: Report) -> None:
+    from proxy.store.sql.migrate import current_revision, head_revision
+
+    try:
+        current = current_revision(url)
     except Exception as exc:  # any driver error is a failed check
-        report.add("FAIL", f"database {redact(settings.database_url)}: {type(exc).__name__}: {str(exc)[:200]}")
+        report.add("FAIL", f"database {name}: {type(exc).__name__}: {str(exc)[:200]}")
         return
     head = head_revision()
     if current == head:
-        report.add("ok", f"database {redact(settings.database_url)}: reachable, schema at {head}")
+        report.add("ok", f"database {name}: reachable, schema at {head}")
     else:
-        report.add("warn", f"database {redact(settings.database_url)}: reachable, schema at {current or 'nothing'}, "
-                           f"code expects {head} (run `memci-proxy migrate`; serve migrates at start)")
+        report.add("warn", f"database {name}: reachable, schema at {current or 'nothing'}, code expects {head} "
+                           "(run `memci-proxy migrate`; serve migrates at start)")
 
 
 def check_redis(settings: Settings, report: Report) -> None:

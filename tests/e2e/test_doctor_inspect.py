@@ -36,6 +36,16 @@ def test_doctor_passes_and_explains_against_the_emulator(pair, tmp_path) -> None
     assert out.rstrip().endswith("doctor: all checks passed")
 
 
+def test_doctor_checks_the_embedded_database_a_running_proxy_shares(pair, client_for) -> None:
+    result = cli("doctor", "--upstream", pair.emulator.base_url, env={"MEMCI_HOME": str(pair.proxy.home)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"database embedded PostgreSQL under {pair.proxy.home / 'pg'}: reachable, schema at" in result.stdout
+    # doctor released its handle only: the server the proxy shares still runs, and the proxy still answers
+    client = client_for(pair.proxy)
+    answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "still there?"}])
+    assert answer.choices[0].message.content
+
+
 def test_doctor_checks_an_external_database_and_redis(pair, migrated_db_url, redis_url, tmp_path) -> None:
     env = {"MEMCI_HOME": str(tmp_path), "DATABASE_URL": migrated_db_url, "REDIS_URL": redis_url}
     result = cli("doctor", "--upstream", pair.emulator.base_url, env=env)
