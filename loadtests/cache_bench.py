@@ -10,6 +10,9 @@ emulator without a context limit (it is the ceiling for the hit rate); the other
     python loadtests/cache_bench.py --quick               # 60 turns, 4k window
     python loadtests/cache_bench.py --workloads chat --turns 300 --proxy-env MEMCI_ACTIVE_LOW_WATERMARK=0.5
 
+Progress bars go to stderr (a terminal, or --progress); a PNG per workload (hit rate and prompt size per turn,
+every strategy) goes to --plots DIR (default loadtests/out/).
+
 With ``--upstream URL`` (a real SGLang server) every strategy uses that server and its cache is flushed
 between strategies (``POST /flush_cache``); figures then come from the responses' usage.
 """
@@ -32,7 +35,11 @@ if __package__ in (None, ""):
 import httpx
 
 from loadtests.baselines import PassThrough, SlidingWindow, Strategy, ThreeTier, estimate_tokens
+from loadtests import progress
 from loadtests.bench_servers import Upstream, emulator_upstream, external_upstream, proxy_server
+from loadtests.plots import DEFAULT_DIR as DEFAULT_PLOT_DIR
+from loadtests.plots import plot_workload
+from loadtests.progress import Progress, bars_wanted
 from loadtests.workloads import KINDS, Workload, make_workload
 from proxy.emulator.template import content_text, render_chat
 from proxy.emulator.tokenizer import Tokenizer
@@ -105,10 +112,11 @@ class Run:
     """One workload through one strategy: the client side of the conversation."""
 
     def __init__(self, workload: Workload, strategy: Strategy | None, upstream: Upstream, url: str, budget: int,
-                 calibrate: bool = True, model: str = "bench"):
+                 calibrate: bool = True, model: str = "bench", progress: Progress | None = None):
         self.workload, self.strategy, self.upstream, self.url, self.budget = workload, strategy, upstream, url, budget
         self.calibrate = calibrate
         self.model = model
+        self.progress = progress
         self.ratio = 1.0  # largest (reported prompt tokens / chars-4 estimate) seen so far
         self.tools_estimate = (len(json.dumps(list(workload.tools))) + 3) // 4 if workload.tools else 0
         self.history: list[dict] = [{"role": "system", "content": workload.system}]
@@ -131,6 +139,8 @@ class Run:
             while True:
                 record = self._request(index, turn.probe)
                 self.records.append(record)
+                if self.progress is not None:
+                    self.progress.advance()
                 message = record_message = self._last_message
                 if record.error:
                     record_message = {"role": "assistant", "content": f"(no answer: {record.error})"}
@@ -223,13 +233,15 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
                                  "three-tier": ThreeTier(), "proxy": None}[key]
     with (external_upstream(args.upstream) if args.upstream else emulator_upstream(window, workdir)) as upstream:
         started = time.perf_counter()
+        bar = Progress(workload.requests, f"{workload.name}: {key}", bars=bars_wanted(args.progress), unit="requests")
         if key == "proxy":
             env = dict(kv.split("=", 1) for kv in args.proxy_env)
-            with proxy_server(upstream.base_url, workdir / f"home-{workload.name}", env) as proxy_url:
-                records = Run(workload, None, upstream, proxy_url, budget, model=args.model).play()
+            with proxy_server(upstream.base_url, workdir / f"home-{workload.name}", env) as proxy_url, bar:
+                records = Run(workload, None, upstream, proxy_url, budget, model=args.model, progress=bar).play()
         else:
-            records = Run(workload, strategy, upstream, upstream.base_url, budget, not args.raw_estimate,
-                          args.model).play()
+            with bar:
+                records = Run(workload, strategy, upstream, upstream.base_url, budget, not args.raw_estimate,
+                              args.model, bar).play()
         elapsed = time.perf_counter() - started
         totals = upstream.totals()
     row = summarise({"proxy": "this proxy"}.get(key, strategy.name if strategy else key), records, budget,
@@ -309,6 +321,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="baselines trim by chars/4 alone (seed 002), not corrected by the upstream's counts")
     parser.add_argument("--model", default="bench", help="model name sent (a real server's served model)")
     parser.add_argument("--upstream", default=None, help="a real server's /v1 URL (SGLang); flushed between strategies")
+    parser.add_argument("--plots", default=str(DEFAULT_PLOT_DIR), metavar="DIR",
+                        help="write a PNG per workload here: hit rate and prompt size per turn, every strategy "
+                             "(default loadtests/out/; 'none': no plots)")
+    progress.add_argument(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.turns = args.turns or 60
@@ -325,9 +341,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             rows = []
             for key in [s.strip() for s in args.strategies.split(",") if s.strip()]:
-                print(f"# {kind}: {key} ...", file=sys.stderr, flush=True)
                 rows.append(run_strategy(key, workload, args, Path(tmp)))
             print(markdown(workload, rows, args.window), flush=True)
+            if args.plots != "none":
+                png = plot_workload(Path(args.plots) / f"cache_bench-{kind}.png",
+                                    f"{workload.name}: {len(workload.turns)} turns, window {args.window:,}", rows,
+                                    budget_of(args.window, workload.max_tokens))
+                if png is not None:
+                    print(f"plot: {png}", flush=True)
             for line in target_checks(workload, rows):
                 print(line, flush=True)
             for row in rows:

@@ -45,6 +45,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.evaldata import MadialBench, MadialDialogue, MemoryBankUser, load_madial_bench, load_memorybank
+from loadtests.progress import add_argument as add_progress_argument
+from loadtests.progress import bars_wanted, progress
 from proxy.recall.bm25 import DEFAULT_MIN_SCORE, BM25Index
 from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
 from proxy.recall.text import tokenize
@@ -185,6 +187,7 @@ def evaluate_madial(
     lexical_weight: float = 1.0,
     min_cosine: float | None = None,
     vector_query: str = "context",
+    bars: bool | None = None,
 ) -> dict[str, RetrievalMetrics]:
     """Metrics of lexical search (and of vector and fused search when ``embed`` is given).
 
@@ -195,7 +198,9 @@ def evaluate_madial(
     users = sorted({d.user_id for d in dialogues})
     indexes: dict[int, BM25Index] = {}
     memory_vectors: dict[int, dict[int, list[float]]] = {}
+    indexing = progress(len(users), f"{strategy}: indexing users' memories", bars, "users")
     for user_id in users:
+        indexing.advance()
         memories = bench.memories_of(user_id)
         index = BM25Index()
         for memory in memories:
@@ -204,13 +209,16 @@ def evaluate_madial(
         if embed is not None:
             vectors = embed([m.event for m in memories])
             memory_vectors[user_id] = {m.id: v for m, v in zip(memories, vectors, strict=True)}
+    indexing.close()
     query_texts = [vector_query_text(d, vector_query) for d in dialogues]
     query_vectors: list[list[float]] = embed(query_texts) if embed is not None else []
 
     rows: dict[str, list[tuple[float, float, float, float, float]]] = {"lexical": []}
     if embed is not None:
         rows["vector"], rows["fused"] = [], []
+    searching = progress(len(dialogues), f"{strategy}: searching", bars, "dialogues")
     for position, dialogue in enumerate(dialogues):
+        searching.advance()
         index = indexes[dialogue.user_id]
         lexical = index.search_weighted(build_query(dialogue, strategy), k=len(index), min_score=min_score)
         rows["lexical"].append(score_ranking([doc_id for doc_id, _ in lexical], dialogue.relevant_ids))
@@ -223,6 +231,7 @@ def evaluate_madial(
             )
             rows["vector"].append(score_ranking([doc_id for doc_id, _ in vector], dialogue.relevant_ids))
             rows["fused"].append(score_ranking([doc_id for doc_id, _ in fused], dialogue.relevant_ids))
+    searching.close()
     return {name: _mean_metrics(r) for name, r in rows.items()}
 
 
@@ -288,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-cosine", type=float, default=None, help="vector candidates below it are not fused")
     parser.add_argument("--vector-query", choices=VECTOR_QUERIES, default="context", help="text embedded as the query")
     parser.add_argument("--memorybank", action="store_true", help="print MemoryBank probing-question results")
+    add_progress_argument(parser)
     args = parser.parse_args(argv)
 
     if args.memorybank:
@@ -322,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                 lexical_weight=args.lexical_weight,
                 min_cosine=args.min_cosine,
                 vector_query=args.vector_query,
+                bars=bars_wanted(args.progress),
             )
             for name, metrics in results.items():
                 if position and name != "fused":

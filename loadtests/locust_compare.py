@@ -18,12 +18,15 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.bench_servers import REPO, emulator_upstream, proxy_server
+from loadtests.progress import Progress, bars_wanted, seconds_of
+from loadtests.progress import add_argument as add_progress_argument
 from loadtests.cache_bench import UNBOUNDED_WINDOW
 
 TARGETS = ("pass-through", "proxy", "proxy-passthrough", "sliding", "three-tier")
@@ -35,10 +38,20 @@ def run_locust(host: str, args: argparse.Namespace, strategy: str, workdir: Path
     env = {**os.environ, "LOCUST_TURNS": str(args.turns), "LOCUST_ANSWER_TOKENS": str(args.answer_tokens),
            "LOCUST_STRATEGY": strategy, "LOCUST_WINDOW": str(args.window), "LOCUST_SUMMARY_JSON": str(summary_path),
            "LOCUST_THINK_MIN": str(args.think[0]), "LOCUST_THINK_MAX": str(args.think[1])}
-    subprocess.run([sys.executable, "-m", "locust", "-f", "loadtests/locustfile.py", "--headless", "-u",
-                    str(args.users), "-r", str(args.spawn_rate), "-t", args.time, "--host", host, "--only-summary",
-                    "--csv", prefix, "--stop-timeout", "30"],
-                   cwd=REPO, env=env, check=False, timeout=3600, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    locust = subprocess.Popen([sys.executable, "-m", "locust", "-f", "loadtests/locustfile.py", "--headless", "-u",
+                               str(args.users), "-r", str(args.spawn_rate), "-t", args.time, "--host", host,
+                               "--only-summary", "--csv", prefix, "--stop-timeout", "30"],
+                              cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seconds = seconds_of(args.time)
+    started = time.monotonic()
+    with Progress(seconds, name, bars=bars_wanted(args.progress), unit="s") as bar:
+        while locust.poll() is None:
+            elapsed = time.monotonic() - started
+            if elapsed > 3600:
+                locust.kill()
+                raise TimeoutError(f"locust against {name} ran past an hour")
+            bar.update(min(seconds, int(elapsed)))
+            time.sleep(0.5)
     with open(prefix + "_stats.csv", newline="") as fh:
         rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(fh)}
     summary = json.loads(summary_path.read_text())
@@ -93,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-output-token", type=float, default=0.0)
     p.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", dest="json_out")
+    add_progress_argument(p)
     args = p.parse_args(argv)
     results = []
     with tempfile.TemporaryDirectory(prefix="locust-compare-") as tmp:

@@ -152,6 +152,8 @@ def deviation_pct(values: list[float]) -> float | None:
 
 
 def main() -> None:
+    from loadtests.progress import Progress, bars_wanted
+    from loadtests.progress import add_argument as add_progress_argument
     from proxy.emulator.config import EmulatorConfig
     from proxy.emulator.testing import running_emulator
     from tests.e2e.proxyproc import ProxyProcess
@@ -163,6 +165,7 @@ def main() -> None:
     parser.add_argument("--redis-down-s", type=float, default=5.0, help="how long Redis stays down midway")
     parser.add_argument("--sample-s", type=float, default=60.0, help="seconds between RSS samples (default: a minute)")
     parser.add_argument("--json", dest="json_out", help="write the report here too")
+    add_progress_argument(parser)
     args = parser.parse_args()
     seconds = int(args.minutes * 60)
 
@@ -186,8 +189,10 @@ def main() -> None:
             samples = [{"minute": 0.0, "rss_mb": rss_mb(proxy.proc.pid), "answered": 0, "failed": 0}]
             redis_restarted_at = None
             next_sample = args.sample_s
+            bar = Progress(seconds, f"soak, {args.users} users", bars=bars_wanted(args.progress), unit="s")
             while locust.poll() is None:
                 elapsed = time.monotonic() - started
+                bar.update(min(seconds, int(elapsed)))
                 if redis_restarted_at is None and elapsed >= seconds / 2:
                     print(f"[soak] {elapsed / 60:.1f} min: restarting Redis ({args.redis_down_s:g} s down)",
                           flush=True)
@@ -207,6 +212,7 @@ def main() -> None:
                           f"{answered} answered, {failed} failed, measured caches {sample['cache_mb']} MB", flush=True)
                     next_sample += args.sample_s
                 time.sleep(min(1.0, max(0.05, next_sample - elapsed)))
+            bar.close()
             time.sleep(2)  # the last streams' turns are stored
             answered, failed = ledger_counts(ledger)
             samples.append({"minute": round((time.monotonic() - started) / 60, 2), "rss_mb": rss_mb(proxy.proc.pid),

@@ -37,6 +37,25 @@ def build_parser() -> argparse.ArgumentParser:
     settings.add_argument("--config", help="TOML config file (env MEMCI_CONFIG)")
     settings.add_argument("--markdown", action="store_true", help="print docs/settings.md, generated from the code")
 
+    doctor = sub.add_parser("doctor", help="check the upstream, the database and Redis; say what the proxy will do and why")
+    doctor.add_argument("--config", help="TOML config file (env MEMCI_CONFIG)")
+    doctor.add_argument("--upstream", dest="upstream_url", help="upstream OpenAI base URL (env MEMCI_UPSTREAM_URL)")
+    doctor.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", ""),
+                        help="key for the upstream probe when upstream_api_key is unset (env OPENAI_API_KEY)")
+    doctor.add_argument("--model", default="", help="model of the probe request (default: the upstream's first)")
+
+    inspect = sub.add_parser("inspect", help="print a conversation's last upstream prompt, its blocks coloured")
+    inspect.add_argument("conversation", help="conversation id (response header X-Memci-Conversation-Id)")
+    inspect.add_argument("--url", default=os.environ.get("MEMCI_URL", ""),
+                         help="the running proxy (env MEMCI_URL; default: host and port of the settings, "
+                              "http://127.0.0.1:8080 unless changed)")
+    inspect.add_argument("--admin-key", default="", help="the proxy's admin key (default: the setting admin_key, "
+                                                         "env MEMCI_ADMIN_KEY)")
+    inspect.add_argument("--config", help="TOML config file (env MEMCI_CONFIG)")
+    inspect.add_argument("--no-color", action="store_true", help="plain text (the default when stdout is not a terminal)")
+    inspect.add_argument("--color", action="store_true", help="colour even when stdout is not a terminal")
+    inspect.add_argument("--json", action="store_true", help="print the admin API's JSON instead")
+
     metrics = sub.add_parser("metrics", help="print the reference of the proxy's Prometheus metrics")
     metrics.add_argument("--markdown", action="store_true", help="as docs/metrics.md (the default and only format)")
     return parser
@@ -105,10 +124,41 @@ def show_settings(args: argparse.Namespace) -> int:
     return 0
 
 
+def doctor(args: argparse.Namespace) -> int:
+    from proxy import doctor as checks
+
+    settings = load_settings(overrides={"config": args.config, "upstream_url": args.upstream_url})
+    return checks.run(settings, api_key=args.api_key, model=args.model)
+
+
+def inspect_prompt(args: argparse.Namespace) -> int:
+    from proxy import prompt_view
+
+    settings = load_settings(overrides={"config": args.config})
+    admin_key = args.admin_key or settings.admin_key
+    host = "127.0.0.1" if settings.host in ("", "0.0.0.0", "::") else settings.host
+    url = args.url or f"http://{host}:{settings.port}"
+    if not admin_key:
+        print("memci-proxy inspect: the admin key is needed (--admin-key or MEMCI_ADMIN_KEY)", file=sys.stderr)
+        return 2
+    try:
+        view = prompt_view.fetch_prompt(url, args.conversation, admin_key)
+    except prompt_view.InspectError as exc:
+        print(f"memci-proxy inspect: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        sys.stdout.write(prompt_view.render_json(view))
+        return 0
+    color = args.color or (not args.no_color and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    sys.stdout.write(prompt_view.render(view, color=color))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet = args.command in ("doctor", "inspect")  # their output is the report, not the libraries' logs
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "serve":
             return serve(args)
@@ -119,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "migrate":
             return migrate(args)
+        if args.command == "doctor":
+            return doctor(args)
+        if args.command == "inspect":
+            return inspect_prompt(args)
         if args.command == "settings":
             return show_settings(args)
         if args.command == "metrics":

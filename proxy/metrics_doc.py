@@ -23,8 +23,8 @@ histograms `_bucket`, `_sum` and `_count`.
 
 The upstream's prefix-cache hit rate, token-weighted:
 `rate(memci_upstream_cached_tokens_total[5m]) / rate(memci_upstream_prompt_tokens_total[5m])`
-(recording rules in `prometheus-rules.yml`; a Grafana dashboard, `grafana/dashboards/memci.json`; both ship in the
-package's `config/` directory and `compose.yaml` wires them).
+(recording rules in `prometheus-rules.yml`; a Grafana dashboard, `grafana/dashboards/memci.json`; both are in the
+repository's `config/` directory, which `compose.yaml` mounts, and in the wheel under `proxy/_data/config/`).
 """
 
 

@@ -14,7 +14,9 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_CONFIG_FILE = Path(__file__).resolve().parent.parent / "config" / "default.toml"
+from proxy import package_data
+
+DEFAULT_CONFIG_FILE = package_data.path("config/default.toml")
 
 # Settings whose environment variable is not MEMCI_<NAME>.
 ENV_ALIASES: dict[str, str] = {

@@ -11,9 +11,14 @@ from loadtests.workloads import make_workload
 
 
 @pytest.fixture(scope="module")
-def chat_rows(tmp_path_factory) -> dict[str, dict]:
-    out = tmp_path_factory.mktemp("bench") / "bench.json"
-    assert cache_bench.main(["--quick", "--workloads", "chat", "--json", str(out)]) == 0
+def bench_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("bench")
+
+
+@pytest.fixture(scope="module")
+def chat_rows(bench_dir) -> dict[str, dict]:
+    out = bench_dir / "bench.json"
+    assert cache_bench.main(["--quick", "--workloads", "chat", "--json", str(out), "--plots", str(bench_dir / "plots")]) == 0
     data = json.loads(out.read_text())
     assert data["window"] == 4096
     return {row["strategy"]: row for row in data["workloads"]["chat"]}
@@ -59,3 +64,10 @@ def test_recall_probes_are_reported(chat_rows):
     probes = make_workload("chat", 60, 0).probes
     assert probes > 0
     assert chat_rows["pass-through"]["recall"] == f"{probes}/{probes}"
+
+
+def test_the_benchmark_draws_a_plot_per_workload(chat_rows, bench_dir):
+    plots = list((bench_dir / "plots").iterdir())
+    assert [p.name for p in plots] == ["cache_bench-chat.png"]
+    data = plots[0].read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000  # two panels of four strategies' lines

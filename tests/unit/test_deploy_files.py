@@ -308,6 +308,71 @@ def test_dockerfile_base_user_volume_and_healthcheck() -> None:
     assert any(word == "RUN" and re.search(r"pip (install|wheel)\b.*(\s\.$|\s\.\s|\.whl)", rest) for word, rest in instructions)
 
 
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    stages: list[list[tuple[str, str]]] = []
+    for word, rest in dockerfile_instructions():
+        if word == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((word, rest))
+    return stages
+
+
+def copy_sources(rest: str) -> list[str]:
+    words = [w for w in shlex.split(rest) if not w.startswith("--")]
+    return words[:-1]
+
+
+def test_dockerfile_builds_a_wheel_and_runs_it_without_the_source_tree() -> None:
+    from proxy import package_data
+
+    build, runtime = dockerfile_stages()[0], dockerfile_stages()[-1]
+    assert len(dockerfile_stages()) >= 2, "build the wheel in a builder stage"
+    build_runs = " ".join(rest for word, rest in build if word == "RUN")
+    assert re.search(r"pip wheel\b.*\s\.(\s|$)", build_runs), "the builder stage builds the wheel"
+    assert re.search(r"pip install\s+\S*\.whl", build_runs), "the builder stage installs the built wheel"
+    assert "-e" not in shlex.split(build_runs), "an editable install would need the source tree at run time"
+    # the builder gets what the wheel is made of: the build hook, the package and the files it ships
+    copied = {src.rstrip("/").removeprefix("./") for word, rest in build if word == "COPY" for src in copy_sources(rest)}
+    for needed in ("pyproject.toml", "setup.py", "proxy"):
+        assert needed in copied, f"the builder stage does not copy {needed}"
+    for shipped in package_data.SHIPPED:
+        assert any(shipped == c or shipped.startswith(c + "/") for c in copied), f"the wheel would lack {shipped}"
+    for source in copied:
+        assert (ROOT / source).exists(), f"the Dockerfile copies {source}, which does not exist"
+    # the runtime stage copies only the installed virtualenv, never the checkout
+    runtime_copies = [rest for word, rest in runtime if word == "COPY"]
+    assert runtime_copies and all(rest.startswith("--from=") for rest in runtime_copies), runtime_copies
+    assert any(word == "RUN" and "is_checkout()" in rest for word, rest in runtime), "check the wheel's data at build"
+
+
+def test_the_sdist_and_the_image_carry_the_shipped_files() -> None:
+    from proxy import package_data
+
+    manifest = (ROOT / "MANIFEST.in").read_text(encoding="utf-8")
+    included = set()
+    for line in manifest.splitlines():
+        words = line.split()
+        if words and words[0] in ("include", "graft"):
+            included |= set(words[1:])
+    for shipped in package_data.SHIPPED:
+        assert any(shipped == i or shipped.startswith(i + "/") for i in included), f"MANIFEST.in lacks {shipped}"
+        assert (ROOT / shipped).exists(), shipped
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()}
+    assert {".git", ".venv"} <= ignored
+    assert not any(shipped in ignored for shipped in package_data.SHIPPED)
+
+
+def test_package_data_finds_the_checkout_files_in_a_checkout() -> None:
+    from proxy import package_data
+    from proxy.settings import DEFAULT_CONFIG_FILE
+    from proxy.store.sql.migrate import MIGRATIONS_DIR
+
+    assert package_data.is_checkout()
+    assert DEFAULT_CONFIG_FILE == ROOT / "config" / "default.toml"
+    assert MIGRATIONS_DIR == ROOT / "migrations" and (MIGRATIONS_DIR / "env.py").is_file()
+
+
 def test_dockerfile_runs_the_console_script_with_a_known_subcommand() -> None:
     assert dockerfile_exec_form("ENTRYPOINT") == ["memci-proxy"]
     cmd = dockerfile_exec_form("CMD")

@@ -5,24 +5,22 @@ Synchronous: call it from a thread (``asyncio.to_thread``) inside an event loop.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
+from proxy import package_data
 from proxy.store.sql.urls import to_sync_url
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-MIGRATIONS_DIR = REPO_ROOT / "migrations"
-ALEMBIC_INI = REPO_ROOT / "alembic.ini"
+MIGRATIONS_DIR = package_data.path("migrations")  # the checkout's, or the wheel's copy
+ALEMBIC_INI = package_data.CHECKOUT / "alembic.ini"  # a checkout's (the `alembic` command's); a wheel runs without
 
 
 def alembic_config(database_url: str) -> Config:
     """An Alembic Config pointing at this project's migrations and ``database_url``."""
-    config = Config(str(ALEMBIC_INI)) if ALEMBIC_INI.exists() else Config()
+    config = Config(str(ALEMBIC_INI)) if package_data.is_checkout() and ALEMBIC_INI.exists() else Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.attributes["database_url"] = database_url
     return config

@@ -1,0 +1,134 @@
+"""`memci-proxy inspect <conversation>`: the conversation's last upstream prompt, read from the admin API
+(`GET /memci/conversations/{id}/prompt`), printed with its blocks coloured in the terminal (ANSI; plain text
+with --no-color, and when stdout is not a terminal). Each message is headed by its index, role and block; the
+leading system message is split into B1 (the client's system prompt), B2a (profile) and B4 (summary and
+contents page), and the proxy's per-turn `<memci-context>` block is marked inside the latest user message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from proxy.engine.layout import VOLATILE_CLOSE as CONTEXT_CLOSE
+from proxy.engine.layout import VOLATILE_OPEN as CONTEXT_OPEN
+
+RESET = "\x1b[0m"
+COLORS = {
+    "B1": "\x1b[34m",  # blue: the client's system prompt, verbatim
+    "B2a": "\x1b[35m",  # magenta: profile
+    "B4": "\x1b[36m",  # cyan: summary and contents page
+    "B6": "",  # the active pages, verbatim: plain
+    "recall": "\x1b[32m",  # green: recall exchanges spliced back into B6
+    "context": "\x1b[33m",  # yellow: the per-turn block (B3 task state, B2b intent, B5 memory)
+    "passthrough": "\x1b[31m",  # red: over budget, the request went upstream unchanged
+    "head": "\x1b[1m",
+    "dim": "\x1b[2m",
+}
+LEGEND = ("B1 client system prompt", "B2a profile", "B4 summary + contents page", "B6 active pages verbatim",
+          "recall exchanges", "context: per-turn block (B3/B2b/B5)")
+
+
+class InspectError(Exception):
+    pass
+
+
+def fetch_prompt(url: str, conversation: str, admin_key: str, timeout: float = 10.0) -> dict[str, Any]:
+    """The admin API's view of the conversation's last upstream prompt (raises InspectError with its message)."""
+    endpoint = f"{url.rstrip('/')}/memci/conversations/{conversation}/prompt"
+    try:
+        response = httpx.get(endpoint, headers={"Authorization": f"Bearer {admin_key}"}, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise InspectError(f"{endpoint}: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        try:
+            message = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = response.text[:300]
+        raise InspectError(f"{endpoint}: HTTP {response.status_code}: {message}")
+    return response.json()
+
+
+def paint(text: str, block: str, color: bool) -> str:
+    code = COLORS.get(block, "")
+    return f"{code}{text}{RESET}" if color and code and text else text
+
+
+def content_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+            elif isinstance(part, dict):
+                parts.append(f"[{part.get('type', 'part')}]")
+        text = "\n".join(parts)
+    else:
+        text = ""
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        text += f"\n-> {function.get('name')}({function.get('arguments', '')})"
+    return text
+
+
+def block_of(index: int, blocks: list[dict[str, Any]]) -> str:
+    names = [b["name"] for b in blocks if b["start"] <= index < b["end"] and "chars" not in b]
+    for preferred in ("passthrough", "tail", "B6"):
+        if preferred in names:
+            return preferred
+    return names[0] if names else "B6"
+
+
+def render(view: dict[str, Any], color: bool = True, recall_tool: str = "recall") -> str:
+    messages = view.get("messages") or []
+    blocks = view.get("blocks") or []
+    out = [paint(f"conversation {view.get('conversation_id')}  epoch {view.get('epoch')}  "
+                 f"{len(messages)} messages upstream", "head", color)]
+    pages = view.get("pages") or []
+    if pages:
+        states: dict[str, int] = {}
+        for page in pages:
+            states[page["state"]] = states.get(page["state"], 0) + 1
+        out.append(paint("pages: " + ", ".join(f"{n} {s}" for s, n in states.items()), "dim", color))
+    out.append("legend: " + "  ".join(paint(text, text.split()[0].rstrip(":"), color) for text in LEGEND))
+    recall_ids: set[str] = set()
+    for index, message in enumerate(messages):
+        role = message.get("role", "?")
+        text = content_text(message)
+        char_blocks = [b for b in blocks if "chars" in b and b["start"] <= index < b["end"]]
+        if char_blocks:  # the leading system message: B1, B2a, B4 by character ranges
+            out.append(paint(f"[{index}] {role}  " + " + ".join(b["name"] for b in char_blocks), "head", color))
+            raw = message.get("content") if isinstance(message.get("content"), str) else text
+            position = 0
+            for b in sorted(char_blocks, key=lambda b: b["chars"][0]):
+                start, end = b["chars"]
+                if start > position:
+                    out.append(paint(raw[position:start], "B1", color))
+                out.append(paint(raw[start:end], b["name"], color))
+                position = max(position, end)
+            if position < len(raw):
+                out.append(raw[position:])
+            continue
+        block = block_of(index, blocks)
+        calls = [c for c in message.get("tool_calls") or [] if (c.get("function") or {}).get("name") == recall_tool]
+        recall_ids |= {c.get("id") for c in calls}
+        is_recall = bool(calls) or (role == "tool" and message.get("tool_call_id") in recall_ids)
+        label = "recall" if is_recall else ("context" if block == "tail" else block)
+        shown_block = "B6 + context" if block == "tail" else ("B6 recall" if is_recall else block)
+        out.append(paint(f"[{index}] {role}  {shown_block}", "head", color))
+        if block == "tail" and CONTEXT_OPEN in text:
+            before, _, rest = text.partition(CONTEXT_OPEN)
+            inside, _, after = rest.partition(CONTEXT_CLOSE)
+            out.append(before + paint(CONTEXT_OPEN + inside + CONTEXT_CLOSE, "context", color) + after)
+        else:
+            out.append(paint(text, "recall" if is_recall else ("B6" if label == "context" else label), color))
+    return "\n".join(out) + "\n"
+
+
+def render_json(view: dict[str, Any]) -> str:
+    return json.dumps(view, ensure_ascii=False, indent=2) + "\n"

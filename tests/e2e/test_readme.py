@@ -1,0 +1,94 @@
+"""The README's own steps, run from its code blocks as a new user runs them, from a fresh copy of the repository:
+install and serve, the emulator, doctor, the SDK snippet's first answer, and inspect's view of what the proxy
+sent upstream. Only the ports are substituted (and the conversation id that the snippet prints, where the README
+says to paste it); pip runs offline (tests/e2e/fresh_install.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.fresh_install import OFFLINE_PIP, copy_source, new_venv, python3_on_path, running
+from tests.e2e.proxyproc import REPO, free_port
+
+BLOCK = re.compile(r"<!-- readme-test: (?P<name>[\w-]+) -->\s*```(?P<lang>\w+)\n(?P<code>.*?)```", re.S)
+STEPS = ["install-and-serve", "emulator-and-serve", "doctor", "sdk", "inspect"]
+
+
+def readme_blocks() -> dict[str, tuple[str, str]]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    return {m["name"]: (m["lang"], m["code"]) for m in BLOCK.finditer(text)}
+
+
+def test_the_readme_marks_every_step_it_runs() -> None:
+    blocks = readme_blocks()
+    assert list(blocks) == STEPS, "the README's tested blocks, in the order a new user runs them"
+    assert {lang for lang, _ in blocks.values()} == {"sh", "python"}
+    assert "pip install ." in blocks["install-and-serve"][1] and "-e ." not in blocks["install-and-serve"][1]
+
+
+@pytest.mark.slow
+def test_the_readme_steps_work_from_a_fresh_clone() -> None:
+    work = Path(tempfile.mkdtemp(prefix="memci-readme-"))
+    try:
+        run_the_readme(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_the_readme(work: Path) -> None:
+    clone = copy_source(work / "clone")
+    new_venv(clone / ".venv", with_pip=True)  # the README's `python3 -m venv .venv` then finds it in place
+    emulator_port, proxy_port = free_port(), free_port()
+    blocks = {name: code.replace("30000", str(emulator_port)).replace("8080", str(proxy_port))
+              for name, (_, code) in readme_blocks().items()}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MEMCI_", "PIP_")) and k not in ("DATABASE_URL", "REDIS_URL", "VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(OFFLINE_PIP)
+    env.update({"PATH": f"{python3_on_path(work / 'bin')}:{env.get('PATH', '')}", "MEMCI_HOME": str(work / "home"),
+                "MEMCI_PORT": str(proxy_port)})  # the proxy's default port, 8080, may be taken on this machine
+    proxy_url, emulator_url = f"http://127.0.0.1:{proxy_port}", f"http://127.0.0.1:{emulator_port}"
+
+    def sh(name: str, extra: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", blocks[name]], cwd=clone, env={**env, **(extra or {})},
+                              capture_output=True, text=True, timeout=timeout)
+
+    # 1. install and serve (nothing answers upstream yet: the proxy serves all the same)
+    with running(["bash", "-c", blocks["install-and-serve"]], clone, env, work / "install.log",
+                 [proxy_url + "/health"], timeout=600):
+        pass
+    assert (clone / ".venv" / "bin" / "memci-proxy").exists()
+
+    # 2. the emulator and the proxy with an admin key
+    with running(["bash", "-c", blocks["emulator-and-serve"]], clone, env, work / "serve.log",
+                 [emulator_url + "/health", proxy_url + "/health"]):
+        # 3. doctor
+        doctor = sh("doctor")
+        assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+        assert "reports cached_tokens" in doctor.stdout and "doctor: all checks passed" in doctor.stdout
+
+        # 4. the SDK snippet: the first answer, and the conversation id it prints
+        snippet = work / "snippet.py"
+        snippet.write_text(blocks["sdk"], encoding="utf-8")
+        sdk = subprocess.run([str(clone / ".venv" / "bin" / "python"), str(snippet)], cwd=clone, env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert sdk.returncode == 0, sdk.stderr
+        lines = sdk.stdout.strip().splitlines()
+        assert len(lines) >= 2 and lines[0].strip(), sdk.stdout
+        assert lines[-1].startswith("conversation: ")
+        conversation = lines[-1].removeprefix("conversation: ").strip()
+
+        # 5. what the proxy sent upstream
+        assert "CONVERSATION=..." in blocks["inspect"]
+        blocks["inspect"] = blocks["inspect"].replace("CONVERSATION=...", f"CONVERSATION={conversation}")
+        inspect = sh("inspect")
+        assert inspect.returncode == 0, inspect.stderr
+        assert f"conversation {conversation}" in inspect.stdout
+        assert "[0] system  B1" in inspect.stdout and "You are helpful." in inspect.stdout
+        assert "Hello! What can you do?" in inspect.stdout
