@@ -33,7 +33,7 @@ import httpx
 
 from loadtests.baselines import PassThrough, SlidingWindow, Strategy, ThreeTier, estimate_tokens
 from loadtests.bench_servers import Upstream, emulator_upstream, external_upstream, proxy_server
-from loadtests.workloads import KINDS, Workload, make_workload
+from loadtests.workloads import KINDS, Workload, make_workload, user_content
 from proxy.emulator.template import content_text, render_chat
 from proxy.emulator.tokenizer import Tokenizer
 
@@ -126,7 +126,7 @@ class Run:
 
     def play(self) -> list[RequestRecord]:
         for index, turn in enumerate(self.workload.turns):
-            self._append({"role": "user", "content": turn.user})
+            self._append({"role": "user", "content": user_content(turn)})
             results = list(turn.tool_results)
             while True:
                 record = self._request(index, turn.probe)
