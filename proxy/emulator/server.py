@@ -75,6 +75,7 @@ class EmulatorApp:
             ("POST", "/v1/chat/completions"): self._chat_completions,
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/embeddings"): self._embeddings,
+            ("POST", "/tokenize"): self._tokenize,
             ("GET", "/v1/models"): self._models,
             ("GET", "/health"): self._health,
             ("GET", "/health_generate"): self._health,
@@ -200,6 +201,21 @@ class EmulatorApp:
         reply = embeddings_body(body, self.config.embedding_dim, self.config.model, self.state.tokenizer.count)
         self.state.totals.embeddings += 1
         await _send_json(send, 200, reply)
+
+    async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """SGLang's and vLLM's POST /tokenize: {"prompt": str | [str]} -> {"tokens", "count", "max_model_len"}."""
+        body = _decode_body(await _read_body(receive))
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        tokenizer = self.state.tokenizer
+        if isinstance(prompt, str):
+            tokens: list = tokenizer.encode(prompt)
+            count = len(tokens)
+        elif isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+            tokens = [tokenizer.encode(p) for p in prompt]
+            count = [len(t) for t in tokens]
+        else:
+            raise bad_request("'prompt' must be a string or a list of strings", param="prompt")
+        await _send_json(send, 200, {"tokens": tokens, "count": count, "max_model_len": self.config.max_model_len})
 
     # --- information and inspection -------------------------------------------------------------
 

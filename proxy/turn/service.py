@@ -22,7 +22,7 @@ from proxy.blobs import make_blob_store
 from proxy.engine import (
     ConversationState, EngineConfig, Plan, TurnInput, add_hidden, observe_usage, plan, record_recall,
 )
-from proxy.engine.learner import LearnedCounter, ModelCounts, request_features
+from proxy.engine.learner import LearnedCounter
 from proxy.metrics import Metrics
 from proxy.recall.loop import prepare_rounds
 from proxy.recall.resolver import RecallContext, RecallResolver
@@ -44,7 +44,7 @@ from proxy.turn.volatile import VolatileContext
 from proxy.turn.window import ContextWindow
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
 from proxy.turn.memos import register_process_memos
-from proxy.engine.tokens import make_counter
+from proxy.turn.counting import TurnCounts
 from proxy.vision import intake_images, make_describer
 from proxy.wire.errors import ProxyError
 
@@ -60,8 +60,8 @@ class TurnService:
         self.exchange = exchange
         self.store = store
         self.memory = memory  # proxy.workers.runner.MemoryWorker when the memory workers run
-        self.counter = make_counter(s.tokenizer_file)  # the base count; per model, learned from the upstream's
-        self.counts = ModelCounts(s.count_models_max)     # reported prompt_tokens (proxy.engine.learner)
+        self.counts = TurnCounts(settings, exchange.client, metrics)  # base counts; per model, learned ones
+        self.counter = self.counts.base
         register_process_memos()  # the engine's and the search's memos, in memci_cache_*
         self.window = ContextWindow(settings, exchange.client)
         vectors = build_page_vectors(store.repo, s.embeddings_url, s.upstream_url, s.embeddings_model,
@@ -95,6 +95,7 @@ class TurnService:
         await self.resolver.close()
         await self.describer.close()
         await self.blobs.close()
+        await self.counts.close()
 
     def _config(self, window: int) -> EngineConfig:
         config = self._configs.get(window)
@@ -211,17 +212,13 @@ class TurnService:
                                               messages)
         memory = self.memory
         model = data.get("model") if isinstance(data.get("model"), str) else ""
-        counter = self.counts.counter(model, self.counter)
+        counter = await self.counts.counter_for(model, system, messages, known_prefix)
         tools_json = _encode(tools).decode() if tools else ""
-        if isinstance(counter, LearnedCounter):
-            tools_tokens = counter.count_tools(tools_json)
-        else:
-            tools_tokens = counter.count_text(tools_json) if tools else 0
         turn_input = TurnInput(
             summary=await memory.latest_summary(tenant, conversation_id) if memory and state is not None else "",
             profile=await memory.latest_profile(tenant) if memory is not None else "",
             intent=volatile.intent, memory=volatile.memory, system=system, messages=messages,
-            tools_tokens=tools_tokens,
+            tools_tokens=self.counts.tools_tokens(counter, tools_json),
             max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
             raw_messages=call.raw_messages, image_descriptions=self.describer.for_tenant(tenant),  # its own only
         )
@@ -234,9 +231,8 @@ class TurnService:
         self.lookup.remember(tenant, messages, conversation_id)
         redo = Redo(turn_input, config, fingerprints, len(messages) - 1, counter=counter)
         rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints)
-        features = None if result.over_budget else request_features(result.messages, tools_json, self.counter)
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
-                    features=features, learned=isinstance(counter, LearnedCounter))
+                    features=self.counts.features(result, tools_json), learned=isinstance(counter, LearnedCounter))
 
     async def _intake_images(self, result: Plan, tenant: str, conversation_id: str) -> None:
         """New messages' data: images to the blob store (once per hash), descriptions started; the entries
@@ -344,7 +340,7 @@ class TurnService:
                 try:
                     state = observe_usage(state, prompt, cached if isinstance(cached, int) else None,
                                           turn.plan.estimated_tokens, time.time(), floor=1.0 if turn.learned else 0.0)
-                    self._learn_counts(turn, prompt)
+                    self.counts.learn(turn.model, turn.features, turn.plan, prompt)
                 except Exception:
                     log.exception("usage feedback failed")
                     self.metrics.engine_errors.labels("feedback").inc()
@@ -383,14 +379,6 @@ class TurnService:
             state = record_recall(state, redo.recalled)
             rows.pages.update(page_rows(state, redo.recalled))
         return state, rows
-
-    def _learn_counts(self, turn: Turn, reported: int) -> None:
-        """The model's counts learn from the upstream's prompt_tokens; the metric keeps the plan's estimate error."""
-        estimated = turn.plan.estimated_tokens
-        if estimated > 0 and not turn.plan.over_budget:
-            self.metrics.estimate_error.observe((estimated - reported) / reported)
-        if turn.features is not None:
-            self.counts.observe(turn.model, turn.features, reported)
 
     # ------------------------------------------------------------------------------------------------------------
     async def _fallback(self, call: ChatCall, system: list[dict[str, Any]], messages: list[dict[str, Any]]) -> Answer:
