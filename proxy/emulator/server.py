@@ -123,10 +123,12 @@ class EmulatorApp:
             try:
                 plan = plan_chat(state, body)
             except ErrorReply:
+                _log_headers(state, body, scope)
                 script_delay = _delay_of(body)
                 if script_delay:
                     await asyncio.sleep(script_delay)
                 raise
+            _log_headers(state, body, scope)
             script = plan.script
             if plan.stream:
                 events = chat_stream_events(plan, state.tokenizer, self.config.stream_chunk_tokens)
@@ -260,6 +262,15 @@ async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
         if message.get("type") == "http.disconnect":
             gone.set()
             return
+
+
+def _log_headers(state: EmulatorState, body: Any, scope: Scope) -> None:
+    """The request's own X-* headers (routing and affinity headers a proxy adds) go into its log record."""
+    if state.recent and state.recent[-1].get("body") is body:
+        state.recent[-1]["headers"] = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope.get("headers", ()) if name.lower().startswith(b"x-")
+        }
 
 
 def _delay_of(body: Any) -> float:
