@@ -294,7 +294,7 @@ def target_checks(workload: Workload, rows: list[Row]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", default="chat,chat-zh,agent,replay")
+    parser.add_argument("--workloads", default="chat,chat-zh,images,agent,replay")
     parser.add_argument("--strategies", default=",".join(STRATEGY_KEYS))
     parser.add_argument("--turns", type=int, default=None, help="user turns (agent: requests); default per workload")
     parser.add_argument("--window", type=int, default=8192)
