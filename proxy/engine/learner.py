@@ -4,9 +4,10 @@ The estimate (`tokens.EstimateCounter`) counts text by characters, an image at a
 overhead per message and the tools' JSON as text. The upstream knows better: every answer reports the
 prompt's `usage.prompt_tokens`. `CountLearner` fits, per model,
 
-    reported ~ a*text + b*images + c*tools + d*messages + e
+    reported ~ a*text + a'*exact + b*images + c*tools + d*messages + e
 
-(text, tools: the estimate's raw counts; images and messages: how many) by least squares with exponential
+(text, tools: the estimate's raw counts; exact: text an exact base counter knew, e.g. the upstream's /tokenize
+cache, kept apart because its cost per counted token differs from the estimate's; images and messages: how many) by least squares with exponential
 forgetting and a ridge prior at the flat costs, so the first observations move it gently and a model that
 never sends images keeps the flat image cost. `counter()` then counts with the learned costs, times a safety
 margin that grows with the fit's recent under-estimates: the estimate stays on the high side of the truth.
@@ -22,14 +23,14 @@ from typing import Any
 
 from .tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD, EstimateCounter, TokenCounter, message_texts
 
-FEATURES = ("text", "images", "tools", "messages", "bias")
-PRIOR = (1.0, float(IMAGE_TOKENS), 1.0, float(MESSAGE_OVERHEAD), 0.0)
+FEATURES = ("text", "exact", "images", "tools", "messages", "bias")
+PRIOR = (1.0, 1.0, float(IMAGE_TOKENS), 1.0, float(MESSAGE_OVERHEAD), 0.0)
 # Prior weights: the strength of the prior as the square of each feature's typical size, so that one
 # observation of a typical request weighs about as much as the prior on every coefficient.
-_TYPICAL = (2000.0, 2.0, 500.0, 20.0, 1.0)
+_TYPICAL = (2000.0, 2000.0, 2.0, 500.0, 20.0, 1.0)
 PRIOR_STRENGTH = 0.5
 FORGETTING = 0.97  # each older observation weighs 3% less: about the last 30 answers count
-BOUNDS = ((0.25, 4.0), (1.0, 8192.0), (0.25, 4.0), (0.0, 64.0), (0.0, 4096.0))
+BOUNDS = ((0.25, 4.0), (0.25, 4.0), (1.0, 8192.0), (0.25, 4.0), (0.0, 64.0), (0.0, 4096.0))
 MIN_OBSERVATIONS = 2
 MARGIN_BASE = 0.03  # the least safety margin on a learned count
 MARGIN_MAX = 0.5
@@ -44,21 +45,38 @@ class Features:
     images: int
     tools: int
     messages: int
+    exact: int = 0  # text counted by an exact base counter (not the estimate)
 
     def vector(self) -> tuple[float, ...]:
-        return (float(self.text), float(self.images), float(self.tools), float(self.messages), 1.0)
+        return (float(self.text), float(self.exact), float(self.images), float(self.tools), float(self.messages), 1.0)
+
+
+def split_count(base: TokenCounter, text: str) -> tuple[int, bool]:
+    """The base count of a text and whether it is exact (a base with `lookup`: a cache of exact counts)."""
+    lookup = getattr(base, "lookup", None)
+    if lookup is not None:
+        exact = lookup(text)
+        if exact is not None:
+            return exact, True
+    return base.count_text(text), False
 
 
 def request_features(messages: list[dict[str, Any]], tools_json: str = "",
-                     base: EstimateCounter | None = None) -> Features:
-    """The features of a request as sent upstream: raw estimate counts, images and messages."""
+                     base: TokenCounter | None = None) -> Features:
+    """The features of a request as sent upstream: base counts (estimated and exact apart), images and messages."""
     base = base or EstimateCounter()
-    text = images = 0
+    text = exact = images = 0
     for message in messages:
         texts, others = message_texts(message)
-        text += sum(base.count_text(t) for t in texts)
+        for t in texts:
+            count, is_exact = split_count(base, t)
+            if is_exact:
+                exact += count
+            else:
+                text += count
         images += others
-    return Features(text, images, base.count_text(tools_json) if tools_json else 0, len(messages))
+    tools = split_count(base, tools_json)[0] if tools_json else 0  # schema: one cost, exact or not
+    return Features(text, images, tools, len(messages), exact)
 
 
 def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:
@@ -137,15 +155,24 @@ class LearnedCounter:
 
     def __init__(self, base: TokenCounter, coefficients: tuple[float, ...], margin: float) -> None:
         self.base = base
-        self.text_cost, self.image_cost, self.tools_cost, self.message_cost, self.bias = coefficients
+        self.text_cost, self.exact_cost, self.image_cost, self.tools_cost, self.message_cost, self.bias = coefficients
         self.scale = 1.0 + margin
 
+    def _text(self, text: str) -> float:
+        count, exact = split_count(self.base, text)
+        return count * (self.exact_cost if exact else self.text_cost)
+
+    @property
+    def text_unit(self) -> float:
+        """Planned tokens per base-count token of text, at most (exact or estimated)."""
+        return max(self.text_cost, self.exact_cost) * self.scale
+
     def count_text(self, text: str) -> int:
-        return math.ceil(self.base.count_text(text) * self.text_cost * self.scale) if text else 0
+        return math.ceil(self._text(text) * self.scale) if text else 0
 
     def count_message(self, message: dict[str, Any]) -> int:
         texts, images = message_texts(message)
-        raw = self.text_cost * sum(self.base.count_text(t) for t in texts)
+        raw = sum(self._text(t) for t in texts if t)
         return math.ceil((raw + self.image_cost * images + self.message_cost) * self.scale)
 
     def count_tools(self, tools_json: str) -> int:

@@ -33,7 +33,7 @@ class TurnCounts:
         if not settings.tokenizer_file and settings.upstream_tokenize:
             self.tokenizer = UpstreamTokenCounter(upstream, settings.tokenize_cache_entries,
                                                   settings.tokenize_timeout_s, metrics)
-        self.base: TokenCounter = self.tokenizer or make_counter(settings.tokenizer_file)
+        self.base: TokenCounter = self.tokenizer if self.tokenizer is not None else make_counter(settings.tokenizer_file)
         self.models = ModelCounts(settings.count_models_max)
 
     async def counter_for(self, model: str, system: list[dict[str, Any]], messages: list[dict[str, Any]],
@@ -49,6 +49,11 @@ class TurnCounts:
         if isinstance(counter, LearnedCounter):
             return counter.count_tools(tools_json)
         return counter.count_text(tools_json) if tools_json else 0
+
+    @staticmethod
+    def text_unit(counter: TokenCounter | None) -> float:
+        """Planned tokens per base-count token of text (recall results are counted in base counts)."""
+        return counter.text_unit if isinstance(counter, LearnedCounter) else 1.0
 
     def features(self, result: Plan, tools_json: str) -> Features | None:
         return None if result.over_budget else request_features(result.messages, tools_json, self.base)

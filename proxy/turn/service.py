@@ -267,7 +267,8 @@ class TurnService:
                                            call.stream)
         out.body = _encode(body)
         self._remember_prompt(turn, len(out.body))
-        room = recall_room(turn.plan, turn.state, s.safety_margin * await self.window.tokens())
+        room = recall_room(turn.plan, turn.state, s.safety_margin * await self.window.tokens(),
+                           self.counts.text_unit(turn.redo.counter))
         context = RecallContext(call.tenant, turn.conversation_id, turn.state, turn.redo.input.messages,
                                 turn.redo.input.image_descriptions)
 

@@ -5,7 +5,8 @@ Both serve it at the server root (next to `/v1`): `{"model", "prompt": "<text>",
 off for `RETRY_AFTER_S`; counting then falls back to the estimate.
 
 The engine counts synchronously, so `UpstreamTokenCounter.count_text` answers from a bounded cache keyed by
-the text's xxh3 hash, and with the estimate on a miss. A turn asks `prefetch` for its new texts first, waiting
+the text's xxh3 hash, and on a miss with the estimate scaled by the ratio of exact to estimated counts of the texts
+the upstream counted so far (so every count is in the upstream's units). A turn asks `prefetch` for its new texts first, waiting
 at most `timeout` seconds; answers that come later still fill the cache for the next turns (the same
 messages come back with every request), so no turn waits long for the tokenizer.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -29,6 +31,7 @@ log = logging.getLogger("memci.tokenize")
 RETRY_AFTER_S = 600.0
 MIN_CHARS = 16  # shorter texts are not worth a request: the estimate is within a token or two
 MAX_CONCURRENT = 8
+RATIO_DECAY = 0.98  # the exact/estimate ratio follows about the last 50 texts counted
 _encode = msgspec.json.Encoder().encode
 
 
@@ -57,8 +60,22 @@ class UpstreamTokenCounter:
         self._off_until = 0.0
         self._gate = asyncio.Semaphore(MAX_CONCURRENT)
         self.hits = self.misses = 0
+        self._exact_sum = self._estimate_sum = 0.0
+
+    @property
+    def ratio(self) -> float:
+        """Exact tokens per estimated token, over the texts the upstream counted (1 before any)."""
+        if self._estimate_sum <= 0:
+            return 1.0
+        return min(4.0, max(0.25, self._exact_sum / self._estimate_sum))
 
     # -- the TokenCounter protocol ------------------------------------------------------------------------------
+    def lookup(self, text: str) -> int | None:
+        """The upstream's count of a text when cached (None: not known, the estimate would serve)."""
+        if len(text) < MIN_CHARS:
+            return None
+        return self._cache.get(self._key(text))
+
     def count_text(self, text: str) -> int:
         if not text:
             return 0
@@ -68,7 +85,8 @@ class UpstreamTokenCounter:
                 self.hits += 1
                 return count
             self.misses += 1
-        return self.base.count_text(text)
+        estimate = self.base.count_text(text)
+        return math.ceil(estimate * self.ratio) if estimate else 0
 
     def count_message(self, message: dict[str, Any]) -> int:
         texts, others = message_texts(message)
@@ -115,6 +133,10 @@ class UpstreamTokenCounter:
                 return
             count = await self._ask(text)
         if count is not None:
+            estimate = self.base.count_text(text)
+            if estimate > 0:
+                self._exact_sum = RATIO_DECAY * self._exact_sum + count
+                self._estimate_sum = RATIO_DECAY * self._estimate_sum + estimate
             self._cache[key] = count
             self._cache.move_to_end(key)
             while len(self._cache) > self.max_entries:

@@ -29,7 +29,7 @@ def test_converges_to_the_upstream_costs():
     for _ in range(80):
         f = random_features(rng)
         learner.observe(f, upstream(f))
-    text, image, tools, message, _ = learner.coefficients
+    text, _, image, tools, message, _ = learner.coefficients
     assert abs(text - 1.9) < 0.05
     assert abs(image - 66) < 6, image
     assert abs(tools - 1.1) < 0.2
@@ -42,7 +42,7 @@ def test_a_model_without_images_keeps_the_flat_image_cost():
     for _ in range(40):
         f = Features(rng.randint(100, 8000), 0, 0, rng.randint(2, 80))
         learner.observe(f, upstream(f))
-    assert learner.coefficients[1] == IMAGE_TOKENS
+    assert learner.coefficients[2] == IMAGE_TOKENS
 
 
 @settings(max_examples=40, deadline=None)
@@ -71,7 +71,7 @@ def test_noise_widens_the_margin():
 
 
 def test_counter_counts_with_the_learned_costs_and_the_margin():
-    counter = LearnedCounter(EstimateCounter(), (2.0, 66.0, 1.0, 5.0, 10.0), 0.05)
+    counter = LearnedCounter(EstimateCounter(), (2.0, 1.0, 66.0, 1.0, 5.0, 10.0), 0.05)
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     message = {"role": "user", "content": [{"type": "text", "text": "abcd" * 25}, image]}  # 25 estimated text tokens
     assert counter.count_message(message) == math.ceil((2 * 25 + 66 + 5) * 1.05)
@@ -99,3 +99,32 @@ def test_model_counts_are_bounded_and_per_model():
     assert counts.counter("unknown", base) is base
     counts.observe("d", f, 1500)  # one answer: not ready yet
     assert counts.counter("d", base) is base
+
+
+class ExactFor(EstimateCounter):
+    """A base counter that knows some texts exactly (like the /tokenize cache)."""
+
+    def __init__(self, known: dict[str, int]) -> None:
+        self.known = known
+
+    def lookup(self, text: str) -> int | None:
+        return self.known.get(text)
+
+
+def test_exact_and_estimated_text_are_learned_apart():
+    """Texts the base counts exactly cost ~1 per counted token; estimated ones ~1.9: a mix must not blur them."""
+    rng = random.Random(5)
+    learner = CountLearner()
+    for _ in range(80):
+        f = Features(rng.randint(100, 4000), rng.randint(0, 5), 0, rng.randint(2, 60), exact=rng.randint(100, 4000))
+        learner.observe(f, int(1.9 * f.text + 1.0 * f.exact + 66 * f.images + 5 * f.messages + 12))
+    text, exact, *_ = learner.coefficients
+    assert abs(text - 1.9) < 0.1 and abs(exact - 1.0) < 0.1
+    known = "the upstream knows this text"
+    base = ExactFor({known: 5})
+    counter = LearnedCounter(base, learner.coefficients, 0.0)
+    assert counter.count_text(known) == math.ceil(5 * exact)
+    other = "an estimated text of some length"
+    assert counter.count_text(other) == math.ceil(base.count_text(other) * text)
+    features = request_features([{"role": "user", "content": known}, {"role": "user", "content": other}], base=base)
+    assert (features.exact, features.text) == (5, base.count_text(other))

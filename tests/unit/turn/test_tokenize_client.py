@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 
 import httpx
 import pytest
@@ -86,4 +87,25 @@ async def test_the_cache_is_bounded():
     texts = [f"{TEXT} number {i}" for i in range(6)]
     await counter.prefetch(texts)
     assert len(counter) == 3
-    assert counter.count_text(texts[-1]) == 12 and counter.count_text(texts[0]) != 12
+    assert counter.lookup(texts[-1]) == 12 and counter.lookup(texts[0]) is None  # the oldest left the cache
+
+
+async def test_misses_are_estimated_in_the_upstreams_units():
+    """Once some texts were counted, a text not asked yet is estimated times the exact/estimate ratio seen."""
+    counter = UpstreamTokenCounter(MockUpstream(Tokenizer()), timeout=1.0)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa " * 3  # 30 words: 30 tokens
+    await counter.prefetch([words])
+    estimate = EstimateCounter().count_text(words)
+    assert counter.ratio == pytest.approx(30 / estimate)
+    unseen = "lambda mu nu xi omicron pi rho sigma tau upsilon " * 3
+    assert counter.count_text(unseen) == math.ceil(EstimateCounter().count_text(unseen) * 30 / estimate)
+
+
+def test_the_turn_counts_with_the_upstream_tokenizer_unless_a_file_is_set():
+    from proxy.metrics import Metrics
+    from proxy.settings import Settings
+    from proxy.turn.counting import TurnCounts
+
+    upstream = MockUpstream(Tokenizer())
+    assert isinstance(TurnCounts(Settings(), upstream, Metrics()).base, UpstreamTokenCounter)  # empty cache too
+    assert isinstance(TurnCounts(Settings(upstream_tokenize=False), upstream, Metrics()).base, EstimateCounter)
