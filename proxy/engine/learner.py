@@ -7,10 +7,11 @@ prompt's `usage.prompt_tokens`. `CountLearner` fits, per model,
     reported ~ a*text + a'*exact + b*images + c*tools + d*messages + e
 
 (text, tools: the estimate's raw counts; exact: text an exact base counter knew, e.g. the upstream's /tokenize
-cache, kept apart because its cost per counted token differs from the estimate's; images and messages: how many) by least squares with exponential
-forgetting and a ridge prior at the flat costs, so the first observations move it gently and a model that
-never sends images keeps the flat image cost. `counter()` then counts with the learned costs, times a safety
-margin that grows with the fit's recent under-estimates: the estimate stays on the high side of the truth.
+cache, kept apart because its cost per counted token differs from the estimate's; images and messages: how many)
+by least squares with exponential forgetting and a ridge prior at the flat costs, so the first observations move
+it gently and a model that never sends images keeps the flat image cost. `counter()` then counts with the
+learned costs, times a safety margin that grows with the fit's recent under-estimates: the estimate stays on the
+high side of the truth.
 Pure: no I/O, no clock.
 """
 

@@ -33,7 +33,9 @@ class TurnCounts:
         if not settings.tokenizer_file and settings.upstream_tokenize:
             self.tokenizer = UpstreamTokenCounter(upstream, settings.tokenize_cache_entries,
                                                   settings.tokenize_timeout_s, metrics)
-        self.base: TokenCounter = self.tokenizer if self.tokenizer is not None else make_counter(settings.tokenizer_file)
+        self.base: TokenCounter = make_counter(settings.tokenizer_file)
+        if self.tokenizer is not None:  # not `or`: an empty cache has len() 0
+            self.base = self.tokenizer
         self.models = ModelCounts(settings.count_models_max)
 
     async def counter_for(self, model: str, system: list[dict[str, Any]], messages: list[dict[str, Any]],

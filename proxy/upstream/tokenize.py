@@ -4,11 +4,11 @@ Both serve it at the server root (next to `/v1`): `{"model", "prompt": "<text>",
 -> `{"tokens": [...], "count": N, "max_model_len": M}`. An upstream without it (404, 405, an error) turns it
 off for `RETRY_AFTER_S`; counting then falls back to the estimate.
 
-The engine counts synchronously, so `UpstreamTokenCounter.count_text` answers from a bounded cache keyed by
-the text's xxh3 hash, and on a miss with the estimate scaled by the ratio of exact to estimated counts of the texts
-the upstream counted so far (so every count is in the upstream's units). A turn asks `prefetch` for its new texts first, waiting
-at most `timeout` seconds; answers that come later still fill the cache for the next turns (the same
-messages come back with every request), so no turn waits long for the tokenizer.
+The engine counts synchronously, so `UpstreamTokenCounter.count_text` answers from a bounded cache keyed by the
+text's xxh3 hash, and on a miss with the estimate scaled by the ratio of exact to estimated counts of the texts
+the upstream counted so far (so every count is in the upstream's units). A turn asks `prefetch` for its new
+texts first, waiting at most `timeout` seconds; answers that come later still fill the cache for the next turns
+(the same messages come back with every request), so no turn waits long for the tokenizer.
 """
 
 from __future__ import annotations
