@@ -33,6 +33,8 @@ PRIOR_STRENGTH = 0.5
 FORGETTING = 0.97  # each older observation weighs 3% less: about the last 30 answers count
 BOUNDS = ((0.25, 4.0), (0.25, 4.0), (1.0, 8192.0), (0.25, 4.0), (0.0, 64.0), (0.0, 4096.0))
 MIN_OBSERVATIONS = 2
+SETTLED_AFTER = 20  # observations after which a model learns from every `SETTLED_EVERY`-th answer only
+SETTLED_EVERY = 4
 MARGIN_BASE = 0.03  # the least safety margin on a learned count
 MARGIN_MAX = 0.5
 UNDER_DECAY = 0.9  # the remembered worst under-estimate fades by 10% per observation
@@ -108,6 +110,7 @@ class CountLearner:
         self._xx = [[0.0] * n for _ in range(n)]
         self._xy = [0.0] * n
         self.observations = 0
+        self.answers = 0  # answers offered (`wants`), learnt from or not
         self.coefficients: tuple[float, ...] = PRIOR
         self.under = 0.0  # the worst recent relative under-estimate of the fit (0 = none)
 
@@ -197,6 +200,15 @@ class ModelCounts:
         if learner is not None:
             self._models.move_to_end(model)
         return learner
+
+    def wants(self, model: str) -> bool:
+        """Whether to learn from this answer: every one at first, every `SETTLED_EVERY`-th once settled (reading
+        the whole prompt's features costs about as much as planning it)."""
+        learner = self._models.get(model)
+        if learner is None:
+            return True
+        learner.answers += 1
+        return learner.observations < SETTLED_AFTER or learner.answers % SETTLED_EVERY == 0
 
     def counter(self, model: str, base: TokenCounter) -> TokenCounter:
         """The model's learned counter once it has seen enough answers, else `base`."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.engine import Plan, TokenCounter
-from proxy.engine.learner import Features, LearnedCounter, ModelCounts, request_features
+from proxy.engine.learner import LearnedCounter, ModelCounts, request_features
 from proxy.engine.tokens import make_counter, message_texts
 from proxy.metrics import Metrics
 from proxy.settings import Settings
@@ -57,15 +57,14 @@ class TurnCounts:
         """Planned tokens per base-count token of text (recall results are counted in base counts)."""
         return counter.text_unit if isinstance(counter, LearnedCounter) else 1.0
 
-    def features(self, result: Plan, tools_json: str) -> Features | None:
-        return None if result.over_budget else request_features(result.messages, tools_json, self.base)
-
-    def learn(self, model: str, features: Features | None, plan: Plan, reported: int) -> None:
-        """Learn from the upstream's prompt_tokens; the metric keeps the planned estimate's error."""
-        if plan.estimated_tokens > 0 and not plan.over_budget:
-            self.metrics.estimate_error.observe((plan.estimated_tokens - reported) / reported)
-        if features is not None:
-            self.models.observe(model, features, reported)
+    def learn(self, model: str, plan: Plan, tools_json: str, reported: int) -> None:
+        """Learn from the upstream's prompt_tokens (after the answer: the features read the whole prompt); the
+        metric keeps the planned estimate's error."""
+        if plan.over_budget or plan.estimated_tokens <= 0:
+            return
+        self.metrics.estimate_error.observe((plan.estimated_tokens - reported) / reported)
+        if self.models.wants(model):
+            self.models.observe(model, request_features(plan.messages, tools_json, self.base), reported)
 
     async def close(self) -> None:
         if self.tokenizer is not None:

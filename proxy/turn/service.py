@@ -232,7 +232,7 @@ class TurnService:
         redo = Redo(turn_input, config, fingerprints, len(messages) - 1, counter=counter)
         rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints)
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
-                    features=self.counts.features(result, tools_json), learned=isinstance(counter, LearnedCounter))
+                    tools_json=tools_json, learned=isinstance(counter, LearnedCounter))
 
     async def _intake_images(self, result: Plan, tenant: str, conversation_id: str) -> None:
         """New messages' data: images to the blob store (once per hash), descriptions started; the entries
@@ -341,7 +341,7 @@ class TurnService:
                 try:
                     state = observe_usage(state, prompt, cached if isinstance(cached, int) else None,
                                           turn.plan.estimated_tokens, time.time(), floor=1.0 if turn.learned else 0.0)
-                    self.counts.learn(turn.model, turn.features, turn.plan, prompt)
+                    self.counts.learn(turn.model, turn.plan, turn.tools_json, prompt)
                 except Exception:
                     log.exception("usage feedback failed")
                     self.metrics.engine_errors.labels("feedback").inc()

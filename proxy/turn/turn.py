@@ -39,7 +39,7 @@ class Turn:
     record: Any = None  # proxy.recall.rounds.LoopRecord of the recall rounds
     usage: dict[str, Any] | None = None
     model: str = ""
-    features: Any = None  # proxy.engine.learner.Features of the first upstream request (count learning)
+    tools_json: str = ""  # the tools as sent upstream (count learning)
     learned: bool = False  # planned with the model's learned counts
 
 

@@ -128,3 +128,16 @@ def test_exact_and_estimated_text_are_learned_apart():
     assert counter.count_text(other) == math.ceil(base.count_text(other) * text)
     features = request_features([{"role": "user", "content": known}, {"role": "user", "content": other}], base=base)
     assert (features.exact, features.text) == (5, base.count_text(other))
+
+
+def test_a_settled_model_learns_from_one_answer_in_four():
+    from proxy.engine.learner import SETTLED_AFTER, SETTLED_EVERY
+
+    counts = ModelCounts()
+    f = Features(1000, 0, 0, 10)
+    learnt = 0
+    for _ in range(SETTLED_AFTER + 40):
+        if counts.wants("m"):
+            counts.observe("m", f, 1500)
+            learnt += 1
+    assert learnt == SETTLED_AFTER + 40 // SETTLED_EVERY
