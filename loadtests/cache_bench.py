@@ -40,7 +40,7 @@ from loadtests.bench_servers import Upstream, emulator_upstream, external_upstre
 from loadtests.plots import DEFAULT_DIR as DEFAULT_PLOT_DIR
 from loadtests.plots import plot_workload
 from loadtests.progress import Progress, bars_wanted
-from loadtests.workloads import KINDS, Workload, make_workload
+from loadtests.workloads import KINDS, Workload, make_workload, user_content
 from proxy.emulator.template import content_text, render_chat
 from proxy.emulator.tokenizer import Tokenizer
 
@@ -134,7 +134,7 @@ class Run:
 
     def play(self) -> list[RequestRecord]:
         for index, turn in enumerate(self.workload.turns):
-            self._append({"role": "user", "content": turn.user})
+            self._append({"role": "user", "content": user_content(turn)})
             results = list(turn.tool_results)
             while True:
                 record = self._request(index, turn.probe)
@@ -306,7 +306,7 @@ def target_checks(workload: Workload, rows: list[Row]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", default="chat,chat-zh,agent,replay")
+    parser.add_argument("--workloads", default="chat,chat-zh,images,agent,replay")
     parser.add_argument("--strategies", default=",".join(STRATEGY_KEYS))
     parser.add_argument("--turns", type=int, default=None, help="user turns (agent: requests); default per workload")
     parser.add_argument("--window", type=int, default=8192)

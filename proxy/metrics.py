@@ -54,6 +54,14 @@ class Metrics:
         self.estimated_prompt_tokens = Counter(
             "memci_estimated_prompt_tokens", "The proxy's own estimate of prompt tokens sent upstream.", registry=r
         )
+        self.estimate_error = Histogram(
+            "memci_token_estimate_error_ratio",
+            "(estimated - reported) / reported prompt tokens of managed requests: above 0 is the safe side.",
+            buckets=(-0.5, -0.2, -0.1, -0.05, -0.02, 0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0), registry=r,
+        )
+        self.tokenize_requests = Counter(
+            "memci_tokenize_requests", "Calls of the upstream's /tokenize, by outcome.", ["outcome"], registry=r
+        )
         self.epochs = Counter("memci_compaction_epochs", "Compaction epochs, by reason.", ["reason"], registry=r)
         self.pages_archived = Counter("memci_pages_archived", "Pages moved from the prompt to the archive.", registry=r)
         self.evictions = Counter("memci_evictions", "Contents entries evicted, by rule.", ["rule"], registry=r)

@@ -171,7 +171,26 @@ class Settings:
         metadata=_doc("Seconds after which the upstream cache of an idle conversation is taken as cold.", min=0.0),
     )
     tokenizer_file: str = field(
-        default="", metadata=_doc("A Hugging Face tokenizer.json for exact counts (empty: CJK-aware estimate).")
+        default="", metadata=_doc("A Hugging Face tokenizer.json for exact counts (empty: the upstream's /tokenize "
+                                  "when it serves one, else the CJK-aware estimate).")
+    )
+    count_models_max: int = field(
+        default=64,
+        metadata=_doc("Models whose token costs (text, image, tools, per message) are learned from the upstream's "
+                      "reported prompt_tokens, per process; the least recently used is forgotten past this.", min=1),
+    )
+    upstream_tokenize: bool = field(
+        default=True,
+        metadata=_doc("Without tokenizer_file, count text with the upstream's POST /tokenize (SGLang, vLLM) when it "
+                      "serves one, cached by text hash; the estimate meanwhile and whenever it fails."),
+    )
+    tokenize_timeout_s: float = field(
+        default=0.2,
+        metadata=_doc("Longest wait of a turn for the upstream's /tokenize counts of its new messages (s); later "
+                      "counts still fill the cache for the next turns.", min=0.0),
+    )
+    tokenize_cache_entries: int = field(
+        default=20000, metadata=_doc("Texts whose /tokenize counts are cached per process (by xxh3 hash).", min=1)
     )
 
     # --- persistence of the managed turn -------------------------------------------------------
@@ -339,6 +358,16 @@ class Settings:
         default=False,
         metadata=_doc("Add SGLang's cache_salt (a hash of the tenant) to chat and completion requests, so tenants "
                       "never share prefix cache entries."),
+    )
+    prompt_cache_key: bool = field(
+        default=True,
+        metadata=_doc("Managed chat requests without a prompt_cache_key get the conversation id as theirs (OpenAI "
+                      "routes requests with the same key to the same cache); a client's own key is passed on as sent."),
+    )
+    session_affinity_header: str = field(
+        default="",
+        metadata=_doc("A header sent upstream with the conversation id on managed chat requests, for routers that "
+                      "pin a session to a worker (e.g. X-Session-Affinity); empty: none."),
     )
 
     # --- images --------------------------------------------------------------------------------

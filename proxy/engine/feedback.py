@@ -19,18 +19,21 @@ RATIO_MAX = 4.0
 
 
 def observe_usage(
-    state: ConversationState, prompt_tokens: int, cached_tokens: int | None, estimated_tokens: int, now: float
+    state: ConversationState, prompt_tokens: int, cached_tokens: int | None, estimated_tokens: int, now: float,
+    floor: float = RATIO_MIN,
 ) -> ConversationState:
     """Learn the estimate's correction ratio (smoothed) and remember what the upstream had cached.
 
     `estimated_tokens` is the `Plan.estimated_tokens` of the request the usage belongs to. The ratio only
-    moves epochs; it never changes the rendering between them.
+    moves epochs; it never changes the rendering between them. `floor`: the least ratio (1.0 when the counts
+    are already learned from the upstream with a safety margin: the ratio may raise them, never lower them).
     """
     ratio = state.correction_ratio
+    floor = min(RATIO_MAX, max(RATIO_MIN, floor))
     if prompt_tokens > 0 and estimated_tokens > 0 and ratio > 0:
         raw = estimated_tokens / ratio
-        observed = min(RATIO_MAX, max(RATIO_MIN, prompt_tokens / raw))
-        ratio = min(RATIO_MAX, max(RATIO_MIN, ratio + RATIO_SMOOTHING * (observed - ratio)))
+        observed = min(RATIO_MAX, max(floor, prompt_tokens / raw))
+        ratio = min(RATIO_MAX, max(floor, ratio + RATIO_SMOOTHING * (observed - ratio)))
     return replace(
         state,
         correction_ratio=ratio,

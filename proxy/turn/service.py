@@ -20,8 +20,9 @@ import msgspec
 
 from proxy.blobs import make_blob_store
 from proxy.engine import (
-    ConversationState, EngineConfig, EstimateCounter, Plan, TurnInput, add_hidden, observe_usage, plan, record_recall,
+    ConversationState, EngineConfig, Plan, TurnInput, add_hidden, observe_usage, plan, record_recall,
 )
+from proxy.engine.learner import LearnedCounter
 from proxy.metrics import Metrics
 from proxy.recall.loop import prepare_rounds
 from proxy.recall.resolver import RecallContext, RecallResolver
@@ -29,6 +30,7 @@ from proxy.recall.tool import recall_tool
 from proxy.recall.vector_index import build_page_vectors
 from proxy.settings import Settings
 from proxy.store.ports import LockTimeout, SnapshotBase, StaleState
+from proxy.turn.cache_keys import upstream_headers, with_prompt_cache_key
 from proxy.turn.call import ChatCall
 from proxy.turn.fallback import unmanaged_body
 from proxy.turn.identity import continues, new_conversation_id, split_system
@@ -42,6 +44,7 @@ from proxy.turn.volatile import VolatileContext
 from proxy.turn.window import ContextWindow
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
 from proxy.turn.memos import register_process_memos
+from proxy.turn.counting import TurnCounts
 from proxy.vision import intake_images, make_describer
 from proxy.wire.errors import ProxyError
 
@@ -57,7 +60,8 @@ class TurnService:
         self.exchange = exchange
         self.store = store
         self.memory = memory  # proxy.workers.runner.MemoryWorker when the memory workers run
-        self.counter = EstimateCounter()
+        self.counts = TurnCounts(settings, exchange.client, metrics)  # base counts; per model, learned ones
+        self.counter = self.counts.base
         register_process_memos()  # the engine's and the search's memos, in memci_cache_*
         self.window = ContextWindow(settings, exchange.client)
         vectors = build_page_vectors(store.repo, s.embeddings_url, s.upstream_url, s.embeddings_model,
@@ -91,6 +95,7 @@ class TurnService:
         await self.resolver.close()
         await self.describer.close()
         await self.blobs.close()
+        await self.counts.close()
 
     def _config(self, window: int) -> EngineConfig:
         config = self._configs.get(window)
@@ -206,24 +211,28 @@ class TurnService:
         volatile = await self.volatile.blocks(call.rewrite_mode, call.memory_mode, tenant, conversation_id, state,
                                               messages)
         memory = self.memory
+        model = data.get("model") if isinstance(data.get("model"), str) else ""
+        counter = await self.counts.counter_for(model, system, messages, known_prefix)
+        tools_json = _encode(tools).decode() if tools else ""
         turn_input = TurnInput(
             summary=await memory.latest_summary(tenant, conversation_id) if memory and state is not None else "",
             profile=await memory.latest_profile(tenant) if memory is not None else "",
             intent=volatile.intent, memory=volatile.memory, system=system, messages=messages,
-            tools_tokens=self.counter.count_text(_encode(tools).decode()) if tools else 0,
+            tools_tokens=self.counts.tools_tokens(counter, tools_json),
             max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
             raw_messages=call.raw_messages, image_descriptions=self.describer.for_tenant(tenant),  # its own only
         )
-        result = plan(state, turn_input, config, self.counter)
+        result = plan(state, turn_input, config, counter)
         await self._intake_images(result, tenant, conversation_id)
         self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
         self._count_plan(result)
         fingerprints = self.lookup.fingerprints(Found(conversation_id, how, known_prefix, found.chains), conversation_id,
                                                 known.state, result, messages)
         self.lookup.remember(tenant, messages, conversation_id)
-        redo = Redo(turn_input, config, fingerprints, len(messages) - 1)
+        redo = Redo(turn_input, config, fingerprints, len(messages) - 1, counter=counter)
         rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints)
-        return Turn(call, conversation_id, how, known, result, result.state, rows, redo)
+        return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
+                    tools_json=tools_json, learned=isinstance(counter, LearnedCounter))
 
     async def _intake_images(self, result: Plan, tenant: str, conversation_id: str) -> None:
         """New messages' data: images to the blob store (once per hash), descriptions started; the entries
@@ -244,20 +253,22 @@ class TurnService:
                            "X-Memci-Pages-Active": str(active),
                            "X-Memci-Pages-Archived": str(turn.state.first_active_page),
                            "X-Memci-Epoch": "true" if turn.plan.epoch else "false",
-                       })
+                       }, upstream_headers=upstream_headers(s, turn.conversation_id))
+        data = with_prompt_cache_key(call.data, turn.conversation_id, s.prompt_cache_key)
         if not self.recall_enabled:
-            out.body = _encode({**call.data, "messages": turn.plan.messages})
+            out.body = _encode({**data, "messages": turn.plan.messages})
             self._remember_prompt(turn, len(out.body))
 
             def on_usage(usage: dict[str, Any]) -> None:
                 turn.usage = usage
 
             return await self.exchange.send(out, on_usage)
-        body, loop_config = prepare_rounds(call.data, turn.plan.messages, s.recall_tool_name, s.recall_max_rounds,
+        body, loop_config = prepare_rounds(data, turn.plan.messages, s.recall_tool_name, s.recall_max_rounds,
                                            call.stream)
         out.body = _encode(body)
         self._remember_prompt(turn, len(out.body))
-        room = recall_room(turn.plan, turn.state, s.safety_margin * await self.window.tokens())
+        room = recall_room(turn.plan, turn.state, s.safety_margin * await self.window.tokens(),
+                           self.counts.text_unit(turn.redo.counter))
         context = RecallContext(call.tenant, turn.conversation_id, turn.state, turn.redo.input.messages,
                                 turn.redo.input.image_descriptions)
 
@@ -275,7 +286,7 @@ class TurnService:
         if after < 0:
             return
         try:
-            turn.state = add_hidden(turn.state, after, exchange, self.counter)
+            turn.state = add_hidden(turn.state, after, exchange, turn.redo.counter or self.counter)
         except Exception:
             log.exception("could not record the recall exchange")
             self.metrics.engine_errors.labels("recall").inc()
@@ -329,7 +340,8 @@ class TurnService:
                 cached = details.get("cached_tokens") if isinstance(details, dict) else None
                 try:
                     state = observe_usage(state, prompt, cached if isinstance(cached, int) else None,
-                                          turn.plan.estimated_tokens, time.time())
+                                          turn.plan.estimated_tokens, time.time(), floor=1.0 if turn.learned else 0.0)
+                    self.counts.learn(turn.model, turn.plan, turn.tools_json, prompt)
                 except Exception:
                     log.exception("usage feedback failed")
                     self.metrics.engine_errors.labels("feedback").inc()
@@ -357,12 +369,12 @@ class TurnService:
     async def _redo(self, tenant: str, conversation_id: str, stored: ConversationState | None, redo: Redo
                     ) -> tuple[ConversationState, RowSet]:
         """The turn planned again on another stored state: every message past that state is new to it."""
-        result = plan(stored, redo.input, redo.config, self.counter)
+        result = plan(stored, redo.input, redo.config, redo.counter or self.counter)
         await self._intake_images(result, tenant, conversation_id)
         state = result.state
         rows = turn_rows(tenant, conversation_id, result, state, redo.fingerprints)
         if redo.hidden and 0 <= redo.last_index < state.entry_count:
-            state = add_hidden(state, redo.last_index, redo.hidden, self.counter)
+            state = add_hidden(state, redo.last_index, redo.hidden, redo.counter or self.counter)
             rows.hidden.update(hidden_rows(redo.last_index, 0, redo.hidden))
         if redo.recalled:
             state = record_recall(state, redo.recalled)
