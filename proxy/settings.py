@@ -189,6 +189,12 @@ class Settings:
         metadata=_doc("Longest wait of a turn for the upstream's /tokenize counts of its new messages (s); later "
                       "counts still fill the cache for the next turns.", min=0.0),
     )
+    tokenize_wait_min_chars: int = field(
+        default=2000,
+        metadata=_doc("A turn waits for /tokenize only when its new texts not counted yet reach this many characters "
+                      "(a tool result, a pasted file); shorter ones are planned with the estimate and counted behind "
+                      "the answer for the next turns (0: always wait).", min=0),
+    )
     tokenize_cache_entries: int = field(
         default=20000, metadata=_doc("Texts whose /tokenize counts are cached per process (by xxh3 hash).", min=1)
     )

@@ -32,7 +32,8 @@ class TurnCounts:
         self.tokenizer: UpstreamTokenCounter | None = None
         if not settings.tokenizer_file and settings.upstream_tokenize:
             self.tokenizer = UpstreamTokenCounter(upstream, settings.tokenize_cache_entries,
-                                                  settings.tokenize_timeout_s, metrics)
+                                                  settings.tokenize_timeout_s, metrics,
+                                                  wait_min_chars=settings.tokenize_wait_min_chars)
         self.base: TokenCounter = make_counter(settings.tokenizer_file)
         if self.tokenizer is not None:  # not `or`: an empty cache has len() 0
             self.base = self.tokenizer

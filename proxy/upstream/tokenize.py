@@ -7,8 +7,10 @@ off for `RETRY_AFTER_S`; counting then falls back to the estimate.
 The engine counts synchronously, so `UpstreamTokenCounter.count_text` answers from a bounded cache keyed by the
 text's xxh3 hash, and on a miss with the estimate scaled by the ratio of exact to estimated counts of the texts
 the upstream counted so far (so every count is in the upstream's units). A turn asks `prefetch` for its new
-texts first, waiting at most `timeout` seconds; answers that come later still fill the cache for the next turns
-(the same messages come back with every request), so no turn waits long for the tokenizer.
+texts first, waiting at most `timeout` seconds, and only when the texts not cached yet are long (`wait_min_chars`:
+a short user message's estimate is off by a token or two, a tool result's by hundreds); answers that come later
+still fill the cache for the next turns (the same messages come back with every request), so a turn of a chat
+does not wait for the tokenizer at all.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import msgspec
 import xxhash
 
+from proxy.caches import CacheStats, register
 from proxy.engine.tokens import MESSAGE_OVERHEAD, IMAGE_TOKENS, EstimateCounter, TokenCounter, message_texts
 from proxy.upstream.port import Upstream
 
@@ -47,11 +50,13 @@ class UpstreamTokenCounter:
     """A TokenCounter: the upstream's counts where cached, the estimate otherwise (see the module docstring)."""
 
     def __init__(self, upstream: Upstream, max_entries: int = 20000, timeout: float = 0.2,
-                 metrics: Any = None, base: TokenCounter | None = None, clock: Any = time.monotonic) -> None:
+                 metrics: Any = None, base: TokenCounter | None = None, clock: Any = time.monotonic,
+                 wait_min_chars: int = 0) -> None:
         self.upstream = upstream
         self.base = base or EstimateCounter()
         self.max_entries = max(1, max_entries)
         self.timeout = timeout
+        self.wait_min_chars = max(0, wait_min_chars)
         self.metrics = metrics
         self.clock = clock
         self.model = ""
@@ -61,6 +66,11 @@ class UpstreamTokenCounter:
         self._gate = asyncio.Semaphore(MAX_CONCURRENT)
         self.hits = self.misses = 0
         self._exact_sum = self._estimate_sum = 0.0
+        self.evictions = 0
+        register("upstream_token_counts", self)
+
+    def cache_stats(self) -> CacheStats:
+        return CacheStats(len(self._cache), -1, self.max_entries, 0, self.evictions)
 
     @property
     def ratio(self) -> float:
@@ -110,6 +120,7 @@ class UpstreamTokenCounter:
         if model:
             self.model = model
         tasks: list[asyncio.Task[None]] = []
+        uncounted = 0
         for text in texts:
             if not text or len(text) < MIN_CHARS:
                 continue
@@ -121,7 +132,8 @@ class UpstreamTokenCounter:
                 task = self._inflight[key] = asyncio.get_running_loop().create_task(self._fetch(key, text))
                 task.add_done_callback(lambda _t, k=key: self._inflight.pop(k, None))
             tasks.append(task)
-        if not tasks:
+            uncounted += len(text)
+        if not tasks or uncounted < self.wait_min_chars:
             return
         wait = self.timeout if timeout is None else timeout
         if wait > 0:
@@ -141,6 +153,7 @@ class UpstreamTokenCounter:
             self._cache.move_to_end(key)
             while len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)
+                self.evictions += 1
 
     async def _ask(self, text: str) -> int | None:
         body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}

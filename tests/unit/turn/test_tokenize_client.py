@@ -109,3 +109,16 @@ def test_the_turn_counts_with_the_upstream_tokenizer_unless_a_file_is_set():
     upstream = MockUpstream(Tokenizer())
     assert isinstance(TurnCounts(Settings(), upstream, Metrics()).base, UpstreamTokenCounter)  # empty cache too
     assert isinstance(TurnCounts(Settings(upstream_tokenize=False), upstream, Metrics()).base, EstimateCounter)
+
+
+async def test_short_new_texts_are_counted_behind_the_turn_and_long_ones_waited_for():
+    server = Tokenizer(delay=0.05)
+    counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0, wait_min_chars=200)
+    await counter.prefetch([TEXT])  # 51 characters: the turn goes on with the estimate
+    assert counter.lookup(TEXT) is None
+    await asyncio.sleep(0.15)
+    assert counter.lookup(TEXT) == 10  # counted behind it, for the next turns
+    long_text = "word " * 100
+    await counter.prefetch([long_text])  # 500 characters: worth the wait
+    assert counter.lookup(long_text) == 100
+    await counter.close()
