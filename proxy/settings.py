@@ -284,6 +284,12 @@ class Settings:
     summary_model: str = field(default="", metadata=_doc("Model name for summaries (empty: the summariser's first model)."))
     summary_model_api_key: str = field(default="", metadata=_doc("API key of the summariser (empty: upstream_api_key)."))
     summary_timeout_s: float = field(default=60.0, metadata=_doc("Seconds one summariser call may take.", min=1.0))
+    summary_idle_s: float = field(
+        default=0.0,
+        metadata=_doc("When the summary and profile jobs of an epoch run: 0, right after the epoch; N > 0, once the "
+                      "conversation has had no turn for N seconds (or at its next epoch, whichever comes first).",
+                      min=0.0),
+    )
     max_summary_tokens: int = field(
         default=1000, metadata=_doc("Largest conversation summary; over it the summary is re-compressed.", min=64)
     )
