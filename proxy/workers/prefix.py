@@ -39,7 +39,7 @@ PROFILE_INSTRUCTION = (
     "stay true across conversations (name, role, preferences, languages, projects, environment). One fact per line, "
     "each starting with '- '. Reply NONE when there is none; do not call tools."
 )
-_MARKER = "Memory note (not a question to answer):"
+JOB_MARKER = "Memory note (not a question to answer):"
 QUOTE_CHARS = 60
 
 
@@ -107,7 +107,7 @@ def is_job_body(body: Any) -> bool:
     if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
         return False
     last = messages[-1].get("content")
-    if isinstance(last, str) and last.startswith(_MARKER):
+    if isinstance(last, str) and last.startswith(JOB_MARKER):
         return True
     first = messages[0].get("content") if isinstance(messages[0], dict) else None
     return messages[0].get("role") == "system" and isinstance(first, str) and any(
