@@ -54,6 +54,7 @@ class MemoryWorker:
         queue: JobQueue,
         config: MemoryConfig | None = None,
         clock: Clock = utc_now,
+        metrics: Any = None,
     ) -> None:
         self.repo, self.summarizer, self.queue = repo, summarizer, queue
         self.config = config or MemoryConfig()
@@ -72,6 +73,7 @@ class MemoryWorker:
         self._tasks: list[asyncio.Task[None]] = []
         self.outcomes: dict[str, int] = {}
         self.calls: dict[str, int] = {}  # summariser calls by kind: "prefix" (on a kept prompt), "plain"
+        self.metrics = metrics  # proxy.metrics.Metrics (memci_summary_calls) when the app runs the worker
         self._swept_on = ""
 
     # --- what the managed turn calls ----------------------------------------------------------
@@ -160,11 +162,11 @@ class MemoryWorker:
         if job.kind == SUMMARY_JOB:
             result = await update_conversation_summary(self.repo, self.summarizer, self.config, job.tenant,
                                                        job.conversation_id, now,
-                                                       self.bases(job.tenant, job.conversation_id), self.calls)
+                                                       self.bases(job.tenant, job.conversation_id), self._count)
             self._summaries.pop((job.tenant, job.conversation_id))
         elif job.kind == PROFILE_JOB:
             result = await update_profile(self.repo, self.summarizer, self.config, job.tenant, job.conversation_id, now,
-                                          self.bases(job.tenant, job.conversation_id), self.calls)
+                                          self.bases(job.tenant, job.conversation_id), self._count)
             self._profiles.pop(job.tenant)
         elif job.kind == ARCHIVE_JOB:
             result = await self.sweep.run(job.tenant, job.conversation_id, now)
@@ -174,6 +176,11 @@ class MemoryWorker:
         label = result if isinstance(result, str) else "archive"
         self.outcomes[f"{job.kind}:{label}"] = self.outcomes.get(f"{job.kind}:{label}", 0) + 1
         return result
+
+    def _count(self, kind: str) -> None:
+        self.calls[kind] = self.calls.get(kind, 0) + 1
+        if self.metrics is not None:
+            self.metrics.summary_calls.labels(kind).inc()
 
     async def run_due(self, now: dt.datetime | None = None) -> int:
         """Retry every summary whose back-off has run out; returns how many jobs ran."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,21 +67,21 @@ def prefix_groups(pages: list[PageText], bases: Sequence[SummaryBase]
 
 
 async def answers(summarizer: Summarizer, pages: list[PageText], bases: Sequence[SummaryBase], prefix_template: str,
-                  plain_prompt: str, max_tokens: int, batch_chars: int, calls: dict[str, int] | None = None
+                  plain_prompt: str, max_tokens: int, batch_chars: int, on_call: Callable[[str], None] | None = None
                   ) -> AsyncIterator[tuple[list[PageText], str]]:
     """(pages, the model's answer) in order: pages a base still holds in one call on that base (its cached prefix
     plus the instruction); the others as today, the pages' text in batches under ``plain_prompt``. Raises
-    SummaryFailed."""
-    calls = calls if calls is not None else {}
+    SummaryFailed. ``on_call("prefix" | "plain")`` is told of every call."""
+    on_call = on_call or (lambda kind: None)
     complete_after = getattr(summarizer, "complete_after", None)
     for base, group in prefix_groups(pages, bases if complete_after is not None else ()):
         if base is not None and complete_after is not None:
             instruction = page_instruction(prefix_template, group[0].rows[0], group[-1].rows[-1])
-            calls["prefix"] = calls.get("prefix", 0) + 1
+            on_call("prefix")
             yield group, await complete_after(job_body(base.body, instruction, max_tokens), base.base_url)
             continue
         for batch in batches([(p, p.text) for p in group], batch_chars):
-            calls["plain"] = calls.get("plain", 0) + 1
+            on_call("plain")
             body = "\n\n".join(f"[page {p.number}]\n{t}" for p, t in batch)
             yield [p for p, _ in batch], await summarizer.complete(plain_prompt, body, max_tokens)
 
@@ -126,7 +126,7 @@ def backing_off(row: Any, now: dt.datetime) -> bool:
 
 async def update_conversation_summary(
     repo: Any, summarizer: Summarizer, config: MemoryConfig, tenant: str, conversation_id: str, now: dt.datetime,
-    bases: Sequence[SummaryBase] = (), calls: dict[str, int] | None = None,
+    bases: Sequence[SummaryBase] = (), on_call: Callable[[str], None] | None = None,
 ) -> str:
     row = await repo.get_summary(tenant, conversation_id, "conversation")
     if backing_off(row, now):
@@ -142,7 +142,7 @@ async def update_conversation_summary(
     compressions = row.compressions if row is not None else 0
     try:
         async for batch, part in answers(summarizer, pages, bases, SUMMARY_INSTRUCTION, PAGES_PROMPT,
-                                         max(32, config.max_summary_tokens // 2), config.batch_chars, calls):
+                                         max(32, config.max_summary_tokens // 2), config.batch_chars, on_call):
             text, made = await merge_summaries(summarizer, text, part, config.max_summary_tokens)
             compressions += made
             count += sum(p.messages for p in batch)
@@ -169,7 +169,7 @@ async def _store_topics(repo: Any, config: MemoryConfig, tenant: str, conversati
 
 async def update_profile(
     repo: Any, summarizer: Summarizer, config: MemoryConfig, tenant: str, conversation_id: str, now: dt.datetime,
-    bases: Sequence[SummaryBase] = (), calls: dict[str, int] | None = None,
+    bases: Sequence[SummaryBase] = (), on_call: Callable[[str], None] | None = None,
 ) -> str:
     """Stable facts about the tenant's user from the conversation's newly archived pages."""
     row = await repo.get_summary(tenant, conversation_id, "profile")
@@ -181,7 +181,7 @@ async def update_profile(
     count = row.message_count if row is not None else 0
     try:
         async for batch, answer in answers(summarizer, pages, bases, PROFILE_INSTRUCTION, PROFILE_PROMPT, 256,
-                                           config.batch_chars, calls):
+                                           config.batch_chars, on_call):
             facts = parse_facts(answer)
             await repo.add_profile_facts(tenant, conversation_id, [(fact_digest(f), f) for f in facts])
             count += sum(p.messages for p in batch)
