@@ -22,11 +22,12 @@ class MemoryConfig:
     idle_s: float = 0.0  # 0: summary jobs right after the epoch; else once the conversation had no turn this long
     bases_max_entries: int = 1000  # conversations whose pre-epoch prompt is kept for prefix jobs
     bases_max_mb: int = 64  # memory bound of those prompts
+    prefix_jobs: bool = True  # jobs on the kept prompts (off when the summariser is another server: no shared cache)
 
     @classmethod
     def from_settings(cls, settings: Any) -> "MemoryConfig":
         values = {field: getattr(settings, name) for field, name in SETTING_NAMES.items() if hasattr(settings, name)}
-        return cls(**values)
+        return cls(**values, prefix_jobs=not getattr(settings, "summary_model_url", ""))
 
 
 # MemoryConfig field -> name of the proxy setting (env MEMCI_<NAME upper>) that sets it.

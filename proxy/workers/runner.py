@@ -84,7 +84,8 @@ class MemoryWorker:
         self._bases.put(key, (*kept, base)[-BASES_PER_CONVERSATION:])
 
     def bases(self, tenant: str, conversation_id: str) -> tuple[SummaryBase, ...]:
-        return self._bases.peek((tenant, conversation_id)) or ()
+        """The kept prompts of a conversation, oldest first; none when the summariser is another server."""
+        return (self._bases.peek((tenant, conversation_id)) or ()) if self.config.prefix_jobs else ()
 
     async def notify(self, tenant: str, conversation_id: str) -> None:
         """Pages of the conversation were archived: bring its summary, the tenant's profile and its archival by

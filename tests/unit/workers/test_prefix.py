@@ -181,3 +181,14 @@ def test_bases_are_kept_per_conversation_newest_last_and_forgotten() -> None:
     assert w.bases("other", "c") == ()
     w.forget("t", "c")
     assert w.bases("t", "c") == ()
+
+
+def test_a_separate_summariser_gets_no_kept_prompts() -> None:
+    class Settings:
+        summary_model_url = "http://summariser:8000/v1"
+
+    assert MemoryConfig.from_settings(Settings()).prefix_jobs is False
+    assert MemoryConfig.from_settings(object()).prefix_jobs is True
+    w = MemoryWorker(None, FakeSummarizer(), InProcessJobQueue(), MemoryConfig.from_settings(Settings()))
+    w.keep_base("t", "c", SummaryBase({"messages": []}, "", 1.0, 10))
+    assert w.bases("t", "c") == ()
