@@ -272,11 +272,11 @@ class Settings:
 
     # --- long-term memory (background workers) ------------------------------------------------
     memory_workers: bool = field(
-        default=False,
+        default=True,
         metadata=_doc("Run the memory workers: conversation summaries (B4), the tenant profile (B2a), archival by age. "
-                      "Off by default: each summary job prefills the archived pages on the upstream again (measured: "
-                      "0.95 -> 0.89 token-weighted hit rate on a 300-turn 8k chat); the extractive contents lines serve "
-                      "instead."),
+                      "Their summary and profile jobs resend the conversation's pre-epoch prompt plus one instruction, "
+                      "so the upstream's prefix cache covers them (measured on a 300-turn 8k chat: hit rate 0.963 "
+                      "workers off, 0.967 on; 0.891 with the earlier standalone summary prompts)."),
     )
     summary_model_url: str = field(
         default="", metadata=_doc("OpenAI base URL of the summariser (empty: the first upstream URL).")
