@@ -346,11 +346,11 @@ def target_checks(workload: Workload, rows: list[Row]) -> list[str]:
 
 def proxy_variants(args: argparse.Namespace) -> list[ProxyVariant]:
     sources = [(label, Path(path)) for label, path in (kv.split("=", 1) for kv in args.proxy_src)] or [("", None)]
-    workers = [w.strip() for w in args.workers.split(",") if w.strip()] or [""]
+    workers = [w.strip() for w in args.workers.split(",") if w.strip()]
     for w in workers:
         if w not in ("on", "off"):
             raise SystemExit(f"--workers takes on and off, not {w!r}")
-    return [ProxyVariant(label, src, w) for label, src in sources for w in workers]
+    return [ProxyVariant(label, src, w) for label, src in sources for w in workers or [""]]
 
 
 def main(argv: list[str] | None = None) -> int:

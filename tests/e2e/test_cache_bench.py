@@ -59,3 +59,16 @@ def test_recall_probes_are_reported(chat_rows):
     probes = make_workload("chat", 60, 0).probes
     assert probes > 0
     assert chat_rows["pass-through"]["recall"] == f"{probes}/{probes}"
+
+
+def test_proxy_rows_per_source_and_workers_setting():
+    import argparse
+
+    variants = cache_bench.proxy_variants(argparse.Namespace(proxy_src=[], workers=""))
+    assert [v.name() for v in variants] == ["this proxy"] and variants[0].env() == {}
+    variants = cache_bench.proxy_variants(argparse.Namespace(proxy_src=["before=/tmp/a", "after=."], workers="off,on"))
+    assert [v.name() for v in variants] == ["this proxy [before] (workers off)", "this proxy [before] (workers on)",
+                                            "this proxy [after] (workers off)", "this proxy [after] (workers on)"]
+    assert variants[1].env() == {"MEMCI_MEMORY_WORKERS": "true"} and str(variants[0].src) == "/tmp/a"
+    with pytest.raises(SystemExit):
+        cache_bench.proxy_variants(argparse.Namespace(proxy_src=[], workers="maybe"))
