@@ -116,3 +116,35 @@ def test_summary_jobs_reuse_the_cached_pre_epoch_prompt(proxy_with_memory, emula
         # that prompt held pages the next prompt (the epoch's) no longer holds
         after = turns[turns.index(base) + 1] if turns.index(base) + 1 < len(turns) else None
         assert after is not None and body["messages"][1] not in after["messages"]
+
+
+def test_with_an_idle_delay_the_jobs_wait_for_a_quiet_conversation(emulator_and_proxy, client_for):
+    idle = emulator_and_proxy(WINDOW, {"MEMCI_CONTEXT_WINDOW": str(WINDOW), "MEMCI_MEMORY_WORKERS": "true",
+                                       "MEMCI_SUMMARY_IDLE_S": "3"})
+    client = client_for(idle.proxy)
+    messages: list[dict] = [{"role": "system", "content": "You are a quiet librarian."}]
+
+    def jobs() -> list[dict]:
+        return [r for r in idle.emulator.requests(200) if _is_prefix_job(r) or r["body"]["messages"][0]["content"]
+                .startswith("Summarise")]
+
+    epoch_at = None
+    for turn in range(80):
+        messages.append({"role": "user", "content": f"Shelf note {turn}: row {turn} holds volume {turn * 3}. [[len:100]]"})
+        raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=160)
+        messages.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
+        if raw.headers["x-memci-epoch"] == "true":
+            epoch_at = turn
+            break
+    assert epoch_at is not None, "no epoch"
+    for turn in range(epoch_at + 1, epoch_at + 4):  # the conversation goes on: its jobs wait
+        messages.append({"role": "user", "content": f"Shelf note {turn}: quick one. [[len:20]]"})
+        client.chat.completions.create(model="m", messages=messages, max_tokens=40)
+        messages.append({"role": "assistant", "content": "ok"})
+        time.sleep(0.5)
+    assert jobs() == []
+    deadline = time.monotonic() + 15  # quiet now: the jobs run about 3 s after the last turn
+    while not jobs() and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert jobs(), "the jobs did not run once the conversation was idle"
+    assert all(j["cached_tokens"] >= 0.8 * j["prompt_tokens"] for j in jobs() if _is_prefix_job(j))
