@@ -64,6 +64,11 @@ class Metrics:
         )
         self.epochs = Counter("memci_compaction_epochs", "Compaction epochs, by reason.", ["reason"], registry=r)
         self.pages_archived = Counter("memci_pages_archived", "Pages moved from the prompt to the archive.", registry=r)
+        self.summary_calls = Counter(
+            "memci_summary_calls", "Summariser calls of the memory workers, by kind: prefix (the conversation's "
+            "pre-epoch prompt plus one instruction, cached upstream) or plain (the pages' text alone: no kept prompt "
+            "held them, e.g. after a restart or on another replica).", ["kind"], registry=r,
+        )
         self.evictions = Counter("memci_evictions", "Contents entries evicted, by rule.", ["rule"], registry=r)
         self.tokens_saved = Counter(
             "memci_tokens_saved", "Estimated prompt tokens not sent compared with pass-through.", registry=r

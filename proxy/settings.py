@@ -299,11 +299,11 @@ class Settings:
 
     # --- long-term memory (background workers) ------------------------------------------------
     memory_workers: bool = field(
-        default=False,
+        default=True,
         metadata=_doc("Run the memory workers: conversation summaries (B4), the tenant profile (B2a), archival by age. "
-                      "Off by default: each summary job prefills the archived pages on the upstream again (measured: "
-                      "0.95 -> 0.89 token-weighted hit rate on a 300-turn 8k chat); the extractive contents lines serve "
-                      "instead."),
+                      "Their summary and profile jobs resend the conversation's pre-epoch prompt plus one instruction, "
+                      "so the upstream's prefix cache covers them (measured on a 300-turn 8k chat: hit rate 0.963 "
+                      "workers off, 0.967 on; 0.891 with the earlier standalone summary prompts)."),
     )
     summary_model_url: str = field(
         default="", metadata=_doc("OpenAI base URL of the summariser (empty: the first upstream URL).")
@@ -311,6 +311,12 @@ class Settings:
     summary_model: str = field(default="", metadata=_doc("Model name for summaries (empty: the summariser's first model)."))
     summary_model_api_key: str = field(default="", metadata=_doc("API key of the summariser (empty: upstream_api_key)."))
     summary_timeout_s: float = field(default=60.0, metadata=_doc("Seconds one summariser call may take.", min=1.0))
+    summary_idle_s: float = field(
+        default=0.0,
+        metadata=_doc("When the summary and profile jobs of an epoch run: 0, right after the epoch; N > 0, once the "
+                      "conversation has had no turn for N seconds (or at its next epoch, whichever comes first).",
+                      min=0.0),
+    )
     max_summary_tokens: int = field(
         default=1000, metadata=_doc("Largest conversation summary; over it the summary is re-compressed.", min=64)
     )

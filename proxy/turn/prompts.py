@@ -16,6 +16,7 @@ class LastPrompt:
     epoch: bool
     at: float
     size: int  # bytes of the prompt as encoded for the upstream
+    body: dict[str, Any] | None = None  # the first round's body as sent (its messages are ``messages``)
 
 
 class LastPrompts(SizedLru[str, LastPrompt]):

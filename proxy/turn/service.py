@@ -47,6 +47,7 @@ from proxy.turn.memos import register_process_memos
 from proxy.turn.counting import TurnCounts
 from proxy.vision import intake_images, make_describer
 from proxy.wire.errors import ProxyError
+from proxy.workers.prefix import SummaryBase
 
 log = logging.getLogger("memci.turn")
 _encode = msgspec.json.Encoder().encode
@@ -256,8 +257,9 @@ class TurnService:
                        }, upstream_headers=upstream_headers(s, turn.conversation_id))
         data = with_prompt_cache_key(call.data, turn.conversation_id, s.prompt_cache_key)
         if not self.recall_enabled:
-            out.body = _encode({**data, "messages": turn.plan.messages})
-            self._remember_prompt(turn, len(out.body))
+            sent = {**data, "messages": turn.plan.messages}
+            out.body = _encode(sent)
+            self._remember_prompt(turn, sent, len(out.body))
 
             def on_usage(usage: dict[str, Any]) -> None:
                 turn.usage = usage
@@ -266,7 +268,7 @@ class TurnService:
         body, loop_config = prepare_rounds(data, turn.plan.messages, s.recall_tool_name, s.recall_max_rounds,
                                            call.stream)
         out.body = _encode(body)
-        self._remember_prompt(turn, len(out.body))
+        self._remember_prompt(turn, body, len(out.body))
         room = recall_room(turn.plan, turn.state, s.safety_margin * await self.window.tokens(),
                            self.counts.text_unit(turn.redo.counter))
         context = RecallContext(call.tenant, turn.conversation_id, turn.state, turn.redo.input.messages,
@@ -346,8 +348,10 @@ class TurnService:
                     log.exception("usage feedback failed")
                     self.metrics.engine_errors.labels("feedback").inc()
             await self._store(turn, state)
-            if turn.plan.archived and self.memory is not None:
-                await self.memory.notify(turn.call.tenant, turn.conversation_id)
+            if self.memory is not None:
+                self.memory.touch(turn.call.tenant, turn.conversation_id)
+                if turn.plan.archived:
+                    await self.memory.notify(turn.call.tenant, turn.conversation_id)
         except Exception as exc:
             # The client resends these messages with its next request, whose plan stores them then.
             log.warning("could not store the turn of %s (%s); the next turn stores its messages",
@@ -408,9 +412,17 @@ class TurnService:
         if p.over_budget:
             m.over_budget.inc()
 
-    def _remember_prompt(self, turn: Turn, size: int) -> None:
-        p = turn.plan
-        self.last_prompts.put(turn.conversation_id, LastPrompt(p.messages, list(p.blocks), p.epoch, time.time(), size))
+    def _remember_prompt(self, turn: Turn, body: dict[str, Any], size: int) -> None:
+        """This turn's prompt becomes the conversation's last one. At an epoch that archives pages, the one it
+        replaces is the last prompt that held them: the memory workers' jobs send it again (its prefix is cached)."""
+        p, cid = turn.plan, turn.conversation_id
+        if p.archived and self.memory is not None:
+            before = self.last_prompts.get(cid)
+            if before is not None and before.body is not None:
+                routed = getattr(self.exchange.client, "base_url", None)  # the worker whose cache holds it
+                self.memory.keep_base(turn.call.tenant, cid, SummaryBase(
+                    before.body, routed(cid) if callable(routed) else "", before.at, before.size))
+        self.last_prompts.put(cid, LastPrompt(p.messages, list(p.blocks), p.epoch, time.time(), size, body))
 
     def state_of(self, conversation_id: str) -> ConversationState | None:
         """This process's newest state of a conversation (admin views)."""
