@@ -84,7 +84,7 @@ def test_alembic_command_line_takes_database_url(empty_db_url: str) -> None:
     import subprocess
     import sys
 
-    from proxy.store.sql.migrate import REPO_ROOT
+    from proxy.package_data import CHECKOUT as REPO_ROOT
 
     result = subprocess.run(
         [sys.executable, "-m", "alembic", "upgrade", "head"],
