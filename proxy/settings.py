@@ -217,8 +217,21 @@ class Settings:
         default="",
         metadata=_doc(
             "OpenAI base URL serving /embeddings for the vector half of the recall search (fused with BM25); "
-            "'upstream': the upstream's own. Empty: lexical search only."
+            "'upstream': the upstream's own. Empty: the packaged model (embeddings_local)."
         ),
+    )
+    embeddings_local: str = field(
+        default="use-multilingual-v3",
+        metadata=_doc(
+            "Packaged embedding model of the recall search when embeddings_url is empty (in-process, CPU, nothing "
+            "downloaded): 'use-multilingual-v3', or 'off' for lexical search only."
+        ),
+    )
+    embeddings_local_weights: str = field(
+        default="", metadata=_doc("Weights file of the packaged model (empty: the one its package ships).")
+    )
+    embeddings_cache_mb: int = field(
+        default=64, metadata=_doc("Memory bound of the page vectors kept in this process (MB, estimated).", min=1)
     )
     embeddings_model: str = field(
         default="", metadata=_doc("Embedding model name sent and stored with the vectors (empty: 'default').")

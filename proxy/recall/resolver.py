@@ -195,6 +195,15 @@ class RecallResolver:
             min_cosine=self.min_cosine,
         )
 
+    async def prepare(self, ctx: RecallContext) -> None:
+        """Index the pages archived since the last call, lexically and (in the background) as vectors: run after
+        the turn that archived them, so that the next search has only the query to embed."""
+        added: dict[str, str] = {}
+        await self.indexes.index_for(ctx, added)
+        if self.vectors is not None:
+            self.vectors.remember(ctx.conversation_id, added)
+            await self.vectors.prepare(ctx.tenant, ctx.conversation_id)
+
     async def close(self) -> None:
         if self.vectors is not None:
             await self.vectors.close()
