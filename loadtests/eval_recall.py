@@ -47,6 +47,7 @@ if __package__ in (None, ""):
 from loadtests.eval_sets import evaluate_memorybank, local_embed, progress, reference_ranking
 from loadtests.evaldata import MadialBench, MadialDialogue, MemoryBankUser, load_madial_bench, load_memorybank
 from proxy.recall.bm25 import DEFAULT_MIN_SCORE, BM25Index
+from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
 from proxy.recall.text import tokenize
 
@@ -187,6 +188,7 @@ def evaluate_madial(
     min_cosine: float | None = None,
     vector_query: str = "context",
     reference: bool = False,
+    entity_boost: float = 1.0,
 ) -> dict[str, RetrievalMetrics]:
     """Metrics of lexical search (and of vector and fused search when ``embed`` is given).
 
@@ -217,7 +219,10 @@ def evaluate_madial(
         rows["vector"], rows["fused"] = [], []
     for position, dialogue in enumerate(progress(dialogues, "MADial-Bench")):
         index = indexes[dialogue.user_id]
-        lexical = index.search_weighted(build_query(dialogue, strategy), k=len(index), min_score=min_score)
+        weights = build_query(dialogue, strategy)
+        if entity_boost != 1.0:
+            weights = boosted_query(weights, vector_query_text(dialogue, "context"), entity_boost)
+        lexical = index.search_weighted(weights, k=len(index), min_score=min_score)
         rows["lexical"].append(score_ranking([doc_id for doc_id, _ in lexical], dialogue.relevant_ids))
         if reference:
             memories = bench.memories_of(dialogue.user_id)
@@ -299,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lexical-weight", type=float, default=1.0, help="weight of the BM25 ranking in the fusion")
     parser.add_argument("--min-cosine", type=float, default=0.2, help="vector candidates below it are not fused")
     parser.add_argument("--vector-query", choices=VECTOR_QUERIES, default="context", help="text embedded as the query")
+    parser.add_argument("--entity-boost", type=float, default=2.0,
+                        help="weight of proper nouns, numbers and codes in the BM25 query (the proxy's default)")
     parser.add_argument("--memorybank", action="store_true", help="print MemoryBank probing-question results")
     args = parser.parse_args(argv)
 
@@ -325,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     strategies = STRATEGIES if args.strategy == "all" else (args.strategy,)
     print(
         f"MADial-Bench en ({args.split}): {len(bench.dialogues)} dialogues, {len(bench.memories)} memories, "
-        f"min_score={args.min_score}, embeddings: {source}, min_cosine={args.min_cosine}"
+        f"min_score={args.min_score}, embeddings: {source}, min_cosine={args.min_cosine}, "
+        f"entity_boost={args.entity_boost}"
     )
     for strategy in strategies:
         for position, vector_weight in enumerate(args.vector_weight if embed is not None else [1.0]):
@@ -340,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
                 min_cosine=args.min_cosine,
                 vector_query=args.vector_query,
                 reference=position == 0,
+                entity_boost=args.entity_boost,
             )
             for name, metrics in results.items():
                 if position and name != "fused":
@@ -352,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"MemoryBank en: labelled probing questions of loadtests/{EVIDENCE_NAME}, pages = dated exchanges")
     for position, vector_weight in enumerate(args.vector_weight if embed is not None else [1.0]):
-        rows = evaluate_memorybank(users, embed, score_ranking, vector_weight=vector_weight, min_cosine=args.min_cosine)
+        rows = evaluate_memorybank(users, embed, score_ranking, vector_weight=vector_weight,
+                                   min_cosine=args.min_cosine, entity_boost=args.entity_boost)
         for name, values in rows.items():
             if position and name != "fused":
                 continue

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from loadtests.evaldata import MemoryBankUser
 from proxy.recall.bm25 import BM25Index
+from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
 from proxy.recall.text import tokenize
 
@@ -86,6 +87,7 @@ def evaluate_memorybank(
     score: Callable[[Sequence[object], Sequence[object]], Row],
     vector_weight: float = 1.0,
     min_cosine: float | None = 0.2,
+    entity_boost: float = 1.0,
 ) -> dict[str, list[Row]]:
     """Rows per ranking (lexical, reference-bm25, and vector and fused when ``embed`` is given)."""
     cases = memorybank_cases(users)
@@ -102,7 +104,8 @@ def evaluate_memorybank(
             vectors = dict(enumerate(embed(texts))) if embed is not None else {}
             indexes[user.name] = (index, texts, vectors)
         index, texts, vectors = indexes[user.name]
-        lexical = [(int(i), s) for i, s in index.search(question, k=len(texts))]
+        weights = boosted_query(dict.fromkeys(tokenize(question), 1.0), question, entity_boost)
+        lexical = [(int(i), s) for i, s in index.search_weighted(weights, k=len(texts))]
         rows["lexical"].append(score([i for i, _ in lexical], relevant))
         rows["reference-bm25"].append(score(reference_ranking(texts, tokenize(question)), relevant))
         if embed is not None:

@@ -246,6 +246,11 @@ class Settings:
     recall_vector_weight: float = field(
         default=1.0, metadata=_doc("Weight of the vector ranking in the fused recall search.", min=0.0)
     )
+    recall_entity_boost: float = field(
+        default=2.0,
+        metadata=_doc("Weight of the query's proper nouns, numbers and codes in the BM25 half of the recall search "
+                      "(1: none).", min=0.0),
+    )
     recall_min_cosine: float = field(
         default=0.2,
         metadata=_doc("Vector candidates under this cosine similarity stay out of the fused search.", min=-1.0, max=1.0),

@@ -67,7 +67,7 @@ class TurnService:
         self.resolver = RecallResolver(
             store.repo, self.counter, s.recall_max_tokens, vectors=vectors, metrics=metrics,
             lexical_weight=s.recall_lexical_weight, vector_weight=s.recall_vector_weight, min_cosine=s.recall_min_cosine,
-            index_max_bytes=s.search_index_max_mb * 2**20,
+            index_max_bytes=s.search_index_max_mb * 2**20, entity_boost=s.recall_entity_boost,
         )
         self.recall_enabled = s.recall_enabled
         self.volatile = VolatileContext(settings, metrics, self.resolver, getattr(exchange.client, "session", None))
