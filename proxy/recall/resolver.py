@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from collections.abc import Mapping
@@ -187,9 +188,16 @@ class RecallResolver:
                 self._fallback("not_configured")
             return self._lexical(index, query, k)
         candidates = max(k * FUSION_CANDIDATES, k)
-        lexical = self._lexical(index, query, candidates)
+        # The query is embedded (a worker thread) while BM25 runs here: started first, awaited after.
+        vector_task = asyncio.ensure_future(self.vectors.nearest(ctx.tenant, ctx.conversation_id, query, candidates))
         try:
-            nearest = await self.vectors.nearest(ctx.tenant, ctx.conversation_id, query, candidates)
+            await asyncio.sleep(0)
+            lexical = self._lexical(index, query, candidates)
+        except BaseException:
+            vector_task.cancel()
+            raise
+        try:
+            nearest = await vector_task
         except VectorSearchFailed as failure:
             self._fallback(failure.reason)
             return lexical[:k]
