@@ -14,7 +14,9 @@ Metrics, averaged over dialogues:
 
 Usage::
 
-    python loadtests/eval_recall.py                       # lexical, every query strategy
+    python loadtests/eval_recall.py                       # MADial-Bench and MemoryBank: fused with the packaged
+                                                          # model, lexical, and rank_bm25's BM25, side by side
+    python loadtests/eval_recall.py --lexical-only --strategy all   # lexical, every query strategy
     python loadtests/eval_recall.py --strategy weighted   # one strategy
     python loadtests/eval_recall.py --embeddings-url http://127.0.0.1:8011   # adds vector and fused runs
     python loadtests/eval_recall.py --embeddings-url http://127.0.0.1:8011 --split dev --vector-weight 0.5 1 2

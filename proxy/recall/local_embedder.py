@@ -29,7 +29,7 @@ from proxy.caches import BoundedLru
 
 log = logging.getLogger("memci.recall")
 
-__all__ = ["LocalEmbedder", "MODEL_NAME", "chunk_text", "load_use"]
+__all__ = ["LocalEmbedder", "MODEL_NAME", "chunk_text", "load_use", "shared_use"]
 
 MODEL_NAME = "use-multilingual-v3"
 DIMENSION = 512
@@ -53,6 +53,27 @@ def load_use(weights_path: str = "") -> Encode:
         raise FileNotFoundError(weights)
     backend = NumpyBackend(weights, UseTokenizer(os.path.join(resources, "sp.model")), threads=1)
     return backend.encode
+
+
+_SHARED: dict[str, Encode] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_use(weights_path: str = "") -> Encode:
+    """The model loaded once per process (every embedder of the process shares its ~150 MB)."""
+    with _SHARED_LOCK:
+        encode = _SHARED.get(weights_path)
+        if encode is None:
+            encode = _SHARED[weights_path] = load_use(weights_path)
+        return encode
+
+
+def _lower_priority() -> None:
+    """The page-embedding thread yields the CPU to the event loop's (Linux: a thread has its own nice value)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):
+        pass
 
 
 def _one_blas_thread() -> None:
@@ -97,11 +118,11 @@ class LocalEmbedder:
         self.dimension: int | None = None
         self.last_failure: str | None = None
         self.metrics = metrics
-        self._loader = loader or load_use
+        self._loader = loader or shared_use
         self._encode: Encode | None = None
         self._failed = False
         self._lock = threading.Lock()
-        self._pages = ThreadPoolExecutor(1, "memci-embed-pages")
+        self._pages = ThreadPoolExecutor(1, "memci-embed-pages", initializer=_lower_priority)
         self._queries = ThreadPoolExecutor(1, "memci-embed-query")
         self._query_vectors: BoundedLru[str, list[float]] = BoundedLru(
             "embedding_queries", query_cache_entries, 8 * 2**20, size_of=lambda k, v: 64 + len(k) + 8 * len(v))
