@@ -12,6 +12,9 @@ text changed is embedded again; within a process a bounded map digest -> vector 
 The nearest pages come from this process's vectors when it holds every vector of the conversation (an
 exact cosine scan in numpy, bounded in bytes: ``cache_max_bytes``), else from the store (pgvector).
 
+Background embedding waits for a moment without turn starts (``mark_busy``; at most ``max_defer_s``), so that it
+runs between turns rather than beside them.
+
 Pages that could not be embedded (model or endpoint failing) stay pending and are tried again at the next
 search or archive.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol
@@ -124,6 +128,9 @@ class PageVectors:
         self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
         self._indexed_dims: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._last_busy = float("-inf")
+        self.quiet_s = 0.25
+        self.max_defer_s = 5.0
         # conversation -> pages not yet compared with the store: bounded like the conversations and in bytes (a
         # conversation dropped here keeps its lexical index; its new pages are embedded when next re-indexed)
         self._arrived: BoundedLru[str, dict[str, str]] = BoundedLru(
@@ -251,9 +258,24 @@ class PageVectors:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def mark_busy(self) -> None:
+        """A turn started: background embedding waits for a quiet moment (see ``_quiet``)."""
+        self._last_busy = time.monotonic()
+
+    async def _quiet(self) -> None:
+        """Wait until no turn started for ``quiet_s`` (the embedding shares the CPU and the interpreter lock with
+        the turns), but not longer than ``max_defer_s`` (so that a busy process still embeds)."""
+        deadline = time.monotonic() + self.max_defer_s
+        while True:
+            idle = time.monotonic() - self._last_busy
+            if idle >= self.quiet_s or time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(min(self.quiet_s - idle, max(0.0, deadline - time.monotonic())) + 0.001)
+
     async def _embed_backlog(self, tenant: str, conversation_id: str, conversation: _Conversation) -> None:
-        batch = max(1, self.inline_pages or 32)
+        batch = max(1, self.inline_pages or 8)
         while conversation.pending:
+            await self._quiet()
             pages = list(conversation.pending.items())[:batch]
             known = [self._by_digest.get(text_digest(text)) for _, text in pages]
             missing = [text for (_, text), vector in zip(pages, known, strict=True) if vector is None]

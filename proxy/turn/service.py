@@ -109,6 +109,8 @@ class TurnService:
 
     # ------------------------------------------------------------------------------------------------------------
     async def handle(self, call: ChatCall) -> Answer:
+        if self.resolver.vectors is not None:
+            self.resolver.vectors.mark_busy()  # background page embedding waits for a quiet moment
         system, messages = split_system(call.messages)
         try:
             found = await self.lookup.find(call, messages)
