@@ -141,7 +141,14 @@ class Metrics:
             "memci_memory_injections", "Turns whose latest user message carried retrieved memory (B5).", registry=r
         )
         self.recall_fallbacks = Counter(
-            "memci_recall_fallbacks", "Recall searches that fell back to lexical only, by reason.", ["reason"], registry=r
+            "memci_recall_fallbacks", "Recall searches that fell back to lexical only, by reason (model_absent, "
+            "model_error, loading: the packaged model; timeout, unreachable, http_*, bad_answer: an embeddings "
+            "endpoint; store; not_configured).", ["reason"], registry=r
+        )
+        self.embedded_texts = Counter(
+            "memci_embedded_texts", "Texts (pages and queries) given to the packaged embedding model, by outcome: "
+            "embedded, chunked (longer than one model input: embedded in pieces), empty (no text: a zero vector), "
+            "failed.", ["outcome"], registry=r
         )
 
     def observe_usage(self, usage: object) -> None:

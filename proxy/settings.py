@@ -248,8 +248,21 @@ class Settings:
         default="",
         metadata=_doc(
             "OpenAI base URL serving /embeddings for the vector half of the recall search (fused with BM25); "
-            "'upstream': the upstream's own. Empty: lexical search only."
+            "'upstream': the upstream's own. Empty: the packaged model (embeddings_local)."
         ),
+    )
+    embeddings_local: str = field(
+        default="use-multilingual-v3",
+        metadata=_doc(
+            "Packaged embedding model of the recall search when embeddings_url is empty (in-process, CPU, nothing "
+            "downloaded): 'use-multilingual-v3', or 'off' for lexical search only."
+        ),
+    )
+    embeddings_local_weights: str = field(
+        default="", metadata=_doc("Weights file of the packaged model (empty: the one its package ships).")
+    )
+    embeddings_cache_mb: int = field(
+        default=64, metadata=_doc("Memory bound of the page vectors kept in this process (MB, estimated).", min=1)
     )
     embeddings_model: str = field(
         default="", metadata=_doc("Embedding model name sent and stored with the vectors (empty: 'default').")
@@ -263,6 +276,11 @@ class Settings:
     )
     recall_vector_weight: float = field(
         default=1.0, metadata=_doc("Weight of the vector ranking in the fused recall search.", min=0.0)
+    )
+    recall_entity_boost: float = field(
+        default=2.0,
+        metadata=_doc("Weight of the query's proper nouns, numbers and codes in the BM25 half of the recall search "
+                      "(1: none).", min=0.0),
     )
     recall_min_cosine: float = field(
         default=0.2,

@@ -66,11 +66,13 @@ class TurnService:
         register_process_memos()  # the engine's and the search's memos, in memci_cache_*
         self.window = ContextWindow(settings, exchange.client)
         vectors = build_page_vectors(store.repo, s.embeddings_url, s.upstream_url, s.embeddings_model,
-                                     s.embeddings_api_key, s.embeddings_timeout)
+                                     s.embeddings_api_key, s.embeddings_timeout, local_model=s.embeddings_local,
+                                     local_weights=s.embeddings_local_weights, metrics=metrics,
+                                     cache_max_bytes=s.embeddings_cache_mb * 2**20)
         self.resolver = RecallResolver(
             store.repo, self.counter, s.recall_max_tokens, vectors=vectors, metrics=metrics,
             lexical_weight=s.recall_lexical_weight, vector_weight=s.recall_vector_weight, min_cosine=s.recall_min_cosine,
-            index_max_bytes=s.search_index_max_mb * 2**20,
+            index_max_bytes=s.search_index_max_mb * 2**20, entity_boost=s.recall_entity_boost,
         )
         self.recall_enabled = s.recall_enabled
         self.volatile = VolatileContext(settings, metrics, self.resolver, getattr(exchange.client, "session", None))
@@ -82,15 +84,22 @@ class TurnService:
         self.describer = make_describer(settings, self.blobs, owns=owners.owns_blob if owners else None)
         self._configs: dict[int, EngineConfig] = {}
         self._finishing: set[asyncio.Task[None]] = set()
+        self._preparing: set[asyncio.Task[None]] = set()  # search indexing after a turn (proxy.recall)
         self.fallback_ratio = 1.0  # the upstream's tokens per estimated token, as the last plan learned it
 
     def start(self) -> None:
         self.states.start()
+        warm = getattr(self.resolver.vectors.embedder, "warm", None) if self.resolver.vectors else None
+        if warm is not None and self.recall_enabled:
+            warm()  # the packaged model loads in a worker thread
 
     async def close(self) -> None:
         """Finish the turns still running their after-answer step, write everything queued, close clients."""
         if self._finishing:
             await asyncio.gather(*self._finishing, return_exceptions=True)
+        for task in list(self._preparing):
+            task.cancel()
+        await asyncio.gather(*self._preparing, return_exceptions=True)
         await self.states.close()
         await self.volatile.close()
         await self.resolver.close()
@@ -106,6 +115,8 @@ class TurnService:
 
     # ------------------------------------------------------------------------------------------------------------
     async def handle(self, call: ChatCall) -> Answer:
+        if self.resolver.vectors is not None:
+            self.resolver.vectors.mark_busy()  # background page embedding waits for a quiet moment
         system, messages = split_system(call.messages)
         try:
             found = await self.lookup.find(call, messages)
@@ -352,6 +363,8 @@ class TurnService:
                 self.memory.touch(turn.call.tenant, turn.conversation_id)
                 if turn.plan.archived:
                     await self.memory.notify(turn.call.tenant, turn.conversation_id)
+            if turn.plan.archived and self.resolver.vectors is not None and self.recall_enabled:
+                self._prepare_search(turn, state)
         except Exception as exc:
             # The client resends these messages with its next request, whose plan stores them then.
             log.warning("could not store the turn of %s (%s); the next turn stores its messages",
@@ -359,6 +372,21 @@ class TurnService:
             self.metrics.store_write_failures.labels("finish").inc()
         finally:
             await release()
+
+    def _prepare_search(self, turn: Turn, state: ConversationState) -> None:
+        """The pages this turn archived indexed and embedded in the background (off the answer path)."""
+        ctx = RecallContext(turn.call.tenant, turn.conversation_id, state, turn.redo.input.messages,
+                            turn.redo.input.image_descriptions)
+
+        async def prepare() -> None:
+            try:
+                await self.resolver.prepare(ctx)
+            except Exception:
+                log.exception("could not index the archived pages of %s", turn.conversation_id)
+
+        task = asyncio.get_running_loop().create_task(prepare())
+        self._preparing.add(task)
+        task.add_done_callback(self._preparing.discard)
 
     async def _store(self, turn: Turn, state: ConversationState) -> None:
         tenant, cid = turn.call.tenant, turn.conversation_id

@@ -281,7 +281,7 @@ def _sse(data: dict[str, Any]) -> bytes:
 
 # --- the service ----------------------------------------------------------------------------------------------
 def settings(**overrides: Any) -> Settings:
-    base = {"context_window": 4096, "embeddings_url": "", "blob_store": "", "vision_model": "", "memory_workers": False,
+    base = {"context_window": 4096, "embeddings_url": "", "embeddings_local": "off", "blob_store": "", "vision_model": "", "memory_workers": False,
             "write_behind_max_lag_ms": 5, "home": "/nonexistent"}
     fields = {f.name for f in dataclasses.fields(Settings)}
     return Settings(**{k: v for k, v in {**base, **overrides}.items() if k in fields})
