@@ -37,6 +37,8 @@ class Turn:
     redo: Redo
     record: Any = None  # proxy.recall.rounds.LoopRecord of the recall rounds
     usage: dict[str, Any] | None = None
+    pushed_tokens: int = 0  # estimated tokens of the proactive recall round sent with the first round
+    accounting: dict[str, int] = field(default_factory=dict)  # tokens shed / re-prefilled by the plan (admin view)
 
 
 class Release:

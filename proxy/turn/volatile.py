@@ -31,6 +31,18 @@ class Volatile:
     rewrite: RewriteResult | None = None
 
 
+def injection_on(settings: Settings, memory_mode: str) -> bool:
+    """B5 for this request: X-Memci-Memory on/off, else memory_push=injection (or memory_injection_enabled)."""
+    if memory_mode in ("on", "off"):
+        return memory_mode == "on"
+    return settings.memory_push == "injection" or settings.memory_injection_enabled
+
+
+def push_on(settings: Settings, memory_mode: str) -> bool:
+    """The proactive recall round for this request: memory_push=proactive, unless B5 or the header says otherwise."""
+    return settings.memory_push == "proactive" and not injection_on(settings, memory_mode) and memory_mode != "off"
+
+
 class VolatileContext:
     def __init__(self, settings: Settings, metrics: Metrics, resolver: RecallResolver, session: Any = None) -> None:
         self.settings = settings
@@ -69,7 +81,7 @@ class VolatileContext:
     ) -> Volatile:
         """``rewrite_mode`` / ``memory_mode``: the request's X-Memci-Rewrite / X-Memci-Memory ("" when absent)."""
         out = Volatile()
-        memory_on = self.settings.memory_injection_enabled if memory_mode not in ("on", "off") else memory_mode == "on"
+        memory_on = injection_on(self.settings, memory_mode)
         memory_possible = (memory_on and state is not None and state.first_active_page > 0 and bool(messages)
                            and messages[-1].get("role") == "user")
         placement = "always" if rewrite_mode in ("rules", "model") else self.settings.intent_in_prompt

@@ -1,0 +1,78 @@
+"""The proactive recall round of a managed turn (the cache-neutral push): decided and shaped by
+proxy.recall.proactive, answered within the room the plan left, kept as hidden messages like a model-called one."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from proxy.engine.intent import message_text
+from proxy.metrics import Metrics
+from proxy.recall.proactive import decide, is_look_up, missing_terms, push_call, push_query, recall_round
+from proxy.recall.resolver import SEARCH_HITS, RecallResolver
+from proxy.settings import Settings
+from proxy.turn.recall_rounds import CALL_FRAMING_TOKENS, RESULT_FRAMING_TOKENS, TurnRecall
+from proxy.turn.turn import Turn
+from proxy.turn.volatile import VolatileContext
+
+log = logging.getLogger("memci.turn")
+MIN_RESULT_TOKENS = 64  # below this the resolver answers "no room": not worth a round
+
+
+class ProactivePush:
+    def __init__(self, settings: Settings, metrics: Metrics, resolver: RecallResolver, volatile: VolatileContext
+                 ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.resolver = resolver
+        self.volatile = volatile
+
+    async def exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str) -> list[dict[str, Any]]:
+        """The round to append after the latest user message ([] when none is due). Searches only on look-ups."""
+        messages = turn.redo.input.messages
+        if turn.plan.over_budget or not messages or messages[-1].get("role") != "user":
+            return []
+        text = message_text(messages[-1])
+        if not is_look_up(text):
+            return []
+        try:
+            return await self._exchange(turn, rounds, tool_name, messages, text)
+        except Exception:
+            log.exception("proactive recall failed; the turn goes on without it")
+            self.metrics.recall_pushes.labels("failed").inc()
+            self.metrics.engine_errors.labels("push").inc()
+            return []
+
+    async def _exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str, messages: list[dict[str, Any]],
+                        text: str) -> list[dict[str, Any]]:
+        m = self.metrics
+        state = turn.state
+        rewritten = await self.volatile.rewrite(messages, "rules")  # standalone words; no model call on this path
+        query_text = rewritten.query if rewritten is not None else text
+        start = state.active_start_entry()
+        missing = missing_terms(query_text, (message_text(x) for x in messages[start:-1]))
+        hits = []
+        if missing and state.first_active_page > 0:
+            # lexical: the floor is a BM25 score, and a turn that does not push never waits on an embedding
+            hits = await self.resolver.search(rounds.context, push_query(missing), SEARCH_HITS, use_vectors=False)
+        decision = decide(True, missing, hits, self.settings.recall_push_min_score)
+        if not decision.push:
+            m.recall_pushes.labels(decision.reason).inc()
+            return []
+        query = push_query(missing)
+        call = push_call(tool_name, query, f"{turn.redo.last_index}")
+        count = self.resolver.counter.count_text
+        if rounds.room - count(call.arguments) - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS < MIN_RESULT_TOKENS:
+            m.recall_pushes.labels("no_room").inc()
+            return []
+        before = rounds.room
+        result = await rounds.resolve(call)
+        exchange = recall_round(call, result)
+        pushed = sum(self.resolver.counter.count_message(x) for x in exchange)
+        if rounds.choices > 1:  # each choice's own rounds get what the push left
+            rounds.initial_room -= pushed
+        else:
+            rounds.room = min(rounds.room, before - pushed)
+        m.recall_pushes.labels("pushed").inc()
+        m.recall_push_tokens.observe(pushed)
+        return exchange
