@@ -35,6 +35,10 @@ class ProactivePush:
         text = message_text(messages[-1])
         if not is_look_up(text):
             return []
+        if any(g.after == turn.redo.last_index for g in turn.state.hidden):
+            # a retry of this message: the round it got is spliced back already
+            self.metrics.recall_pushes.labels("in_prompt").inc()
+            return []
         try:
             return await self._exchange(turn, rounds, tool_name, messages, text)
         except Exception:
