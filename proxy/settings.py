@@ -258,9 +258,9 @@ class Settings:
     )
     memory_injection_enabled: bool = field(
         default=False,
-        metadata=_doc("Inject memory retrieved from archived pages next to the latest user message (B5). Off by "
-                      "default: each injection costs a cache miss on the next turn, while the recall tool lets the "
-                      "model pull the same pages on demand and keeps the prefix stable."),
+        metadata=_doc("Inject memory retrieved from archived pages next to the latest user message (B5): the same as "
+                      "memory_push=injection (kept for existing configurations). Off by default: each injection costs "
+                      "a cache miss on the next turn, while the proactive push keeps the prefix stable."),
     )
     memory_push: str = field(
         default="proactive",

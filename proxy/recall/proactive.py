@@ -40,7 +40,7 @@ _SPEECH = (r"(?:say|said|tell|told|mention(?:ed)?|ask(?:ed)?|write|wrote|share[s
            r"discuss(?:ed)?|talk(?:ed)?|pick(?:ed)?|choose|chose|suggest(?:ed)?|recommend(?:ed)?|name[sd]?|call(?:ed)?|"
            r"plan(?:ned)?|book(?:ed)?|buy|bought|set|put|park(?:ed)?|settle[sd]?|note[sd]?|store[sd]?)")
 _EN = re.compile(
-    r"\b(?:what|which|where|who|whom|how\s+(?:much|many|long|old))\b[^.?!\n]{0,60}?\b(?:did|do|have|had)\s+"
+    r"\b(?:what|which|where|who|whom|how\s+(?:much|many|long|old))\b[^.?!\n]{0,60}?\b(?:did|have|had)\s+"
     r"(?:i|we|you)\s+(?:ever\s+|already\s+|just\s+|once\s+)?" + _SPEECH + r"\b"
     r"|\bremind\s+me\b"
     r"|\b(?:do|did|can|could)\s+you\s+(?:still\s+)?(?:remember|recall)\b"
@@ -51,7 +51,16 @@ _EN = re.compile(
     r"used|planned|booked|bought|set|gave|shared|suggested|recommended|settled|noted)\b"
     r"|\bwhen\s+did\s+(?:i|we|you)\b"
     r"|\b(?:earlier|previously|last\s+time|the\s+other\s+day|a\s+while\s+ago)\b[^?\n]{0,120}\?"
-    r"|\bwhat\s+was\s+(?:it|that)\s+again\b",
+    r"|\bwhat\s+was\s+(?:it|that)\s+again\b"
+    # a statement about the past, then the question: "I recommended a film before, what was it?"
+    r"|\b(?:i|you|we)\s+(?:once\s+|recently\s+|previously\s+|already\s+)?(?:recommended|shared|mentioned|suggested|"
+    r"told|showed|sent|gave)\b[^?\n]{0,120}?\b(?:what|which|who|where|when)\b[^?\n]{0,60}\?"
+    r"|\b(?:before|earlier|once|previously|last\s+(?:week|month|year|time)|on\s+(?:jan|feb|mar|apr|may|jun|jul|aug|"
+    r"sep|oct|nov|dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?)\b[^?\n]{0,120}?\b(?:what|which|who|where|how\s+long|"
+    r"how\s+many|how\s+much)\b[^?\n]{0,60}\?"
+    # what the user likes, as only the conversation can tell: "what kind of cuisine do I like?"
+    r"|\b(?:what|which)\b[^?.\n]{0,40}\bdo\s+i\s+(?:like|love|prefer|enjoy|hate|dislike|usually)\b"
+    r"|\bi\s+(?:don't|do\s+not|didn't|did\s+not)\b[^?\n]{0,60},\s*right\?",
     re.IGNORECASE,
 )
 _ZH_WHO = r"(?:我|我们|咱们|你)"

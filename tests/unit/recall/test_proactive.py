@@ -4,6 +4,7 @@ the shape of the pushed round (deterministic bytes)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -27,7 +28,7 @@ LOOK_UPS = [
 ORDINARY = [
     "What should I do before the interview?", "How do I cook rice?", "What did you mean by that?",
     "Can you tell me about Rome?", "What do you think about tea?", "Which one should I pick?",
-    "Tell me a story about a lighthouse.", "今天天气怎么样？", "给我三个关于数据库索引的想法。", "请帮我写一封邮件。",
+    "Tell me a story about a lighthouse.", "Lately I've been procrastinating. What do you suggest I do?", "今天天气怎么样？", "给我三个关于数据库索引的想法。", "请帮我写一封邮件。",
 ]
 
 
@@ -48,6 +49,23 @@ def test_benchmark_chats_fire_on_their_probes_only(kind: str, seed: int) -> None
     fired = [t.probe is not None for t in turns if is_look_up(t.user)]
     assert fired and all(fired)  # no false positive
     assert len(fired) == sum(t.probe is not None for t in turns)  # every probe
+
+
+def test_memorybank_dialogues_do_not_fire_and_its_probing_questions_mostly_do(monkeypatch) -> None:
+    """MemoryBank (../shared/eval): 566 recorded user turns, 100 questions about earlier days."""
+    try:
+        from loadtests.evaldata import load_memorybank
+    except ImportError:
+        pytest.skip("loadtests not importable")
+    if not os.environ.get("MEMCI_EVAL_DIR") and Path("/work/shared/eval").is_dir():
+        monkeypatch.setenv("MEMCI_EVAL_DIR", "/work/shared/eval")
+    users = load_memorybank()
+    if not users:
+        pytest.skip("MemoryBank data absent")
+    turns = [ex.query for u in users for ex in u.exchanges]
+    probes = [q for u in users for q in u.probing_questions]
+    assert [q for q in turns if is_look_up(q)] == []
+    assert sum(map(is_look_up, probes)) >= 0.7 * len(probes)  # measured: 75 of 100
 
 
 @given(st.text(max_size=400))
