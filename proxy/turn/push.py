@@ -10,6 +10,7 @@ from proxy.engine.intent import message_text
 from proxy.metrics import Metrics
 from proxy.recall.proactive import decide, is_look_up, missing_terms, push_call, push_query, recall_round
 from proxy.recall.resolver import SEARCH_HITS, RecallResolver
+from proxy.recall.tool import RecallArgs
 from proxy.settings import Settings
 from proxy.turn.recall_rounds import CALL_FRAMING_TOKENS, RESULT_FRAMING_TOKENS, TurnRecall
 from proxy.turn.turn import Turn
@@ -65,18 +66,20 @@ class ProactivePush:
             return []
         query = push_query(missing)
         call = push_call(tool_name, query, f"{turn.redo.last_index}")
-        count = self.resolver.counter.count_text
-        if rounds.room - count(call.arguments) - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS < MIN_RESULT_TOKENS:
+        counter = self.resolver.counter
+        # Unlike a call the model makes, the push is the proxy's choice: it stays within the plan's budget (the
+        # model's own calls may still use half the safety margin), 5% kept for the estimate's error.
+        within = int((0.95 * turn.plan.budget - turn.plan.estimated_tokens) / max(1.0, state.correction_ratio))
+        limit = min(rounds.room, within) - counter.count_text(call.arguments) - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS
+        if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
             return []
-        before = rounds.room
-        result = await rounds.resolve(call)
-        exchange = recall_round(call, result)
-        pushed = sum(self.resolver.counter.count_message(x) for x in exchange)
-        if rounds.choices > 1:  # each choice's own rounds get what the push left
-            rounds.initial_room -= pushed
-        else:
-            rounds.room = min(rounds.room, before - pushed)
+        outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit)
+        m.recall_search_seconds.observe(outcome.search_seconds)
+        exchange = recall_round(call, outcome.text)
+        pushed = sum(counter.count_message(x) for x in exchange)
+        rounds.room -= pushed  # what the model's own rounds may still add
+        rounds.initial_room -= pushed
         m.recall_pushes.labels("pushed").inc()
         m.recall_push_tokens.observe(pushed)
         return exchange

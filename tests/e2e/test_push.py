@@ -87,3 +87,49 @@ def test_a_fact_from_turn_3_reaches_turn_100_and_the_next_turn_stays_cached(pair
     assert 'memci_recall_pushes_total{outcome="pushed"} 2.0' in text
     assert 'memci_recall_pushes_total{outcome="no_hits"} 1.0' in text
     client.close()
+
+
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+
+
+def test_the_push_with_n_2_and_with_client_tools(pair):
+    """n > 1: every choice is an ordinary answer. Client tools: a call of the client's own tool that the model makes
+    after the pushed round goes back to the client untouched, and the client's result follows the round upstream.
+    (The emulator's model reads its script from the pushed result: the stated fact carries a get_weather marker,
+    inert while no request lists that tool.)"""
+    emu, proxy = pair.emulator, pair.proxy
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-push-tools", max_retries=0, timeout=30)
+    messages: list[dict] = []
+    for turn in range(1, 60):
+        text = {3: 'Our wedding venue is the Quinta da Aveleda. [[call:get_weather {"city": "Porto"}]]',
+                4: FACTS[4]}.get(turn, f"Chit-chat number {turn} about the weather and the news.")
+        headers = ask(client, messages, text + " [[len:80]]")
+    assert int(headers["x-memci-pages-archived"]) >= 4
+
+    messages.append({"role": "user", "content": "Remind me, what was the name of our new puppy?"})
+    r = client.chat.completions.create(model="m", messages=messages, max_tokens=100, n=2)
+    assert len(r.choices) == 2 and all(c.message.tool_calls is None for c in r.choices)
+    messages.append(r.choices[0].message.model_dump(exclude_none=True))
+    (sent,) = emu.requests(1)
+    assert "Pistachio" in sent["body"]["messages"][-1]["content"] and sent["body"].get("n") == 2
+
+    messages.append({"role": "user", "content": "What did I tell you about the wedding venue?"})
+    r = client.chat.completions.create(model="m", messages=messages, max_tokens=100, tools=[WEATHER])
+    (sent,) = emu.requests(1)
+    assert [m["role"] for m in sent["body"]["messages"][-3:]] == ["user", "assistant", "tool"], [l for l in httpx.get(f"{proxy.url}/metrics").text.splitlines() if ("push" in l or "conversations_total" in l) and not l.startswith("#")]
+    assert r.choices[0].message.tool_calls, sent["body"]["messages"][-1]
+    (call,) = r.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and r.choices[0].finish_reason == "tool_calls"
+    messages.append(r.choices[0].message.model_dump(exclude_none=True))
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": "Sunny, 24 C."})
+    r = client.chat.completions.create(model="m", messages=messages, max_tokens=100, tools=[WEATHER])
+    assert r.choices[0].message.tool_calls is None
+    (sent,) = emu.requests(1)
+    tail = sent["body"]["messages"][-5:]
+    assert [m["role"] for m in tail] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert tail[1]["tool_calls"][0]["function"]["name"] == "recall" and "Aveleda" in tail[2]["content"]
+    assert tail[3]["tool_calls"][0]["id"] == call.id and tail[4]["content"] == "Sunny, 24 C."
+    client.close()
