@@ -9,6 +9,7 @@ no cache miss (unlike B5 injection, a per-turn block next to the latest message)
 * ``is_look_up(text)``: the message asks about an earlier thing ("what did I tell you about…", "remind me…",
   "what was the … we …", "when did…", Chinese equivalents). Ordinary questions do not fire (tested against the
   chat and chat-zh workloads of the benchmark).
+* ``content_words(text)``: the look-up without its phrasing, what the search looks for.
 * ``missing_terms(query, active_texts)``: the query's keywords the active pages never mention.
 * ``decide(look_up, missing, hits, floor)``: fire only on a look-up whose words are not all in the prompt and
   whose best archive hit scores at least ``floor`` (BM25).
@@ -29,7 +30,7 @@ import xxhash
 from proxy.recall.rounds import ToolCall, assistant_call_message, tool_result_message
 from proxy.recall.text import keywords, tokenize
 
-__all__ = ["DEFAULT_MIN_SCORE", "Decision", "call_id", "decide", "is_look_up", "missing_terms", "push_call", "push_query",
+__all__ = ["DEFAULT_MIN_SCORE", "Decision", "call_id", "content_words", "decide", "is_look_up", "missing_terms", "push_call", "push_query",
            "recall_round"]
 
 DEFAULT_MIN_SCORE = 1.0  # BM25 score of the best hit (seed 001's floor is 0.2: too weak to act on unasked)
@@ -83,6 +84,22 @@ def is_look_up(text: str) -> bool:
         return False
     head = text[:MAX_LOOK_UP_CHARS]
     return bool(_EN.search(head) or (not head.isascii() and _ZH.search(head)))
+
+
+_PHRASING = re.compile(
+    r"\b(?:remind|remember|recall|told|tell|said|say|mention(?:ed)?|earlier|before|previously|again|once|ago|last\s+time|"
+    r"asked|ask|shared|share|recommended|recommend|suggested|suggest|did|do|does|you|what|was|were|which|who|when|"
+    r"right)\b"
+    r"|之前|以前|上次|上回|刚才|早些时候|曾经|告诉过?你?|跟你说过|说过|讲过|提过|提到过|提醒我?|一下|还记得|记不记得|记得|来着|"
+    r"是什么|是哪|什么时候|什么|吗|呢",
+    re.IGNORECASE,
+)
+
+
+def content_words(text: str) -> str:
+    """The look-up without its phrasing ("what did I tell you about…", 我之前告诉过你…来着): what it is about. The
+    phrasing would match every earlier look-up instead of the page that answers it."""
+    return _PHRASING.sub(" ", text[:MAX_LOOK_UP_CHARS])
 
 
 def missing_terms(query: str, active_texts: Iterable[str], top: int = QUERY_TERMS) -> list[str]:

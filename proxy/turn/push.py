@@ -8,7 +8,7 @@ from typing import Any
 
 from proxy.engine.intent import message_text
 from proxy.metrics import Metrics
-from proxy.recall.proactive import decide, is_look_up, missing_terms, push_call, push_query, recall_round
+from proxy.recall.proactive import content_words, decide, is_look_up, missing_terms, push_call, push_query, recall_round
 from proxy.recall.resolver import SEARCH_HITS, RecallResolver
 from proxy.recall.tool import RecallArgs
 from proxy.settings import Settings
@@ -55,7 +55,7 @@ class ProactivePush:
         rewritten = await self.volatile.rewrite(messages, "rules")  # standalone words; no model call on this path
         query_text = rewritten.query if rewritten is not None else text
         start = state.active_start_entry()
-        missing = missing_terms(query_text, (message_text(x) for x in messages[start:-1]))
+        missing = missing_terms(content_words(query_text), (message_text(x) for x in messages[start:-1]))
         hits = []
         if missing and state.first_active_page > 0:
             # lexical: the floor is a BM25 score, and a turn that does not push never waits on an embedding
@@ -78,8 +78,10 @@ class ProactivePush:
         m.recall_search_seconds.observe(outcome.search_seconds)
         exchange = recall_round(call, outcome.text)
         pushed = sum(counter.count_message(x) for x in exchange)
-        rounds.room -= pushed  # what the model's own rounds may still add
-        rounds.initial_room -= pushed
+        # What the model's own rounds may still add: after a push, within the budget too (no margin allowance), so
+        # that a turn the proxy chose to extend never goes over it.
+        rounds.room = max(0, min(rounds.room, within) - pushed)
+        rounds.initial_room = max(0, min(rounds.initial_room, within) - pushed)
         m.recall_pushes.labels("pushed").inc()
         m.recall_push_tokens.observe(pushed)
         return exchange

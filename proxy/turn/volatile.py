@@ -14,7 +14,7 @@ from proxy.engine import ConversationState
 from proxy.engine.intent import RewriteResult, intent_block, message_text
 from proxy.metrics import Metrics
 from proxy.recall.memory import format_memory
-from proxy.recall.text import keywords, tokenize
+from proxy.recall.proactive import missing_terms
 from proxy.recall.resolver import RecallContext, RecallResolver
 from proxy.rewrite.levels import rewrite
 from proxy.rewrite.model import ModelRewriter
@@ -134,11 +134,5 @@ class VolatileContext:
         Memory is injected for these only: a block next to the latest message costs a cache miss on the next
         turn, worth paying when the archive knows something the prompt does not.
         """
-        wanted = keywords(query, top=6)
-        if not wanted:
-            return []
         first_active = next((p.start for p in state.pages if p.status == 0), len(messages) - 1)
-        seen: set[str] = set()
-        for message in messages[first_active:-1]:
-            seen.update(tokenize(message_text(message)))
-        return [word for word in wanted if not (set(tokenize(word)) <= seen)]
+        return missing_terms(query, (message_text(m) for m in messages[first_active:-1]))

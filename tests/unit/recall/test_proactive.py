@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.recall.proactive import call_id, decide, is_look_up, missing_terms, push_call, push_query, recall_round
+from proxy.recall.proactive import call_id, content_words, decide, is_look_up, missing_terms, push_call, push_query, recall_round
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "loadtests"))
 from workloads import make_workload  # noqa: E402
@@ -98,6 +98,12 @@ def test_the_round_is_a_recall_call_and_its_result_with_a_deterministic_id(query
     assert exchange[1] == {"role": "tool", "tool_call_id": tc["id"], "content": result}
     assert tc["id"].startswith("call_") and len(tc["id"]) == 29
     assert call_id(str(after + 1), query) != tc["id"]
+
+
+def test_the_search_looks_for_what_the_look_up_is_about() -> None:
+    assert missing_terms(content_words("Earlier I told you the code of my gym locker. What was it?"), []) == [
+        "code", "gym", "locker"]
+    assert missing_terms(content_words("我之前告诉过你我健身房储物柜的密码，是什么来着？"), []) == ["我健身房储物柜的密码"]
 
 
 def test_push_query_joins_the_missing_words() -> None:
