@@ -95,3 +95,24 @@ async def test_the_admin_view_accounts_for_the_push() -> None:
     assert prompt.accounting["tokens_pushed"] > 0
     assert ("push", len(prompt.messages) - 2, len(prompt.messages)) in prompt.blocks
     await service.close()
+
+
+async def test_epochs_are_accounted_in_metrics_and_the_admin_view() -> None:
+    upstream = ChatUpstream()
+    service = make_service(upstream)
+    chat = Chat(service)
+    i = 0
+    while chat.last_headers.get("X-Memci-Epoch") != "true":
+        await chat.send(chat.user_text(i))
+        i += 1
+        assert i < 80, "no epoch"
+    epoch = service.last_prompts.get(chat.conversation_id).accounting
+    assert epoch["tokens_shed"] > 0 and epoch["tokens_prefilled"] > 0 and epoch["tokens_pushed"] == 0
+    await chat.send(chat.user_text(i))
+    after = service.last_prompts.get(chat.conversation_id).accounting
+    assert after["tokens_shed"] == 0 and 0 < after["tokens_prefilled"] < epoch["tokens_prefilled"]
+    registry = service.metrics.registry
+    assert registry.get_sample_value("memci_epoch_tokens_shed_count") == 1
+    assert registry.get_sample_value("memci_epoch_tokens_shed_sum") == epoch["tokens_shed"]
+    assert registry.get_sample_value("memci_epoch_tokens_prefilled_sum") == epoch["tokens_prefilled"]
+    await service.close()
