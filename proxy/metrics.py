@@ -151,6 +151,27 @@ class Metrics:
             "failed.", ["outcome"], registry=r
         )
 
+        # proactive recall (the push) and what epochs cost (honest accounting)
+        self.recall_pushes = Counter(
+            "memci_recall_pushes", "Look-up turns considered for a proactive recall round, by outcome (pushed, "
+            "in_prompt, no_hits, below_floor, no_room, failed).", ["outcome"], registry=r,
+        )
+        self.recall_push_tokens = Histogram(
+            "memci_recall_push_tokens", "Estimated tokens one proactive recall round added to the prompt (kept in the "
+            "history: paid once, cached on later turns).", buckets=(32, 64, 128, 256, 512, 1024, 2048, 4096),
+            registry=r,
+        )
+        self.epoch_tokens_shed = Histogram(
+            "memci_epoch_tokens_shed", "Estimated tokens an epoch took out of the prompt (archived, condensed, "
+            "evicted; net of the contents lines added).", buckets=(0, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536),
+            registry=r,
+        )
+        self.epoch_tokens_prefilled = Histogram(
+            "memci_epoch_tokens_prefilled", "Estimated prompt tokens an epoch's request sends after its stable prefix "
+            "(what the upstream prefills again).", buckets=(0, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536),
+            registry=r,
+        )
+
     def observe_usage(self, usage: object) -> None:
         if not isinstance(usage, dict):
             return

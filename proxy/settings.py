@@ -307,9 +307,20 @@ class Settings:
     )
     memory_injection_enabled: bool = field(
         default=False,
-        metadata=_doc("Inject memory retrieved from archived pages next to the latest user message (B5). Off by "
-                      "default: each injection costs a cache miss on the next turn, while the recall tool lets the "
-                      "model pull the same pages on demand and keeps the prefix stable."),
+        metadata=_doc("Inject memory retrieved from archived pages next to the latest user message (B5): the same as "
+                      "memory_push=injection (kept for existing configurations). Off by default: each injection costs "
+                      "a cache miss on the next turn, while the proactive push keeps the prefix stable."),
+    )
+    memory_push: str = field(
+        default="proactive",
+        metadata=_doc("How archived memory reaches a turn that looks something up: proactive (the proxy runs one "
+                      "recall round itself before the model answers, shaped as a model-called one and kept in the "
+                      "history, so later turns keep their cache), injection (B5 block next to the latest message, "
+                      "a cache miss on the next turn; same as memory_injection_enabled), off (only the model's own "
+                      "recall calls).", choices=("proactive", "injection", "off")),
+    )
+    recall_push_min_score: float = field(
+        default=1.0, metadata=_doc("Best BM25 score an archived page must reach for a proactive recall round.", min=0.0)
     )
     memory_budget_tokens: int = field(default=2048, metadata=_doc("Token budget of the injected memory.", min=0))
     memory_max_hits: int = field(default=5, metadata=_doc("Most memory hits injected per turn.", min=0, max=50))

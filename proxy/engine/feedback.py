@@ -60,7 +60,12 @@ def add_hidden(
     counter = counter or EstimateCounter()
     tokens = sum(counter.count_message(m) for m in messages)
     s = state.copy()
-    group = HiddenGroup(after_entry_index, [dict(m) for m in messages], tokens, added_turn=s.turn)
+    volatile = ""
+    if after_entry_index == s.last_volatile_entry and not any(g.after == after_entry_index for g in s.hidden):
+        # The user message these messages answer keeps the volatile blocks the upstream saw with them.
+        volatile = s.last_volatile_text
+        tokens += counter.count_text(volatile) if volatile else 0
+    group = HiddenGroup(after_entry_index, [dict(m) for m in messages], tokens, added_turn=s.turn, volatile=volatile)
     position = bisect.bisect_right([g.after for g in s.hidden], after_entry_index)
     s.hidden.insert(position, group)
     for pi in range(len(s.pages) - 1, -1, -1):

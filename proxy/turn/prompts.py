@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.metrics import Metrics
@@ -17,6 +17,8 @@ class LastPrompt:
     at: float
     size: int  # bytes of the prompt as encoded for the upstream
     body: dict[str, Any] | None = None  # the first round's body as sent (its messages are ``messages``)
+    # estimated tokens: shed by this turn's epoch, prefilled after the stable prefix, pushed by proactive recall
+    accounting: dict[str, int] = field(default_factory=dict)
 
 
 class LastPrompts(SizedLru[str, LastPrompt]):

@@ -16,6 +16,7 @@ from proxy.recall.tool import parse_arguments
 # What one call adds to the prompt besides its result: the assistant's call and its framing, in tokens.
 CALL_FRAMING_TOKENS = 48
 RESULT_FRAMING_TOKENS = 8
+MIN_ROOM_TOKENS = 64 + CALL_FRAMING_TOKENS + RESULT_FRAMING_TOKENS  # below: no recall result fits any more
 
 
 def recall_room(plan: Plan, state: ConversationState, safety_margin_tokens: float, unit: float = 1.0) -> int:
@@ -72,6 +73,8 @@ class TurnRecall:
             self.room -= count(call.arguments or "") + CALL_FRAMING_TOKENS
             outcome = await self.resolver.resolve(self.context, args, limit=int(self.room / self.density))
             self.room -= await self._exact(outcome.text, count(outcome.text)) + RESULT_FRAMING_TOKENS
+            if self.room < MIN_ROOM_TOKENS:
+                self.config.answer_now = True  # another call could only add "no room": the model answers next
         m.recall_calls.labels(outcome.kind).inc()
         self.record.kinds.append(outcome.kind)
         self.record.pages_recalled.extend(outcome.pages)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -40,7 +41,8 @@ from proxy.turn.recall_rounds import TurnRecall, recall_room
 from proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
 from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
 from proxy.turn.turn import Redo, Release, Turn
-from proxy.turn.volatile import VolatileContext
+from proxy.turn.push import ProactivePush
+from proxy.turn.volatile import VolatileContext, push_on
 from proxy.turn.window import ContextWindow
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
 from proxy.turn.memos import register_process_memos
@@ -76,6 +78,7 @@ class TurnService:
         )
         self.recall_enabled = s.recall_enabled
         self.volatile = VolatileContext(settings, metrics, self.resolver, getattr(exchange.client, "session", None))
+        self.push = ProactivePush(settings, metrics, self.resolver, self.volatile)
         self.states = ConversationStates(store.repo, store.hot, store.kind_hot == "redis", metrics, settings, self._redo)
         self.lookup = ConversationLookup(store.hot, store.repo, self.states.state_of, s.state_cache_max_entries, metrics)
         self.last_prompts = LastPrompts(s.last_prompts_max_entries, s.last_prompts_max_mb << 20, metrics)
@@ -237,14 +240,14 @@ class TurnService:
         result = plan(state, turn_input, config, counter)
         await self._intake_images(result, tenant, conversation_id)
         self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
-        self._count_plan(result)
+        accounting = self._count_plan(result, state)
         fingerprints = self.lookup.fingerprints(Found(conversation_id, how, known_prefix, found.chains), conversation_id,
                                                 known.state, result, messages)
         self.lookup.remember(tenant, messages, conversation_id)
         redo = Redo(turn_input, config, fingerprints, len(messages) - 1, counter=counter)
         rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints)
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
-                    tools_json=tools_json, learned=isinstance(counter, LearnedCounter))
+                    tools_json=tools_json, learned=isinstance(counter, LearnedCounter), accounting=accounting)
 
     async def _intake_images(self, result: Plan, tenant: str, conversation_id: str) -> None:
         """New messages' data: images to the blob store (once per hash), descriptions started; the entries
@@ -278,8 +281,6 @@ class TurnService:
             return await self.exchange.send(out, on_usage)
         body, loop_config = prepare_rounds(data, turn.plan.messages, s.recall_tool_name, s.recall_max_rounds,
                                            call.stream)
-        out.body = _encode(body)
-        self._remember_prompt(turn, body, len(out.body))
         room = recall_room(turn.plan, turn.state, s.safety_margin * await self.window.tokens(),
                            self.counts.text_unit(turn.redo.counter))
         context = RecallContext(call.tenant, turn.conversation_id, turn.state, turn.redo.input.messages,
@@ -290,6 +291,16 @@ class TurnService:
 
         rounds = TurnRecall(loop_config, context, self.resolver, self.metrics, room, call.data.get("n") or 1, keep)
         turn.record = rounds.record
+        pushed: list[dict[str, Any]] = []
+        if push_on(s, call.memory_mode):
+            # The proxy's own recall round, kept (durably) before the request that carries it goes upstream.
+            pushed = await self.push.exchange(turn, rounds, loop_config.recall_name)
+            if pushed:
+                await self._keep(turn, pushed)
+                body["messages"] = [*body["messages"], *pushed]
+                turn.pushed_tokens = sum((turn.redo.counter or self.counter).count_message(m) for m in pushed)
+        out.body = _encode(body)
+        self._remember_prompt(turn, body, len(out.body), pushed)
         return await self.exchange.send_with_recall(out, body, rounds)
 
     async def _keep(self, turn: Turn, exchange: list[dict[str, Any]]) -> None:
@@ -351,10 +362,13 @@ class TurnService:
             if isinstance(prompt, int) and prompt > 0:
                 details = usage.get("prompt_tokens_details")
                 cached = details.get("cached_tokens") if isinstance(details, dict) else None
+                # the first round carried the push too: its estimate, scaled like the plan's
+                estimated = turn.plan.estimated_tokens + math.ceil(turn.pushed_tokens * state.correction_ratio)
                 try:
-                    state = observe_usage(state, prompt, cached if isinstance(cached, int) else None,
-                                          turn.plan.estimated_tokens, time.time(), floor=1.0 if turn.learned else 0.0)
-                    self.counts.learn(turn.model, turn.plan, turn.tools_json, prompt)
+                    state = observe_usage(state, prompt, cached if isinstance(cached, int) else None, estimated,
+                                          time.time(), floor=1.0 if turn.learned else 0.0)
+                    if not turn.pushed_tokens:  # the learner reads the plan's prompt alone
+                        self.counts.learn(turn.model, turn.plan, turn.tools_json, prompt)
                 except Exception:
                     log.exception("usage feedback failed")
                     self.metrics.engine_errors.labels("feedback").inc()
@@ -424,8 +438,19 @@ class TurnService:
         return await self.exchange.send(Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, body,
                                                  call.started, call.stream))
 
-    def _count_plan(self, p: Plan) -> None:
+    def _count_plan(self, p: Plan, before: ConversationState | None) -> dict[str, int]:
+        """Metrics of a plan; returns its accounting (estimated upstream tokens): shed by an epoch, prefilled after
+        the stable prefix."""
         m = self.metrics
+        ratio = max(0.0, float(p.state.correction_ratio or 1.0))
+        prefilled = max(0, p.estimated_tokens - math.ceil(p.state.expected_cached_tokens * ratio))
+        shed = 0
+        if p.epoch:
+            held = 0 if before is None else before.system_tokens + before.active_tokens
+            held += sum(t for _, _, _, t in p.new_entries)
+            shed = max(0, math.ceil((held - p.state.system_tokens - p.state.active_tokens) * ratio))
+            m.epoch_tokens_shed.observe(shed)
+            m.epoch_tokens_prefilled.observe(prefilled)
         m.estimated_prompt_tokens.inc(p.estimated_tokens)
         m.prefix_reuse_tokens.inc(getattr(p, "stable_prefix_tokens", 0) or 0)
         saved = getattr(p, "tokens_saved", 0) or 0
@@ -439,10 +464,13 @@ class TurnService:
             m.evictions.labels(rule).inc()
         if p.over_budget:
             m.over_budget.inc()
+        return {"tokens_shed": shed, "tokens_prefilled": prefilled}
 
-    def _remember_prompt(self, turn: Turn, body: dict[str, Any], size: int) -> None:
-        """This turn's prompt becomes the conversation's last one. At an epoch that archives pages, the one it
-        replaces is the last prompt that held them: the memory workers' jobs send it again (its prefix is cached)."""
+    def _remember_prompt(self, turn: Turn, body: dict[str, Any], size: int,
+                         pushed: list[dict[str, Any]] | None = None) -> None:
+        """This turn's prompt (as sent: a pushed recall round included) becomes the conversation's last one. At an
+        epoch that archives pages, the one it replaces is the last prompt that held them: the memory workers' jobs
+        send it again (its prefix is cached)."""
         p, cid = turn.plan, turn.conversation_id
         if p.archived and self.memory is not None:
             before = self.last_prompts.get(cid)
@@ -450,7 +478,12 @@ class TurnService:
                 routed = getattr(self.exchange.client, "base_url", None)  # the worker whose cache holds it
                 self.memory.keep_base(turn.call.tenant, cid, SummaryBase(
                     before.body, routed(cid) if callable(routed) else "", before.at, before.size))
-        self.last_prompts.put(cid, LastPrompt(p.messages, list(p.blocks), p.epoch, time.time(), size, body))
+        messages, blocks = p.messages, list(p.blocks)
+        if pushed:
+            messages = [*messages, *pushed]
+            blocks.append(("push", len(p.messages), len(messages)))
+        accounting = {**turn.accounting, "tokens_pushed": turn.pushed_tokens}
+        self.last_prompts.put(cid, LastPrompt(messages, blocks, p.epoch, time.time(), size, body, accounting))
 
     def state_of(self, conversation_id: str) -> ConversationState | None:
         """This process's newest state of a conversation (admin views)."""

@@ -41,6 +41,8 @@ class Turn:
     model: str = ""
     tools_json: str = ""  # the tools as sent upstream (count learning)
     learned: bool = False  # planned with the model's learned counts
+    pushed_tokens: int = 0  # estimated tokens of the proactive recall round sent with the first round
+    accounting: dict[str, int] = field(default_factory=dict)  # tokens shed / re-prefilled by the plan (admin view)
 
 
 class Release:
