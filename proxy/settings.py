@@ -174,6 +174,13 @@ class Settings:
         default="", metadata=_doc("A Hugging Face tokenizer.json for exact counts (empty: the upstream's /tokenize "
                                   "when it serves one, else the CJK-aware estimate).")
     )
+    count_learning: bool = field(
+        default=True,
+        metadata=_doc("Learn each model's token costs (text, images, tools' schema, per message) from the upstream's "
+                      "reported prompt_tokens and plan with them. Per process: replicas, and a process before and after "
+                      "it has learned, may place an epoch a few tokens apart. Off: the base count and each "
+                      "conversation's correction ratio alone (plans depend on the conversation only)."),
+    )
     count_models_max: int = field(
         default=64,
         metadata=_doc("Models whose token costs (text, image, tools, per message) are learned from the upstream's "

@@ -38,13 +38,14 @@ class TurnCounts:
         if self.tokenizer is not None:  # not `or`: an empty cache has len() 0
             self.base = self.tokenizer
         self.models = ModelCounts(settings.count_models_max)
+        self.learning = settings.count_learning
 
     async def counter_for(self, model: str, system: list[dict[str, Any]], messages: list[dict[str, Any]],
                           known_prefix: int) -> TokenCounter:
         """The counter a turn plans with (the new texts' upstream counts fetched first, if they come quickly)."""
         if self.tokenizer is not None:
             await self.tokenizer.prefetch(new_texts(system, messages, known_prefix), model)
-        return self.models.counter(model, self.base)
+        return self.models.counter(model, self.base) if self.learning else self.base
 
     @staticmethod
     def tools_tokens(counter: TokenCounter, tools_json: str) -> int:
@@ -64,7 +65,7 @@ class TurnCounts:
         if plan.over_budget or plan.estimated_tokens <= 0:
             return
         self.metrics.estimate_error.observe((plan.estimated_tokens - reported) / reported)
-        if self.models.wants(model):
+        if self.learning and self.models.wants(model):
             self.models.observe(model, request_features(plan.messages, tools_json, self.base), reported)
 
     async def close(self) -> None:
