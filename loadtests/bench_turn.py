@@ -4,6 +4,8 @@ the in-memory repository of the unit tests. No HTTP server, no PostgreSQL: what 
 
     python loadtests/bench_turn.py                 # 3 chats of 60 turns; p50 per turn
     python loadtests/bench_turn.py --profile       # and the functions that take the time (cProfile)
+    python loadtests/bench_turn.py --window 4096 --embeddings-local use-multilingual-v3   # pages archived, and
+        # embedded in the background by the packaged model (compare with --embeddings-local off)
 """
 
 from __future__ import annotations
@@ -70,11 +72,35 @@ class InstantUpstream:
         return ANSWER
 
 
-async def run(chats: int, turns: int) -> tuple[list[float], list[float]]:
+class VectorRepository(MemoryRepository):
+    """The in-memory repository with page vectors (proxy.store.ports.PageVectorStore), for --embeddings-local."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vectors: dict[tuple[str, str], str] = {}
+
+    async def put_page_vectors(self, tenant, conversation_id, model, vectors) -> int:
+        for number, digest, _vector in vectors:
+            self.vectors[(conversation_id, number)] = digest
+        return len(vectors)
+
+    async def page_vector_digests(self, tenant, conversation_id, model) -> dict[str, str]:
+        return {n: d for (c, n), d in self.vectors.items() if c == conversation_id}
+
+    async def nearest_pages(self, *args, **kwargs) -> list[tuple[str, float]]:
+        return []
+
+    async def ensure_vector_index(self, dim: int) -> str:
+        return ""
+
+
+async def run(chats: int, turns: int, window: int = 32768, local: str = "off") -> tuple[list[float], list[float]]:
     metrics = Metrics()
-    store = Store(repo=MemoryRepository(), hot=InProcessHotState(), kind_db="memory", kind_hot="in-process",
+    repo = VectorRepository() if local != "off" else MemoryRepository()
+    store = Store(repo=repo, hot=InProcessHotState(), kind_db="memory", kind_hot="in-process",
                   database_url="")
-    service = TurnService(settings(context_window=32768), metrics, Exchange(InstantUpstream(), metrics), store)
+    service = TurnService(settings(context_window=window, embeddings_local=local), metrics,
+                          Exchange(InstantUpstream(), metrics), store)
     service.start()
     parse, handle = [], []
     for chat in range(chats):
@@ -89,6 +115,8 @@ async def run(chats: int, turns: int) -> tuple[list[float], list[float]]:
             await asyncio.sleep(0)
             parse.append(parsed - started)
             handle.append(time.perf_counter() - parsed)
+    embedded = len(repo.vectors) if isinstance(repo, VectorRepository) else 0
+    print(f"pages archived: {int(metrics.pages_archived._value.get())}, embedded in the background: {embedded}")
     await service.close()
     return parse, handle
 
@@ -98,9 +126,15 @@ def main() -> int:
     parser.add_argument("--chats", type=int, default=3)
     parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--window", type=int, default=32768)
+    parser.add_argument("--embeddings-local", default="off", help="the packaged model's name, or off")
     args = parser.parse_args()
-    asyncio.run(run(1, args.turns))  # warm-up
-    parse, handle = asyncio.run(run(args.chats, args.turns))
+    if args.embeddings_local != "off":
+        from proxy.recall.local_embedder import shared_use
+
+        shared_use()  # loaded before the timed runs (a proxy loads it once, at start)
+    asyncio.run(run(1, args.turns, args.window, args.embeddings_local))  # warm-up
+    parse, handle = asyncio.run(run(args.chats, args.turns, args.window, args.embeddings_local))
     ms = lambda values, q: 1000 * statistics.quantiles(values, n=100)[q - 1]  # noqa: E731
     print(f"{args.chats} chats of {args.turns} turns: parse+validate p50 {ms(parse, 50):.3f} ms; "
           f"managed turn p50 {ms(handle, 50):.3f} ms, p99 {ms(handle, 99):.3f} ms")

@@ -40,9 +40,10 @@ from loadtests.bench_servers import Upstream, emulator_upstream, external_upstre
 from loadtests.plots import DEFAULT_DIR as DEFAULT_PLOT_DIR
 from loadtests.plots import plot_workload
 from loadtests.progress import Progress, bars_wanted
-from loadtests.workloads import KINDS, Workload, make_workload
+from loadtests.workloads import KINDS, Workload, make_workload, user_content
 from proxy.emulator.template import content_text, render_chat
 from proxy.emulator.tokenizer import Tokenizer
+from proxy.workers.prefix import is_job_body
 
 STRATEGY_KEYS = ("pass-through", "sliding", "three-tier", "proxy")
 UNBOUNDED_WINDOW = 10_000_000
@@ -87,7 +88,28 @@ class Row:
     verbatim_min: float | None = None
     verbatim_mean: float | None = None
     seconds: float = 0.0
+    # the memory workers' requests (summary / profile jobs), counted in ``hit_rate`` but not in the turn columns
+    job_requests: int = 0
+    job_prompt: int = 0
+    job_hit_rate: float | None = None
+    turn_hit_rate: float | None = None  # the client's turns alone (recall rounds included)
     records: list[RequestRecord] = field(default_factory=list, repr=False)
+
+
+@dataclass(frozen=True)
+class ProxyVariant:
+    """One proxy row: a source tree (None: PROXY_SRC) and the memory workers on, off or as configured ("")."""
+
+    label: str = ""
+    src: Path | None = None
+    workers: str = ""
+
+    def env(self) -> dict[str, str]:
+        return {"MEMCI_MEMORY_WORKERS": "true" if self.workers == "on" else "false"} if self.workers else {}
+
+    def name(self) -> str:
+        name = "this proxy" + (f" [{self.label}]" if self.label else "")
+        return name + (f" (workers {self.workers})" if self.workers else "")
 
 
 def _key(message: dict) -> str:
@@ -134,7 +156,7 @@ class Run:
 
     def play(self) -> list[RequestRecord]:
         for index, turn in enumerate(self.workload.turns):
-            self._append({"role": "user", "content": turn.user})
+            self._append({"role": "user", "content": user_content(turn)})
             results = list(turn.tool_results)
             while True:
                 record = self._request(index, turn.probe)
@@ -186,6 +208,7 @@ class Run:
             record.upstream_requests = 1
             bodies = [body] if self.strategy else []
         else:
+            sent = [e for e in sent if not is_job_body(e.get("body"))]  # the memory workers' jobs run meanwhile
             record.prompt = sum(e["prompt_tokens"] or 0 for e in sent if e.get("cached_tokens") is not None)
             record.cached = sum(e["cached_tokens"] or 0 for e in sent if e.get("cached_tokens") is not None)
             record.upstream_requests = len(sent)
@@ -226,7 +249,24 @@ def summarise(name: str, records: list[RequestRecord], budget: int, seconds: flo
     return row
 
 
-def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir: Path) -> Row:
+def settle(upstream: Upstream, quiet_s: float, limit_s: float = 300.0) -> None:
+    """Wait until the upstream has received no request for ``quiet_s`` (background jobs finished), at most
+    ``limit_s``."""
+    if not upstream.is_emulator or quiet_s <= 0:
+        return
+    deadline = time.monotonic() + limit_s
+    last, since = upstream.totals()["requests"], time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = upstream.totals()
+        if now["requests"] != last or now.get("running"):
+            last, since = now["requests"], time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+
+
+def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir: Path,
+                 variant: ProxyVariant = ProxyVariant()) -> Row:
     budget = budget_of(args.window, workload.max_tokens)
     window = UNBOUNDED_WINDOW if key == "pass-through" and not args.upstream else args.window
     strategy: Strategy | None = {"pass-through": PassThrough(), "sliding": SlidingWindow(),
@@ -235,19 +275,28 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
         started = time.perf_counter()
         bar = Progress(workload.requests, f"{workload.name}: {key}", bars=bars_wanted(args.progress), unit="requests")
         if key == "proxy":
-            env = dict(kv.split("=", 1) for kv in args.proxy_env)
-            with proxy_server(upstream.base_url, workdir / f"home-{workload.name}", env) as proxy_url, bar:
+            env = {**dict(kv.split("=", 1) for kv in args.proxy_env), **variant.env()}
+            home = workdir / f"home-{workload.name}-{len(list(workdir.glob('home-*')))}"
+            with proxy_server(upstream.base_url, home, env, variant.src) as proxy_url, bar:
                 records = Run(workload, None, upstream, proxy_url, budget, model=args.model, progress=bar).play()
+                settle(upstream, args.settle)  # the summary jobs of the last epochs
         else:
             with bar:
                 records = Run(workload, strategy, upstream, upstream.base_url, budget, not args.raw_estimate,
                               args.model, bar).play()
         elapsed = time.perf_counter() - started
         totals = upstream.totals()
-    row = summarise({"proxy": "this proxy"}.get(key, strategy.name if strategy else key), records, budget,
+    row = summarise(variant.name() if key == "proxy" else strategy.name if strategy else key, records, budget,
                     elapsed, key == "proxy")
     if totals and totals.get("prompt_tokens"):
         row.hit_rate = totals["cached_tokens"] / totals["prompt_tokens"]
+        ok = [r for r in records if not r.error]
+        turn_prompt, turn_cached = sum(r.prompt for r in ok), sum(r.cached for r in ok)
+        row.turn_hit_rate = turn_cached / turn_prompt if turn_prompt else None
+        row.job_requests = totals["requests"] - sum(r.upstream_requests for r in records)
+        row.job_prompt = totals["prompt_tokens"] - turn_prompt
+        if row.job_requests > 0 and row.job_prompt > 0:
+            row.job_hit_rate = (totals["cached_tokens"] - turn_cached) / row.job_prompt
     return row
 
 
@@ -264,15 +313,18 @@ def markdown(workload: Workload, rows: list[Row], window: int) -> str:
     head = (f"### {workload.name}: {len(workload.turns)} user turns, {workload.requests} requests planned, "
             f"window {window:,}, budget {budget:,} ({workload.notes})\n\n"
             "| strategy | requests | hit rate | uncached/turn | adds/turn | uncached ÷ adds | max prompt | mean prompt | "
-            "over budget | errors | newest cut | epochs | recall | verbatim min | verbatim mean | s |\n"
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+            "over budget | errors | newest cut | epochs | recall | verbatim min | verbatim mean | s | "
+            "turns' hit rate | job requests | jobs' hit rate |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+            "| ---: | ---: | ---: |\n")
     lines = []
     for r in rows:
         ratio = r.uncached_mean / r.adds_mean if r.adds_mean else None
         lines.append(f"| {r.strategy} | {r.requests} | {r.hit_rate:.4f} | {_f(r.uncached_mean)} | {_f(r.adds_mean)} | {_f(ratio, 2)} | "
                      f"{r.prompt_max:,} | {_f(r.prompt_mean)} | {r.over_budget} | {r.errors} | {r.newest_cut} | "
                      f"{'n/a' if r.epochs is None else r.epochs} | {r.recall} | "
-                     f"{_pct(r.verbatim_min)} | {_pct(r.verbatim_mean)} | {r.seconds:.0f} |")
+                     f"{_pct(r.verbatim_min)} | {_pct(r.verbatim_mean)} | {r.seconds:.0f} | "
+                     f"{_f(r.turn_hit_rate, 4)} | {r.job_requests} | {_f(r.job_hit_rate, 4)} |")
     return head + "\n".join(lines) + "\n"
 
 
@@ -292,7 +344,7 @@ def loss_breakdown(row: Row) -> str:
 
 
 def target_checks(workload: Workload, rows: list[Row]) -> list[str]:
-    proxy = next((r for r in rows if r.strategy == "this proxy"), None)
+    proxy = next((r for r in rows if r.strategy.startswith("this proxy")), None)
     if proxy is None:
         return []
     checks = [(f"hit rate >= {0.90 if workload.name == 'agent' else 0.97}",
@@ -304,9 +356,18 @@ def target_checks(workload: Workload, rows: list[Row]) -> list[str]:
     return [f"- {'met' if ok else 'MISSED'}: {text}" for text, ok in checks]
 
 
+def proxy_variants(args: argparse.Namespace) -> list[ProxyVariant]:
+    sources = [(label, Path(path)) for label, path in (kv.split("=", 1) for kv in args.proxy_src)] or [("", None)]
+    workers = [w.strip() for w in args.workers.split(",") if w.strip()]
+    for w in workers:
+        if w not in ("on", "off"):
+            raise SystemExit(f"--workers takes on and off, not {w!r}")
+    return [ProxyVariant(label, src, w) for label, src in sources for w in workers or [""]]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", default="chat,chat-zh,agent,replay")
+    parser.add_argument("--workloads", default="chat,chat-zh,images,agent,replay")
     parser.add_argument("--strategies", default=",".join(STRATEGY_KEYS))
     parser.add_argument("--turns", type=int, default=None, help="user turns (agent: requests); default per workload")
     parser.add_argument("--window", type=int, default=8192)
@@ -325,6 +386,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="write a PNG per workload here: hit rate and prompt size per turn, every strategy "
                              "(default loadtests/out/; 'none': no plots)")
     progress.add_argument(parser)
+    parser.add_argument("--workers", default="", metavar="off,on",
+                        help="one proxy row per value, memory workers off / on (default: the proxy's own default)")
+    parser.add_argument("--proxy-src", action="append", default=[], metavar="LABEL=PATH",
+                        help="one proxy row per source tree (e.g. before=/tmp/main-export); default: this checkout")
+    parser.add_argument("--settle", type=float, default=3.0,
+                        help="after the last turn, seconds without upstream requests before the totals are read")
     args = parser.parse_args(argv)
     if args.quick:
         args.turns = args.turns or 60
@@ -341,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             rows = []
             for key in [s.strip() for s in args.strategies.split(",") if s.strip()]:
-                rows.append(run_strategy(key, workload, args, Path(tmp)))
+                for variant in (proxy_variants(args) if key == "proxy" else [ProxyVariant()]):
+                    rows.append(run_strategy(key, workload, args, Path(tmp), variant))
             print(markdown(workload, rows, args.window), flush=True)
             if args.plots != "none":
                 png = plot_workload(Path(args.plots) / f"cache_bench-{kind}.png",

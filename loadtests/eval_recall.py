@@ -14,7 +14,9 @@ Metrics, averaged over dialogues:
 
 Usage::
 
-    python loadtests/eval_recall.py                       # lexical, every query strategy
+    python loadtests/eval_recall.py                       # MADial-Bench and MemoryBank: fused with the packaged
+                                                          # model, lexical, and rank_bm25's BM25, side by side
+    python loadtests/eval_recall.py --lexical-only --strategy all   # lexical, every query strategy
     python loadtests/eval_recall.py --strategy weighted   # one strategy
     python loadtests/eval_recall.py --embeddings-url http://127.0.0.1:8011   # adds vector and fused runs
     python loadtests/eval_recall.py --embeddings-url http://127.0.0.1:8011 --split dev --vector-weight 0.5 1 2
@@ -44,10 +46,12 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loadtests.eval_sets import evaluate_memorybank, local_embed, reference_ranking
 from loadtests.evaldata import MadialBench, MadialDialogue, MemoryBankUser, load_madial_bench, load_memorybank
 from loadtests.progress import add_argument as add_progress_argument
 from loadtests.progress import bars_wanted, progress
 from proxy.recall.bm25 import DEFAULT_MIN_SCORE, BM25Index
+from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
 from proxy.recall.text import tokenize
 
@@ -188,11 +192,14 @@ def evaluate_madial(
     min_cosine: float | None = None,
     vector_query: str = "context",
     bars: bool | None = None,
+    reference: bool = False,
+    entity_boost: float = 1.0,
 ) -> dict[str, RetrievalMetrics]:
     """Metrics of lexical search (and of vector and fused search when ``embed`` is given).
 
     ``limit`` evaluates only the first dialogues (a quick slice for CI). The fusion is the recall search's
-    (proxy.recall.fusion.fuse_lexical_and_vector) with the given weights and ``min_cosine``.
+    (proxy.recall.fusion.fuse_lexical_and_vector) with the given weights and ``min_cosine``. ``reference`` adds
+    rank_bm25's BM25Okapi over the same memories, queried with every word before the test turn.
     """
     dialogues = bench.dialogues[:limit] if limit is not None else bench.dialogues
     users = sorted({d.user_id for d in dialogues})
@@ -214,14 +221,24 @@ def evaluate_madial(
     query_vectors: list[list[float]] = embed(query_texts) if embed is not None else []
 
     rows: dict[str, list[tuple[float, float, float, float, float]]] = {"lexical": []}
+    if reference:
+        rows["reference-bm25"] = []
     if embed is not None:
         rows["vector"], rows["fused"] = [], []
     searching = progress(len(dialogues), f"{strategy}: searching", bars, "dialogues")
     for position, dialogue in enumerate(dialogues):
         searching.advance()
         index = indexes[dialogue.user_id]
-        lexical = index.search_weighted(build_query(dialogue, strategy), k=len(index), min_score=min_score)
+        weights = build_query(dialogue, strategy)
+        if entity_boost != 1.0:
+            weights = boosted_query(weights, vector_query_text(dialogue, "context"), entity_boost)
+        lexical = index.search_weighted(weights, k=len(index), min_score=min_score)
         rows["lexical"].append(score_ranking([doc_id for doc_id, _ in lexical], dialogue.relevant_ids))
+        if reference:
+            memories = bench.memories_of(dialogue.user_id)
+            terms = tokenize(vector_query_text(dialogue, "context"))
+            ranked = reference_ranking([m.event for m in memories], terms)
+            rows["reference-bm25"].append(score_ranking([memories[i].id for i in ranked], dialogue.relevant_ids))
         if embed is not None:
             pool = memory_vectors[dialogue.user_id]
             vector = rank_by_cosine(query_vectors[position], pool, k=len(pool))
@@ -280,7 +297,7 @@ def _memorybank_report(users: list[MemoryBankUser], top: int = 3, width: int = 1
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--strategy", choices=(*STRATEGIES, "all"), default="all")
+    parser.add_argument("--strategy", choices=(*STRATEGIES, "all"), default=DEFAULT_STRATEGY)
     parser.add_argument("--limit", type=int, default=None, help="only the first N dialogues")
     parser.add_argument(
         "--split",
@@ -289,13 +306,17 @@ def main(argv: list[str] | None = None) -> int:
         help="dev: even-numbered dialogues (used to choose the 'weighted' query); test: odd-numbered (held out)",
     )
     parser.add_argument("--min-score", type=float, default=DEFAULT_MIN_SCORE)
-    parser.add_argument("--embeddings-url", default=None, help="OpenAI-compatible base URL serving /v1/embeddings")
+    parser.add_argument("--embeddings-url", default=None,
+                        help="OpenAI-compatible base URL serving /v1/embeddings (default: the packaged model)")
     parser.add_argument("--embeddings-model", default="embedding")
+    parser.add_argument("--lexical-only", action="store_true", help="no vector half (no embedding model)")
     parser.add_argument("--vector-weight", type=float, nargs="+", default=[1.0],
                         help="weight(s) of the vector ranking in the fusion (several: one fused run each)")
     parser.add_argument("--lexical-weight", type=float, default=1.0, help="weight of the BM25 ranking in the fusion")
-    parser.add_argument("--min-cosine", type=float, default=None, help="vector candidates below it are not fused")
+    parser.add_argument("--min-cosine", type=float, default=0.2, help="vector candidates below it are not fused")
     parser.add_argument("--vector-query", choices=VECTOR_QUERIES, default="context", help="text embedded as the query")
+    parser.add_argument("--entity-boost", type=float, default=2.0,
+                        help="weight of proper nouns, numbers and codes in the BM25 query (the proxy's default)")
     parser.add_argument("--memorybank", action="store_true", help="print MemoryBank probing-question results")
     add_progress_argument(parser)
     args = parser.parse_args(argv)
@@ -314,11 +335,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.split != "all":
         bench = MadialBench(bench.dialogues[0 if args.split == "dev" else 1 :: 2], bench.memories)
-    embed = caching(http_embedder(args.embeddings_url, model=args.embeddings_model)) if args.embeddings_url else None
+    if args.lexical_only:
+        embed, source = None, "none"
+    elif args.embeddings_url:
+        embed, source = caching(http_embedder(args.embeddings_url, model=args.embeddings_model)), args.embeddings_url
+    else:
+        embed, source = caching(local_embed()), "packaged use-multilingual-v3"
     strategies = STRATEGIES if args.strategy == "all" else (args.strategy,)
     print(
         f"MADial-Bench en ({args.split}): {len(bench.dialogues)} dialogues, {len(bench.memories)} memories, "
-        f"min_score={args.min_score}"
+        f"min_score={args.min_score}, embeddings: {source}, min_cosine={args.min_cosine}, "
+        f"entity_boost={args.entity_boost}"
     )
     for strategy in strategies:
         for position, vector_weight in enumerate(args.vector_weight if embed is not None else [1.0]):
@@ -333,14 +360,31 @@ def main(argv: list[str] | None = None) -> int:
                 min_cosine=args.min_cosine,
                 vector_query=args.vector_query,
                 bars=bars_wanted(args.progress),
+                reference=position == 0,
+                entity_boost=args.entity_boost,
             )
             for name, metrics in results.items():
                 if position and name != "fused":
-                    continue  # lexical and vector runs do not depend on the weight
+                    continue  # the other runs do not depend on the weight
                 label = f"{name} [{strategy}]" if name != "fused" else f"fused [{strategy}] w={vector_weight:g}"
                 print(metrics.line(label))
+    users = load_memorybank()
+    if users is None:
+        print("MemoryBank data not found: skipped")
+        return 0
+    print(f"MemoryBank en: labelled probing questions of loadtests/{EVIDENCE_NAME}, pages = dated exchanges")
+    for position, vector_weight in enumerate(args.vector_weight if embed is not None else [1.0]):
+        rows = evaluate_memorybank(users, embed, score_ranking, vector_weight=vector_weight,
+                                   min_cosine=args.min_cosine, entity_boost=args.entity_boost)
+        for name, values in rows.items():
+            if position and name != "fused":
+                continue
+            label = name if name != "fused" else f"fused w={vector_weight:g}"
+            print(_mean_metrics(values).line(label))
     return 0
 
+
+EVIDENCE_NAME = "memorybank_evidence.json"
 
 if __name__ == "__main__":
     raise SystemExit(main())

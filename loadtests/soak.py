@@ -1,7 +1,8 @@
 """Soak: Locust users hold conversations through one proxy (real Redis and PostgreSQL) while Redis is restarted once
 midway; afterwards every user message a client got an answer for must be stored, with zero 5xx from the proxy.
 Samples the proxy's RSS (and the bytes its bounded caches report) every minute, with a progress line each time;
-the report gives RSS by minute and its spread over the second half (the goal: within +-5%).
+the report gives RSS by minute, its spread over the second half ((max - min) / mean) and the largest deviation
+from the second half's mean (the goal: within +-5%).
 
     python -m loadtests.soak --users 100 --minutes 10 --json /tmp/soak.json   # the 10-minute soak
     python -m loadtests.soak --users 30 --minutes 2 --sample-s 20             # a short check that it works
@@ -142,6 +143,14 @@ def spread_pct(values: list[float]) -> float | None:
     return round(100 * (max(values) - min(values)) / statistics.mean(values), 2)
 
 
+def deviation_pct(values: list[float]) -> float | None:
+    """The largest distance of a sample from the stretch's mean, in percent of it (the goal's "within +-5%")."""
+    if len(values) < 2:
+        return None
+    mean = statistics.mean(values)
+    return round(100 * max(abs(v - mean) for v in values) / mean, 2)
+
+
 def main() -> None:
     from loadtests.progress import Progress, bars_wanted
     from loadtests.progress import add_argument as add_progress_argument
@@ -215,6 +224,7 @@ def main() -> None:
                 "rss_mb_by_minute": [(s["minute"], s["rss_mb"]) for s in samples],
                 "proxy_rss_mb_start": samples[0]["rss_mb"], "proxy_rss_mb_end": samples[-1]["rss_mb"],
                 "rss_spread_second_half_pct": spread_pct(half),
+                "rss_deviation_second_half_pct": deviation_pct(half),
                 "samples": samples, "caches_at_end": cache_figures(proxy.url),
                 "redis_restarted_at_minute": redis_restarted_at,
                 "redis_outage_logged": "Redis unreachable" in log, "redis_recovery_logged": "Redis reachable again" in log,

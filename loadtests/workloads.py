@@ -14,6 +14,9 @@ Kinds:
 * ``chat-zh``: the same in Chinese; the answers are scripted Chinese text (``[[say:...]]``), so the
   prompt really is Chinese (one token per character, which a chars/4 estimate undercounts).
 * ``agent``: one user turn, then many tool calls with large outputs (file contents, logs, search hits).
+* ``images``: the ``chat`` workload with a screenshot attached to every other user turn (a ``data:`` PNG URI,
+  12 distinct images, so some come back): what a vision chat sends. Its hit rate next to ``chat``'s says
+  whether images cost the prefix cache anything (an image's token count is the upstream's, not the text's).
 * ``replay``: the dated dialogues of MemoryBank (``../shared/eval``) one after the other, the recorded
   user words as user turns and answers of the recorded answers' length; absent data -> ``None``.
 
@@ -23,11 +26,14 @@ The recall probes carry a ``[[call:recall {"query": ...}]]`` marker: it only act
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["Turn", "Workload", "KINDS", "make_workload", "chat", "chat_zh", "agent", "replay", "AGENT_TOOLS"]
+__all__ = ["Turn", "Workload", "KINDS", "make_workload", "chat", "chat_zh", "images", "agent", "replay", "AGENT_TOOLS",
+           "user_content"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,15 @@ class Turn:
     user: str
     tool_results: tuple[str, ...] = ()
     probe: str | None = None  # a value the model must be able to see on this turn (recall)
+    images: tuple[str, ...] = ()  # image URIs sent after the text, as image_url parts
+
+
+def user_content(turn: Turn) -> str | list[dict]:
+    """The user message's content: the text, or text and image parts when the turn has images."""
+    if not turn.images:
+        return turn.user
+    return [{"type": "text", "text": turn.user},
+            *({"type": "image_url", "image_url": {"url": uri}} for uri in turn.images)]
 
 
 @dataclass(frozen=True)
@@ -132,6 +147,26 @@ def chat(turns: int = 300, seed: int = 0, probes: int = 6) -> Workload:
             out.append(Turn(f"{ask} [[len:{length}]]"))
     return Workload("chat", "You are a helpful, friendly assistant. Answer clearly.", tuple(out),
                     notes="English chat; recall probes")
+
+
+# --- chat with images ---------------------------------------------------------------------------
+def _image_uri(i: int) -> str:
+    data = b"\x89PNG\r\n\x1a\n" + hashlib.sha256(f"bench-image:{i}".encode()).digest() * 40
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+def images(turns: int = 300, seed: int = 0, probes: int = 6, distinct: int = 12) -> Workload:
+    """``chat`` with a screenshot on every other user turn (``distinct`` images in turn, so they come back)."""
+    rng = random.Random(f"images:{seed}")
+    base = chat(turns, seed, probes)
+    out = []
+    for n, turn in enumerate(base.turns):
+        if n % 2 == 0 and turn.probe is None:
+            text = "Here is a screenshot. " + turn.user
+            turn = Turn(text, turn.tool_results, turn.probe, (_image_uri(rng.randrange(distinct)),))
+        out.append(turn)
+    return Workload("images", "You are a helpful, friendly assistant. You can see screenshots. Answer clearly.",
+                    tuple(out), notes=f"English chat, an image every other turn ({distinct} distinct); recall probes")
 
 
 # --- chat (Chinese) -----------------------------------------------------------------------------
@@ -272,13 +307,13 @@ def replay(turns: int = 300, seed: int = 0) -> Workload | None:
                     notes="MemoryBank dialogues replayed (user words recorded, answers of recorded length)")
 
 
-KINDS = ("chat", "chat-zh", "agent", "replay")
+KINDS = ("chat", "chat-zh", "images", "agent", "replay")
 
 
 def make_workload(kind: str, turns: int | None = None, seed: int = 0,
                   agent_output_chars: tuple[int, int] | None = None) -> Workload | None:
     """A workload by name; ``turns`` None takes each kind's default. None for replay without its data."""
-    makers = {"chat": chat, "chat-zh": chat_zh, "agent": agent, "replay": replay}
+    makers = {"chat": chat, "chat-zh": chat_zh, "images": images, "agent": agent, "replay": replay}
     if kind not in makers:
         raise ValueError(f"unknown workload {kind!r}; choose from {', '.join(KINDS)}")
     kw: dict = {"seed": seed} if turns is None else {"seed": seed, "turns": turns}

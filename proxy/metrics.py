@@ -54,8 +54,21 @@ class Metrics:
         self.estimated_prompt_tokens = Counter(
             "memci_estimated_prompt_tokens", "The proxy's own estimate of prompt tokens sent upstream.", registry=r
         )
+        self.estimate_error = Histogram(
+            "memci_token_estimate_error_ratio",
+            "(estimated - reported) / reported prompt tokens of managed requests: above 0 is the safe side.",
+            buckets=(-0.5, -0.2, -0.1, -0.05, -0.02, 0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0), registry=r,
+        )
+        self.tokenize_requests = Counter(
+            "memci_tokenize_requests", "Calls of the upstream's /tokenize, by outcome.", ["outcome"], registry=r
+        )
         self.epochs = Counter("memci_compaction_epochs", "Compaction epochs, by reason.", ["reason"], registry=r)
         self.pages_archived = Counter("memci_pages_archived", "Pages moved from the prompt to the archive.", registry=r)
+        self.summary_calls = Counter(
+            "memci_summary_calls", "Summariser calls of the memory workers, by kind: prefix (the conversation's "
+            "pre-epoch prompt plus one instruction, cached upstream) or plain (the pages' text alone: no kept prompt "
+            "held them, e.g. after a restart or on another replica).", ["kind"], registry=r,
+        )
         self.evictions = Counter("memci_evictions", "Contents entries evicted, by rule.", ["rule"], registry=r)
         self.tokens_saved = Counter(
             "memci_tokens_saved", "Estimated prompt tokens not sent compared with pass-through.", registry=r
@@ -86,12 +99,6 @@ class Metrics:
             "memci_trimmed_requests",
             "Requests sent without context management and trimmed to the prompt budget (store or engine failure).",
             registry=r,
-        )
-        self.process_cache_entries = Gauge(
-            "memci_process_cache_entries", "Entries in a per-process cache, by cache.", ["cache"], registry=r
-        )
-        self.process_cache_bytes = Gauge(
-            "memci_process_cache_bytes", "Estimated bytes held by a per-process cache, by cache.", ["cache"], registry=r
         )
         self.writes_pending = Gauge(
             "memci_write_behind_pending",
@@ -134,7 +141,35 @@ class Metrics:
             "memci_memory_injections", "Turns whose latest user message carried retrieved memory (B5).", registry=r
         )
         self.recall_fallbacks = Counter(
-            "memci_recall_fallbacks", "Recall searches that fell back to lexical only, by reason.", ["reason"], registry=r
+            "memci_recall_fallbacks", "Recall searches that fell back to lexical only, by reason (model_absent, "
+            "model_error, loading: the packaged model; timeout, unreachable, http_*, bad_answer: an embeddings "
+            "endpoint; store; not_configured).", ["reason"], registry=r
+        )
+        self.embedded_texts = Counter(
+            "memci_embedded_texts", "Texts (pages and queries) given to the packaged embedding model, by outcome: "
+            "embedded, chunked (longer than one model input: embedded in pieces), empty (no text: a zero vector), "
+            "failed.", ["outcome"], registry=r
+        )
+
+        # proactive recall (the push) and what epochs cost (honest accounting)
+        self.recall_pushes = Counter(
+            "memci_recall_pushes", "Look-up turns considered for a proactive recall round, by outcome (pushed, "
+            "in_prompt, no_hits, below_floor, no_room, failed).", ["outcome"], registry=r,
+        )
+        self.recall_push_tokens = Histogram(
+            "memci_recall_push_tokens", "Estimated tokens one proactive recall round added to the prompt (kept in the "
+            "history: paid once, cached on later turns).", buckets=(32, 64, 128, 256, 512, 1024, 2048, 4096),
+            registry=r,
+        )
+        self.epoch_tokens_shed = Histogram(
+            "memci_epoch_tokens_shed", "Estimated tokens an epoch took out of the prompt (archived, condensed, "
+            "evicted; net of the contents lines added).", buckets=(0, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536),
+            registry=r,
+        )
+        self.epoch_tokens_prefilled = Histogram(
+            "memci_epoch_tokens_prefilled", "Estimated prompt tokens an epoch's request sends after its stable prefix "
+            "(what the upstream prefills again).", buckets=(0, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536),
+            registry=r,
         )
 
     def observe_usage(self, usage: object) -> None:

@@ -53,6 +53,9 @@ async def last_prompt(request: Request, conversation_id: str) -> Response:
             "epoch": remembered.epoch if remembered else None,
             "messages": remembered.messages if remembered else None,
             "blocks": describe_blocks(remembered, state) if remembered else None,
+            # estimated upstream tokens: shed by the turn's epoch, prefilled after its stable prefix, pushed by
+            # proactive recall
+            "accounting": remembered.accounting if remembered else None,
             "pages": pages,
         }
         return Response(content=body)

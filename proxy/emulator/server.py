@@ -75,6 +75,7 @@ class EmulatorApp:
             ("POST", "/v1/chat/completions"): self._chat_completions,
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/embeddings"): self._embeddings,
+            ("POST", "/tokenize"): self._tokenize,
             ("GET", "/v1/models"): self._models,
             ("GET", "/health"): self._health,
             ("GET", "/health_generate"): self._health,
@@ -122,10 +123,12 @@ class EmulatorApp:
             try:
                 plan = plan_chat(state, body)
             except ErrorReply:
+                _log_headers(state, body, scope)
                 script_delay = _delay_of(body)
                 if script_delay:
                     await asyncio.sleep(script_delay)
                 raise
+            _log_headers(state, body, scope)
             script = plan.script
             if plan.stream:
                 events = chat_stream_events(plan, state.tokenizer, self.config.stream_chunk_tokens)
@@ -201,6 +204,21 @@ class EmulatorApp:
         self.state.totals.embeddings += 1
         await _send_json(send, 200, reply)
 
+    async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """SGLang's and vLLM's POST /tokenize: {"prompt": str | [str]} -> {"tokens", "count", "max_model_len"}."""
+        body = _decode_body(await _read_body(receive))
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        tokenizer = self.state.tokenizer
+        if isinstance(prompt, str):
+            tokens: list = tokenizer.encode(prompt)
+            count = len(tokens)
+        elif isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+            tokens = [tokenizer.encode(p) for p in prompt]
+            count = [len(t) for t in tokens]
+        else:
+            raise bad_request("'prompt' must be a string or a list of strings", param="prompt")
+        await _send_json(send, 200, {"tokens": tokens, "count": count, "max_model_len": self.config.max_model_len})
+
     # --- information and inspection -------------------------------------------------------------
 
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -244,6 +262,15 @@ async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
         if message.get("type") == "http.disconnect":
             gone.set()
             return
+
+
+def _log_headers(state: EmulatorState, body: Any, scope: Scope) -> None:
+    """The request's own X-* headers (routing and affinity headers a proxy adds) go into its log record."""
+    if state.recent and state.recent[-1].get("body") is body:
+        state.recent[-1]["headers"] = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope.get("headers", ()) if name.lower().startswith(b"x-")
+        }
 
 
 def _delay_of(body: Any) -> float:

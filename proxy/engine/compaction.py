@@ -81,7 +81,7 @@ def _condense_hidden(s: ConversationState, page_index: int, cfg: EngineConfig, c
         out, changed = condense_messages(g.messages, cfg.condense_tool_chars)
         if not changed:
             continue
-        new_tokens = sum(counter.count_message(m) for m in out)
+        new_tokens = sum(counter.count_message(m) for m in out) + (counter.count_text(g.volatile) if g.volatile else 0)
         delta = new_tokens - g.tokens
         s.hidden[gi] = replace(g, tokens=new_tokens, condensed=True)
         record = replace(record, tokens=record.tokens + delta)

@@ -19,18 +19,21 @@ RATIO_MAX = 4.0
 
 
 def observe_usage(
-    state: ConversationState, prompt_tokens: int, cached_tokens: int | None, estimated_tokens: int, now: float
+    state: ConversationState, prompt_tokens: int, cached_tokens: int | None, estimated_tokens: int, now: float,
+    floor: float = RATIO_MIN,
 ) -> ConversationState:
     """Learn the estimate's correction ratio (smoothed) and remember what the upstream had cached.
 
     `estimated_tokens` is the `Plan.estimated_tokens` of the request the usage belongs to. The ratio only
-    moves epochs; it never changes the rendering between them.
+    moves epochs; it never changes the rendering between them. `floor`: the least ratio (1.0 when the counts
+    are already learned from the upstream with a safety margin: the ratio may raise them, never lower them).
     """
     ratio = state.correction_ratio
+    floor = min(RATIO_MAX, max(RATIO_MIN, floor))
     if prompt_tokens > 0 and estimated_tokens > 0 and ratio > 0:
         raw = estimated_tokens / ratio
-        observed = min(RATIO_MAX, max(RATIO_MIN, prompt_tokens / raw))
-        ratio = min(RATIO_MAX, max(RATIO_MIN, ratio + RATIO_SMOOTHING * (observed - ratio)))
+        observed = min(RATIO_MAX, max(floor, prompt_tokens / raw))
+        ratio = min(RATIO_MAX, max(floor, ratio + RATIO_SMOOTHING * (observed - ratio)))
     return replace(
         state,
         correction_ratio=ratio,
@@ -57,7 +60,12 @@ def add_hidden(
     counter = counter or EstimateCounter()
     tokens = sum(counter.count_message(m) for m in messages)
     s = state.copy()
-    group = HiddenGroup(after_entry_index, [dict(m) for m in messages], tokens, added_turn=s.turn)
+    volatile = ""
+    if after_entry_index == s.last_volatile_entry and not any(g.after == after_entry_index for g in s.hidden):
+        # The user message these messages answer keeps the volatile blocks the upstream saw with them.
+        volatile = s.last_volatile_text
+        tokens += counter.count_text(volatile) if volatile else 0
+    group = HiddenGroup(after_entry_index, [dict(m) for m in messages], tokens, added_turn=s.turn, volatile=volatile)
     position = bisect.bisect_right([g.after for g in s.hidden], after_entry_index)
     s.hidden.insert(position, group)
     for pi in range(len(s.pages) - 1, -1, -1):

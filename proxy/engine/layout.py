@@ -74,12 +74,11 @@ def render_active(
     condensed: Sequence[int],
     hidden: Sequence[HiddenGroup],
     tool_chars: int,
-    volatile_entry: int,
-    volatile_text: str,
+    volatile: Mapping[int, str],
     image_texts: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """B6: entries [start, len(messages)) verbatim, condensed where flagged (images decayed to `image_texts`
-    when given), hidden groups spliced in place."""
+    when given), hidden groups spliced in place, volatile blocks appended to the entries `volatile` maps."""
     cond = condensed[bisect.bisect_left(condensed, start) :]
     cond_set = set(cond)
     by_after: dict[int, list[HiddenGroup]] = {}
@@ -88,8 +87,7 @@ def render_active(
             by_after.setdefault(g.after, []).append(g)
     points = set(cond_set)
     points.update(by_after)
-    if volatile_text and volatile_entry >= start:
-        points.add(volatile_entry)
+    points.update(e for e, text in volatile.items() if text and e >= start)
     out: list[dict[str, Any]] = []
     pos = start
     for p in sorted(points):
@@ -98,8 +96,9 @@ def render_active(
         msg = messages[p]
         if p in cond_set:
             msg = condense_message(msg, tool_chars, image_texts) or msg
-        if p == volatile_entry and volatile_text:
-            msg = with_volatile(msg, volatile_text)
+        block = volatile.get(p)
+        if block:
+            msg = with_volatile(msg, block)
         out.append(msg)
         for g in by_after.get(p, ()):
             # copies: the state's own dicts must not be reachable for changes through the upstream messages
@@ -108,6 +107,16 @@ def render_active(
     if pos < len(messages):
         out.extend(messages[pos:])
     return out
+
+
+def frozen_volatile(hidden: Sequence[HiddenGroup], start: int) -> dict[int, str]:
+    """Entries (>= start) followed by hidden messages -> the volatile blocks they keep ("" = none): the first
+    group after an entry holds them."""
+    frozen: dict[int, str] = {}
+    for g in hidden:
+        if g.after >= start and g.after not in frozen:
+            frozen[g.after] = g.volatile
+    return frozen
 
 
 def entry_position(entry: int, start: int, hidden: Sequence[HiddenGroup], system_count: int) -> int:

@@ -15,7 +15,9 @@ from .condense import message_images
 from .config import EngineConfig
 from .contents import render_contents
 from .fingerprint import advance_prefix, encode_messages, entry_digest
-from .layout import entry_position, render_active, render_system_text, system_message_text, volatile_block
+from .layout import (
+    entry_position, frozen_volatile, render_active, render_system_text, system_message_text, volatile_block,
+)
 from .paging import append_entry, truncate
 from .state import ConversationState, common_prefix_of_blobs
 from .tokens import TokenCounter
@@ -184,11 +186,17 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     # -- 4. estimate and decide on an epoch
     # Volatile blocks go into the latest user message. While an agent loop continues after that message
     # (the request ends with later messages), the blocks it got when it arrived are kept byte for byte.
+    # A user message followed by hidden messages (a recall exchange spliced back) keeps, for good, the blocks it
+    # carried when they were added (none if it had none): the hidden messages' prefix never changes.
     last_user = _last_user_entry(s, msgs)
     volatile = volatile_block(turn.task_state, turn.intent, turn.memory)
-    if state is not None and 0 <= last_user == state.last_volatile_entry and last_user < min(keep, len(msgs) - 1):
+    frozen = any(g.after == last_user for g in s.hidden) if last_user >= 0 else False
+    if frozen:
+        volatile = next(g.volatile for g in s.hidden if g.after == last_user)
+    elif state is not None and 0 <= last_user == state.last_volatile_entry and last_user < min(keep, len(msgs) - 1):
         volatile = state.last_volatile_text
-    fixed = (counter.count_text(volatile) if volatile else 0) + max(0, turn.tools_tokens)
+    # frozen blocks count with their hidden group's tokens
+    fixed = (counter.count_text(volatile) if volatile and not frozen else 0) + max(0, turn.tools_tokens)
     ratio = s.correction_ratio
 
     def estimate() -> int:
@@ -236,6 +244,9 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     if volatile and volatile_entry < 0:
         events.append({"type": "context.volatile_dropped", "reason": "latest user message is archived"})
     system_count = 0 if s.system_text is None else 1
+    rendered_volatile = frozen_volatile(s.hidden, start)
+    if volatile_entry >= 0:
+        rendered_volatile[volatile_entry] = volatile
     over_budget = est > budget
     if over_budget:
         upstream = [*turn.system, *msgs]
@@ -244,7 +255,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     else:
         upstream = [] if s.system_text is None else [{"role": "system", "content": s.system_text}]
         upstream.extend(render_active(msgs, start, s.condensed, s.hidden, cfg.condense_tool_chars,
-                                      volatile_entry, volatile, s.image_texts))
+                                      rendered_volatile, s.image_texts))
         blocks = []
         if system_count:
             blocks.append(("system", 0, 1))
@@ -258,9 +269,10 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     if state is not None and (
         state.last_volatile_entry != volatile_entry or state.last_volatile_text != volatile_text
     ):
-        if state.last_volatile_entry >= 0 and state.last_volatile_text:
-            changed_at.append(state.last_volatile_entry)
-        if volatile_entry >= 0 and volatile_text:
+        old_entry = state.last_volatile_entry
+        if old_entry >= 0 and state.last_volatile_text != rendered_volatile.get(old_entry, ""):
+            changed_at.append(old_entry)
+        if volatile_entry >= 0 and volatile_text and volatile_entry != old_entry:
             changed_at.append(volatile_entry)
     if state is None or over_budget or state.last_upstream_count == 0 or s.system_text != previous_system:
         stable = 0

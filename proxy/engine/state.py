@@ -45,6 +45,9 @@ class HiddenGroup(msgspec.Struct, array_like=True, frozen=True):
     tokens: int
     condensed: bool = False
     added_turn: int = 0  # the state's turn when it was added (new since the last plan when == that turn)
+    # The volatile blocks entry `after` (a user message) carried when the first group after it was added: that
+    # entry keeps them byte for byte from then on, so the prefix the hidden messages follow never changes.
+    volatile: str = ""
 
 
 class ConversationState(msgspec.Struct, kw_only=True):

@@ -45,6 +45,7 @@ class LoopConfig:
     max_rounds: int
     client_wants_usage: bool
     stream_upstream: bool = False  # rounds are streamed (the client streams with n = 1)
+    answer_now: bool = False  # set by the resolver when the prompt has no room left: the next round must answer
 
 
 def prepare_rounds(
@@ -78,7 +79,7 @@ def _to_call(call: dict[str, Any]) -> ToolCall:
 
 def _round_body(body: dict[str, Any], messages: list[dict[str, Any]], round_no: int, cfg: LoopConfig) -> dict[str, Any]:
     out = {**body, "messages": messages}
-    if round_no > 0 and round_no >= cfg.max_rounds:
+    if round_no > 0 and (round_no >= cfg.max_rounds or cfg.answer_now):
         out["tool_choice"] = "none"  # rounds used up: the model must answer with what it has
     return out
 

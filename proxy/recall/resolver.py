@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from collections.abc import Mapping
@@ -11,6 +12,7 @@ from proxy.engine import ACTIVE, ConversationState, PageRecord, TokenCounter, pa
 from proxy.engine.state import STATUS_NAMES, find_page
 from proxy.caches import BoundedLru
 from proxy.recall.bm25 import BM25Index
+from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector
 from proxy.recall.pagetext import excerpt, index_text, page_messages_with_hidden, render_page
 from proxy.recall.text import tokenize
@@ -131,11 +133,14 @@ class RecallResolver:
         vector_weight: float = 1.0,
         min_cosine: float | None = None,
         index_max_bytes: int = 128 * 2**20,
+        entity_boost: float = 1.0,
     ) -> None:
         """``vectors``: the vector half of the search (None: lexical only). ``metrics``: a proxy.metrics.Metrics
         (``recall_fallbacks`` counts searches that went lexical only). The weights and ``min_cosine`` tune the
         fusion (proxy.recall.fusion.fuse_lexical_and_vector). ``index_max_bytes``: bound of this process's
-        search indexes (estimated)."""
+        search indexes (estimated). ``entity_boost``: weight of the query's proper nouns, numbers and codes in
+        the BM25 half (proxy.recall.entities)."""
+        self.entity_boost = entity_boost
         self.source = PageSource(repo)
         self.indexes = SearchIndexes(self.source, max_bytes=index_max_bytes)
         self.counter = counter
@@ -181,11 +186,18 @@ class RecallResolver:
         if self.vectors is None or not use_vectors:
             if self.vectors is None and use_vectors:
                 self._fallback("not_configured")
-            return [(str(label), score) for label, score in index.search(query, k=k, min_score=MIN_SCORE)]
+            return self._lexical(index, query, k)
         candidates = max(k * FUSION_CANDIDATES, k)
-        lexical = [(str(label), score) for label, score in index.search(query, k=candidates, min_score=MIN_SCORE)]
+        # The query is embedded (a worker thread) while BM25 runs here: started first, awaited after.
+        vector_task = asyncio.ensure_future(self.vectors.nearest(ctx.tenant, ctx.conversation_id, query, candidates))
         try:
-            nearest = await self.vectors.nearest(ctx.tenant, ctx.conversation_id, query, candidates)
+            await asyncio.sleep(0)
+            lexical = self._lexical(index, query, candidates)
+        except BaseException:
+            vector_task.cancel()
+            raise
+        try:
+            nearest = await vector_task
         except VectorSearchFailed as failure:
             self._fallback(failure.reason)
             return lexical[:k]
@@ -194,6 +206,19 @@ class RecallResolver:
             lexical, vector, limit=k, lexical_weight=self.lexical_weight, vector_weight=self.vector_weight,
             min_cosine=self.min_cosine,
         )
+
+    def _lexical(self, index: BM25Index, query: str, k: int) -> list[tuple[str, float]]:
+        weights = boosted_query(dict.fromkeys(tokenize(query), 1.0), query, self.entity_boost)
+        return [(str(label), score) for label, score in index.search_weighted(weights, k=k, min_score=MIN_SCORE)]
+
+    async def prepare(self, ctx: RecallContext) -> None:
+        """Index the pages archived since the last call, lexically and (in the background) as vectors: run after
+        the turn that archived them, so that the next search has only the query to embed."""
+        added: dict[str, str] = {}
+        await self.indexes.index_for(ctx, added)
+        if self.vectors is not None:
+            self.vectors.remember(ctx.conversation_id, added)
+            await self.vectors.prepare(ctx.tenant, ctx.conversation_id)
 
     async def close(self) -> None:
         if self.vectors is not None:

@@ -1,24 +1,34 @@
 """The vector half of the recall search: embed archived pages, keep their vectors in PostgreSQL, find the
 nearest pages of a conversation to a query.
 
-When pages are embedded: at the first search after they are archived, in the same batched request as
-the query (one round trip: the query must be embedded at that moment anyway, and a conversation archives
-a page or a few per epoch). Vectors are stored with a digest of the embedded text, so a restarted proxy
-re-embeds nothing that is already stored and a page whose text changed is embedded again. A backlog larger
-than ``inline_pages`` (embeddings newly configured on a long conversation) is embedded by a background
-task while the search goes on with the vectors it has (lexical ranking carries the rest).
+When pages are embedded: off the answer path, by a background task started after the turn that archived
+them (``prepare``); a search finds the pages still pending (a restarted proxy, a conversation dropped from
+this process's memory) and starts that task too, or embeds up to ``inline_pages`` of them with the query
+when configured so (0 by default: the recall path embeds the query alone). Vectors are stored with a
+digest of the embedded text, so a restarted proxy re-embeds nothing that is already stored and a page whose
+text changed is embedded again; within a process a bounded map digest -> vector serves a text seen before
+(a forked conversation's pages) without the model.
 
-Pages that could not be embedded (endpoint failing) stay pending and are tried again at the next search.
+The nearest pages come from this process's vectors when it holds every vector of the conversation (an
+exact cosine scan in numpy, bounded in bytes: ``cache_max_bytes``), else from the store (pgvector).
+
+Background embedding waits for a moment without turn starts (``mark_busy``; at most ``max_defer_s``), so that it
+runs between turns rather than beside them.
+
+Pages that could not be embedded (model or endpoint failing) stay pending and are tried again at the next
+search or archive.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
 import xxhash
 
 from proxy.caches import BoundedLru, CacheStats, register
@@ -40,6 +50,43 @@ class Embedder(Protocol):
     def model_name(self) -> str: ...
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]] | None: ...
+
+
+class _LocalVectors:
+    """One conversation's vectors held in this process: label -> (digest, vector); a matrix built on demand."""
+
+    __slots__ = ("rows", "_matrix", "_labels")
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[str, Sequence[float]]] = {}
+        self._matrix: np.ndarray | None = None
+        self._labels: list[str] = []
+
+    def add(self, rows: Sequence[tuple[str, str, Sequence[float]]]) -> None:
+        for number, digest, vector in rows:
+            self.rows[number] = (digest, np.asarray(vector, dtype=np.float32))
+        self._matrix = None
+
+    def covers(self, digests: dict[str, str]) -> bool:
+        return all(self.rows.get(n, ("",))[0] == d for n, d in digests.items())
+
+    def nbytes(self) -> int:
+        return 256 + sum(96 + 4 * len(v) for _, v in self.rows.values())
+
+    def nearest(self, query: Sequence[float], k: int) -> list[tuple[str, float]]:
+        q = np.asarray(query, dtype=np.float32)
+        if self._matrix is None:
+            same = [(n, v) for n, (_, v) in self.rows.items() if len(v) == len(q)]
+            self._labels = [n for n, _ in same]
+            matrix = np.asarray([v for _, v in same], dtype=np.float32).reshape(len(same), len(q))
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            self._matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+        if not self._labels or k <= 0:
+            return []
+        qn = float(np.linalg.norm(q))
+        scores = self._matrix @ (q / qn if qn else q)
+        top = np.argsort(-scores, kind="stable")[:k]
+        return [(self._labels[i], float(scores[i])) for i in top]
 
 
 def text_digest(text: str) -> str:
@@ -71,6 +118,7 @@ class PageVectors:
         inline_pages: int = 32,
         create_index: bool = True,
         capacity: int = 1024,
+        cache_max_bytes: int = 64 * 2**20,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -80,12 +128,19 @@ class PageVectors:
         self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
         self._indexed_dims: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._last_busy = float("-inf")
+        self.quiet_s = 0.25
+        self.max_defer_s = 5.0
         # conversation -> pages not yet compared with the store: bounded like the conversations and in bytes (a
         # conversation dropped here keeps its lexical index; its new pages are embedded when next re-indexed)
         self._arrived: BoundedLru[str, dict[str, str]] = BoundedLru(
             "page_vectors_arrived", capacity, ARRIVED_MAX_BYTES,
             size_of=lambda k, pages: 64 + len(k) + sum(len(n) + len(t) + 64 for n, t in pages.items()))
         register("page_vectors_conversations", self)  # reports through cache_stats
+        self._local: BoundedLru[str, _LocalVectors] = BoundedLru(
+            "page_vectors_local", capacity, cache_max_bytes, size_of=lambda _k, v: v.nbytes())
+        self._by_digest: BoundedLru[str, Sequence[float]] = BoundedLru(
+            "page_vectors_by_digest", 4096, max(1, cache_max_bytes // 4), size_of=lambda k, v: 96 + len(k) + 4 * len(v))
 
     def remember(self, conversation_id: str, pages: dict[str, str]) -> None:
         """Pages (number -> text) that entered the lexical index: embedded at the next ``nearest`` call."""
@@ -94,24 +149,48 @@ class PageVectors:
             waiting.update(pages)
             self._arrived.put(conversation_id, waiting)
 
-    async def nearest(self, tenant: str, conversation_id: str, query: str, k: int) -> list[tuple[str, float]]:
-        """(page number, cosine) of the conversation's pages nearest to ``query``, best first, after embedding
-        the pages remembered since the last call. Raises VectorSearchFailed (the caller goes lexical)."""
-        conversation = await self._conversation(tenant, conversation_id)
+    async def prepare(self, tenant: str, conversation_id: str) -> None:
+        """Embed the pages remembered for the conversation in the background (after the turn that archived them)."""
+        try:
+            conversation = await self._conversation(tenant, conversation_id)
+        except VectorSearchFailed:
+            return
+        self._take_arrived(conversation_id, conversation)
+        if conversation.pending:
+            self._start_backlog(tenant, conversation_id, conversation)
+
+    def _take_arrived(self, conversation_id: str, conversation: _Conversation) -> None:
         for number, text in (self._arrived.pop(conversation_id) or {}).items():
             if conversation.digests.get(number) != text_digest(text):
                 conversation.pending[number] = text
             else:
                 conversation.pending.pop(number, None)
+
+    async def nearest(self, tenant: str, conversation_id: str, query: str, k: int) -> list[tuple[str, float]]:
+        """(page number, cosine) of the conversation's pages nearest to ``query``, best first. Pages remembered
+        since the last call are embedded in the background (or ``inline_pages`` of them with the query).
+        Raises VectorSearchFailed (the caller goes lexical)."""
+        conversation = await self._conversation(tenant, conversation_id)
+        self._take_arrived(conversation_id, conversation)
         inline = list(conversation.pending.items())[: self.inline_pages]
-        vectors = await self.embedder.embed([query, *(text for _, text in inline)])
-        if vectors is None:
-            raise VectorSearchFailed(self.embedder.last_failure or "embeddings")
-        query_vector, page_vectors = vectors[0], vectors[1:]
+        embed_query = getattr(self.embedder, "embed_query", None)
+        if embed_query is not None and not inline:
+            query_vector = await embed_query(query)
+            page_vectors: list[list[float]] = []
+            if query_vector is None:
+                raise VectorSearchFailed(self.embedder.last_failure or "embeddings")
+        else:
+            vectors = await self.embedder.embed([query, *(text for _, text in inline)])
+            if vectors is None:
+                raise VectorSearchFailed(self.embedder.last_failure or "embeddings")
+            query_vector, page_vectors = vectors[0], vectors[1:]
         if inline:
             await self._store(tenant, conversation_id, conversation, inline, page_vectors)
         if conversation.pending:
             self._start_backlog(tenant, conversation_id, conversation)
+        local = self._local.get(conversation_id)
+        if local is not None and local.covers(conversation.digests):
+            return local.nearest(query_vector, k)
         try:
             return await self.store.nearest_pages(tenant, conversation_id, self.embedder.model_name, query_vector, k)
         except Exception:
@@ -148,10 +227,17 @@ class PageVectors:
         except Exception:
             log.exception("could not store page vectors")  # they stay pending: tried again next search
             return
-        for (number, text), (_, digest, _) in zip(pages, rows, strict=True):
+        for (number, text), (_, digest, vector) in zip(pages, rows, strict=True):
             if conversation.pending.get(number) == text:
                 del conversation.pending[number]
             conversation.digests[number] = digest
+            self._by_digest.put(digest, vector)
+        local = self._local.get(conversation_id)
+        if local is None and len(conversation.digests) == len(rows):  # every vector of it is here: kept locally
+            local = _LocalVectors()
+        if local is not None:
+            local.add(rows)
+            self._local.put(conversation_id, local)  # measured again (may drop it: the store serves then)
         await self._ensure_index()
 
     async def _ensure_index(self) -> None:
@@ -172,13 +258,32 @@ class PageVectors:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def mark_busy(self) -> None:
+        """A turn started: background embedding waits for a quiet moment (see ``_quiet``)."""
+        self._last_busy = time.monotonic()
+
+    async def _quiet(self) -> None:
+        """Wait until no turn started for ``quiet_s`` (the embedding shares the CPU and the interpreter lock with
+        the turns), but not longer than ``max_defer_s`` (so that a busy process still embeds)."""
+        deadline = time.monotonic() + self.max_defer_s
+        while True:
+            idle = time.monotonic() - self._last_busy
+            if idle >= self.quiet_s or time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(min(self.quiet_s - idle, max(0.0, deadline - time.monotonic())) + 0.001)
+
     async def _embed_backlog(self, tenant: str, conversation_id: str, conversation: _Conversation) -> None:
-        batch = max(1, self.inline_pages or 32)
+        batch = max(1, self.inline_pages or 8)
         while conversation.pending:
+            await self._quiet()
             pages = list(conversation.pending.items())[:batch]
-            vectors = await self.embedder.embed([text for _, text in pages])
-            if vectors is None:
+            known = [self._by_digest.get(text_digest(text)) for _, text in pages]
+            missing = [text for (_, text), vector in zip(pages, known, strict=True) if vector is None]
+            got = await self.embedder.embed(missing) if missing else []
+            if got is None:
                 return  # still pending: the next search tries again
+            fresh = iter(got)
+            vectors = [vector if vector is not None else next(fresh) for vector in known]
             before = len(conversation.pending)
             await self._store(tenant, conversation_id, conversation, pages, vectors)
             if len(conversation.pending) >= before:
@@ -203,6 +308,7 @@ class PageVectors:
 
     def forget(self, conversation_id: str) -> None:
         self._arrived.pop(conversation_id)
+        self._local.pop(conversation_id)
         dropped = self._conversations.pop(conversation_id, None)
         if dropped is not None and dropped.backlog_task is not None:
             dropped.backlog_task.cancel()
@@ -215,18 +321,31 @@ def build_page_vectors(
     model: str = "",
     api_key: str = "",
     timeout_s: float = 5.0,
-    inline_pages: int = 32,
+    inline_pages: int = 0,
+    local_model: str = "",
+    local_weights: str = "",
+    metrics: object = None,
+    cache_max_bytes: int = 64 * 2**20,
 ) -> PageVectors | None:
-    """The vector half of the search, or None (lexical only) when ``embeddings_url`` is empty.
+    """The vector half of the search, or None (lexical only) when neither an endpoint nor the local model is set.
 
     ``embeddings_url``: an OpenAI base URL serving ``/embeddings``, or "upstream" for the upstream's own
-    (the first of ``upstream_url``'s comma-separated URLs)."""
+    (the first of ``upstream_url``'s comma-separated URLs); it takes precedence over ``local_model``, the
+    packaged model's name (proxy.recall.local_embedder.MODEL_NAME; empty or "off": none)."""
     from proxy.recall.embeddings import EmbeddingsClient
+    from proxy.recall.local_embedder import MODEL_NAME, LocalEmbedder
 
     url = embeddings_url.strip()
     if url.lower() == "upstream":
         url = upstream_url.split(",")[0].strip()
-    if not url:
+    if url:
+        client = EmbeddingsClient(url, model=model, timeout_s=timeout_s, api_key=api_key)
+        return PageVectors(store, client, inline_pages=inline_pages, cache_max_bytes=cache_max_bytes)
+    name = local_model.strip().lower()
+    if name in ("", "off", "none"):
         return None
-    return PageVectors(store, EmbeddingsClient(url, model=model, timeout_s=timeout_s, api_key=api_key),
-                       inline_pages=inline_pages)
+    if name != MODEL_NAME:
+        log.warning("unknown embedding model %r (the packaged one is %s): recall search is lexical only",
+                    local_model, MODEL_NAME)
+    embedder = LocalEmbedder(local_weights if name == MODEL_NAME else "/nonexistent/" + name, metrics=metrics)
+    return PageVectors(store, embedder, inline_pages=inline_pages, cache_max_bytes=cache_max_bytes)

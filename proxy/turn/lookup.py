@@ -38,13 +38,11 @@ class ConversationLookup:
         self.hot = hot
         self.repo = repo
         self.state_of = state_of  # conversation id -> this process's newest state, or None (no I/O)
-        self._starts: SizedLru[tuple[str, bytes], list[str]] = SizedLru(max_entries, max_entries * 256, lambda v: 256)
+        self._starts: SizedLru[tuple[str, bytes], list[str]] = SizedLru(
+            max_entries, max_entries * 256, lambda v: 256, name="conversation_starts")
         # conversation -> (entries, digest of the last entry, chain hash over all entries)
-        self._chains: SizedLru[str, tuple[int, bytes, str]] = SizedLru(max_entries, max_entries * 256, lambda v: 256)
-        metrics.process_cache_entries.labels("conversation_starts").set_function(lambda: len(self._starts))
-        metrics.process_cache_bytes.labels("conversation_starts").set_function(lambda: self._starts.bytes)
-        metrics.process_cache_entries.labels("chains").set_function(lambda: len(self._chains))
-        metrics.process_cache_bytes.labels("chains").set_function(lambda: self._chains.bytes)
+        self._chains: SizedLru[str, tuple[int, bytes, str]] = SizedLru(
+            max_entries, max_entries * 256, lambda v: 256, name="chains")
 
     async def find(self, call: ChatCall, messages: list[dict[str, Any]]) -> Found:
         if call.session_key:

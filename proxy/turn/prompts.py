@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.metrics import Metrics
@@ -16,10 +16,11 @@ class LastPrompt:
     epoch: bool
     at: float
     size: int  # bytes of the prompt as encoded for the upstream
+    body: dict[str, Any] | None = None  # the first round's body as sent (its messages are ``messages``)
+    # estimated tokens: shed by this turn's epoch, prefilled after the stable prefix, pushed by proactive recall
+    accounting: dict[str, int] = field(default_factory=dict)
 
 
 class LastPrompts(SizedLru[str, LastPrompt]):
     def __init__(self, max_entries: int, max_bytes: int, metrics: Metrics) -> None:
-        super().__init__(max_entries, max_bytes, lambda p: p.size + 256)
-        metrics.process_cache_entries.labels("last_prompts").set_function(lambda: len(self))
-        metrics.process_cache_bytes.labels("last_prompts").set_function(lambda: self.bytes)
+        super().__init__(max_entries, max_bytes, lambda p: p.size + 256, name="last_prompts")

@@ -16,13 +16,15 @@ from proxy.recall.tool import parse_arguments
 # What one call adds to the prompt besides its result: the assistant's call and its framing, in tokens.
 CALL_FRAMING_TOKENS = 48
 RESULT_FRAMING_TOKENS = 8
+MIN_ROOM_TOKENS = 64 + CALL_FRAMING_TOKENS + RESULT_FRAMING_TOKENS  # below: no recall result fits any more
 
 
-def recall_room(plan: Plan, state: ConversationState, safety_margin_tokens: float) -> int:
+def recall_room(plan: Plan, state: ConversationState, safety_margin_tokens: float, unit: float = 1.0) -> int:
     """Tokens the recall rounds may add: what the plan left free, plus half of the window's safety margin (kept for
     estimate errors, which the learned correction ratio mostly removes; a prompt near the high watermark would
-    otherwise leave recall no room at all). Estimates are scaled by that ratio, with a 5% margin."""
-    ratio = max(1.0, state.correction_ratio)
+    otherwise leave recall no room at all). Estimates are scaled by that ratio, with a 5% margin. The room is in the
+    resolver's base counts: `unit` is how many planned tokens one of them is (a model's learned text cost)."""
+    ratio = max(1.0, state.correction_ratio) * max(1.0, unit)
     return max(0, int((0.95 * (plan.budget + 0.5 * safety_margin_tokens) - plan.estimated_tokens) / ratio))
 
 
@@ -43,6 +45,22 @@ class TurnRecall:
         self.initial_room = self.room = room
         self.choices = choices
         self._keep = keep
+        self.density = 1.0  # the upstream's count of recall text per counted token, as measured this turn
+
+    async def _exact(self, text: str, counted: int) -> int:
+        """The upstream's count of a result when the counter can ask it (`/tokenize`), else the counted one; the
+        next results' limits shrink by what this one was under-counted (recall text is denser than chat)."""
+        prefetch = getattr(self.resolver.counter, "prefetch", None)
+        lookup = getattr(self.resolver.counter, "lookup", None)
+        if prefetch is None or lookup is None or not text:
+            return counted
+        await prefetch([text])
+        exact = lookup(text)
+        if exact is None:
+            return counted
+        if counted > 0:
+            self.density = max(self.density, exact / counted)
+        return max(exact, counted)
 
     async def resolve(self, call: ToolCall) -> str:
         m = self.metrics
@@ -53,8 +71,10 @@ class TurnRecall:
             outcome = await self.resolver.resolve(self.context, args, limit=limit)
         else:
             self.room -= count(call.arguments or "") + CALL_FRAMING_TOKENS
-            outcome = await self.resolver.resolve(self.context, args, limit=self.room)
-            self.room -= count(outcome.text) + RESULT_FRAMING_TOKENS
+            outcome = await self.resolver.resolve(self.context, args, limit=int(self.room / self.density))
+            self.room -= await self._exact(outcome.text, count(outcome.text)) + RESULT_FRAMING_TOKENS
+            if self.room < MIN_ROOM_TOKENS:
+                self.config.answer_now = True  # another call could only add "no room": the model answers next
         m.recall_calls.labels(outcome.kind).inc()
         self.record.kinds.append(outcome.kind)
         self.record.pages_recalled.extend(outcome.pages)

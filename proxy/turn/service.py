@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,8 +21,9 @@ import msgspec
 
 from proxy.blobs import make_blob_store
 from proxy.engine import (
-    ConversationState, EngineConfig, EstimateCounter, Plan, TurnInput, add_hidden, observe_usage, plan, record_recall,
+    ConversationState, EngineConfig, Plan, TurnInput, add_hidden, observe_usage, plan, record_recall,
 )
+from proxy.engine.learner import LearnedCounter
 from proxy.metrics import Metrics
 from proxy.recall.loop import prepare_rounds
 from proxy.recall.resolver import RecallContext, RecallResolver
@@ -29,6 +31,7 @@ from proxy.recall.tool import recall_tool
 from proxy.recall.vector_index import build_page_vectors
 from proxy.settings import Settings
 from proxy.store.ports import LockTimeout, SnapshotBase, StaleState
+from proxy.turn.cache_keys import upstream_headers, with_prompt_cache_key
 from proxy.turn.call import ChatCall
 from proxy.turn.fallback import unmanaged_body
 from proxy.turn.identity import continues, new_conversation_id, split_system
@@ -38,12 +41,15 @@ from proxy.turn.recall_rounds import TurnRecall, recall_room
 from proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
 from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
 from proxy.turn.turn import Redo, Release, Turn
-from proxy.turn.volatile import VolatileContext
+from proxy.turn.push import ProactivePush
+from proxy.turn.volatile import VolatileContext, push_on
 from proxy.turn.window import ContextWindow
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
 from proxy.turn.memos import register_process_memos
+from proxy.turn.counting import TurnCounts
 from proxy.vision import intake_images, make_describer
 from proxy.wire.errors import ProxyError
+from proxy.workers.prefix import SummaryBase
 
 log = logging.getLogger("memci.turn")
 _encode = msgspec.json.Encoder().encode
@@ -57,18 +63,22 @@ class TurnService:
         self.exchange = exchange
         self.store = store
         self.memory = memory  # proxy.workers.runner.MemoryWorker when the memory workers run
-        self.counter = EstimateCounter()
+        self.counts = TurnCounts(settings, exchange.client, metrics)  # base counts; per model, learned ones
+        self.counter = self.counts.base
         register_process_memos()  # the engine's and the search's memos, in memci_cache_*
         self.window = ContextWindow(settings, exchange.client)
         vectors = build_page_vectors(store.repo, s.embeddings_url, s.upstream_url, s.embeddings_model,
-                                     s.embeddings_api_key, s.embeddings_timeout)
+                                     s.embeddings_api_key, s.embeddings_timeout, local_model=s.embeddings_local,
+                                     local_weights=s.embeddings_local_weights, metrics=metrics,
+                                     cache_max_bytes=s.embeddings_cache_mb * 2**20)
         self.resolver = RecallResolver(
             store.repo, self.counter, s.recall_max_tokens, vectors=vectors, metrics=metrics,
             lexical_weight=s.recall_lexical_weight, vector_weight=s.recall_vector_weight, min_cosine=s.recall_min_cosine,
-            index_max_bytes=s.search_index_max_mb * 2**20,
+            index_max_bytes=s.search_index_max_mb * 2**20, entity_boost=s.recall_entity_boost,
         )
         self.recall_enabled = s.recall_enabled
         self.volatile = VolatileContext(settings, metrics, self.resolver, getattr(exchange.client, "session", None))
+        self.push = ProactivePush(settings, metrics, self.resolver, self.volatile)
         self.states = ConversationStates(store.repo, store.hot, store.kind_hot == "redis", metrics, settings, self._redo)
         self.lookup = ConversationLookup(store.hot, store.repo, self.states.state_of, s.state_cache_max_entries, metrics)
         self.last_prompts = LastPrompts(s.last_prompts_max_entries, s.last_prompts_max_mb << 20, metrics)
@@ -77,20 +87,28 @@ class TurnService:
         self.describer = make_describer(settings, self.blobs, owns=owners.owns_blob if owners else None)
         self._configs: dict[int, EngineConfig] = {}
         self._finishing: set[asyncio.Task[None]] = set()
+        self._preparing: set[asyncio.Task[None]] = set()  # search indexing after a turn (proxy.recall)
         self.fallback_ratio = 1.0  # the upstream's tokens per estimated token, as the last plan learned it
 
     def start(self) -> None:
         self.states.start()
+        warm = getattr(self.resolver.vectors.embedder, "warm", None) if self.resolver.vectors else None
+        if warm is not None and self.recall_enabled:
+            warm()  # the packaged model loads in a worker thread
 
     async def close(self) -> None:
         """Finish the turns still running their after-answer step, write everything queued, close clients."""
         if self._finishing:
             await asyncio.gather(*self._finishing, return_exceptions=True)
+        for task in list(self._preparing):
+            task.cancel()
+        await asyncio.gather(*self._preparing, return_exceptions=True)
         await self.states.close()
         await self.volatile.close()
         await self.resolver.close()
         await self.describer.close()
         await self.blobs.close()
+        await self.counts.close()
 
     def _config(self, window: int) -> EngineConfig:
         config = self._configs.get(window)
@@ -100,6 +118,8 @@ class TurnService:
 
     # ------------------------------------------------------------------------------------------------------------
     async def handle(self, call: ChatCall) -> Answer:
+        if self.resolver.vectors is not None:
+            self.resolver.vectors.mark_busy()  # background page embedding waits for a quiet moment
         system, messages = split_system(call.messages)
         try:
             found = await self.lookup.find(call, messages)
@@ -206,24 +226,28 @@ class TurnService:
         volatile = await self.volatile.blocks(call.rewrite_mode, call.memory_mode, tenant, conversation_id, state,
                                               messages)
         memory = self.memory
+        model = data.get("model") if isinstance(data.get("model"), str) else ""
+        counter = await self.counts.counter_for(model, system, messages, known_prefix)
+        tools_json = _encode(tools).decode() if tools else ""
         turn_input = TurnInput(
             summary=await memory.latest_summary(tenant, conversation_id) if memory and state is not None else "",
             profile=await memory.latest_profile(tenant) if memory is not None else "",
             intent=volatile.intent, memory=volatile.memory, system=system, messages=messages,
-            tools_tokens=self.counter.count_text(_encode(tools).decode()) if tools else 0,
+            tools_tokens=self.counts.tools_tokens(counter, tools_json),
             max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
             raw_messages=call.raw_messages, image_descriptions=self.describer.for_tenant(tenant),  # its own only
         )
-        result = plan(state, turn_input, config, self.counter)
+        result = plan(state, turn_input, config, counter)
         await self._intake_images(result, tenant, conversation_id)
         self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
-        self._count_plan(result)
+        accounting = self._count_plan(result, state)
         fingerprints = self.lookup.fingerprints(Found(conversation_id, how, known_prefix, found.chains), conversation_id,
                                                 known.state, result, messages)
         self.lookup.remember(tenant, messages, conversation_id)
-        redo = Redo(turn_input, config, fingerprints, len(messages) - 1)
+        redo = Redo(turn_input, config, fingerprints, len(messages) - 1, counter=counter)
         rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints)
-        return Turn(call, conversation_id, how, known, result, result.state, rows, redo)
+        return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
+                    tools_json=tools_json, learned=isinstance(counter, LearnedCounter), accounting=accounting)
 
     async def _intake_images(self, result: Plan, tenant: str, conversation_id: str) -> None:
         """New messages' data: images to the blob store (once per hash), descriptions started; the entries
@@ -244,20 +268,21 @@ class TurnService:
                            "X-Memci-Pages-Active": str(active),
                            "X-Memci-Pages-Archived": str(turn.state.first_active_page),
                            "X-Memci-Epoch": "true" if turn.plan.epoch else "false",
-                       })
+                       }, upstream_headers=upstream_headers(s, turn.conversation_id))
+        data = with_prompt_cache_key(call.data, turn.conversation_id, s.prompt_cache_key)
         if not self.recall_enabled:
-            out.body = _encode({**call.data, "messages": turn.plan.messages})
-            self._remember_prompt(turn, len(out.body))
+            sent = {**data, "messages": turn.plan.messages}
+            out.body = _encode(sent)
+            self._remember_prompt(turn, sent, len(out.body))
 
             def on_usage(usage: dict[str, Any]) -> None:
                 turn.usage = usage
 
             return await self.exchange.send(out, on_usage)
-        body, loop_config = prepare_rounds(call.data, turn.plan.messages, s.recall_tool_name, s.recall_max_rounds,
+        body, loop_config = prepare_rounds(data, turn.plan.messages, s.recall_tool_name, s.recall_max_rounds,
                                            call.stream)
-        out.body = _encode(body)
-        self._remember_prompt(turn, len(out.body))
-        room = recall_room(turn.plan, turn.state, s.safety_margin * await self.window.tokens())
+        room = recall_room(turn.plan, turn.state, s.safety_margin * await self.window.tokens(),
+                           self.counts.text_unit(turn.redo.counter))
         context = RecallContext(call.tenant, turn.conversation_id, turn.state, turn.redo.input.messages,
                                 turn.redo.input.image_descriptions)
 
@@ -266,6 +291,16 @@ class TurnService:
 
         rounds = TurnRecall(loop_config, context, self.resolver, self.metrics, room, call.data.get("n") or 1, keep)
         turn.record = rounds.record
+        pushed: list[dict[str, Any]] = []
+        if push_on(s, call.memory_mode):
+            # The proxy's own recall round, kept (durably) before the request that carries it goes upstream.
+            pushed = await self.push.exchange(turn, rounds, loop_config.recall_name)
+            if pushed:
+                await self._keep(turn, pushed)
+                body["messages"] = [*body["messages"], *pushed]
+                turn.pushed_tokens = sum((turn.redo.counter or self.counter).count_message(m) for m in pushed)
+        out.body = _encode(body)
+        self._remember_prompt(turn, body, len(out.body), pushed)
         return await self.exchange.send_with_recall(out, body, rounds)
 
     async def _keep(self, turn: Turn, exchange: list[dict[str, Any]]) -> None:
@@ -275,7 +310,7 @@ class TurnService:
         if after < 0:
             return
         try:
-            turn.state = add_hidden(turn.state, after, exchange, self.counter)
+            turn.state = add_hidden(turn.state, after, exchange, turn.redo.counter or self.counter)
         except Exception:
             log.exception("could not record the recall exchange")
             self.metrics.engine_errors.labels("recall").inc()
@@ -327,15 +362,23 @@ class TurnService:
             if isinstance(prompt, int) and prompt > 0:
                 details = usage.get("prompt_tokens_details")
                 cached = details.get("cached_tokens") if isinstance(details, dict) else None
+                # the first round carried the push too: its estimate, scaled like the plan's
+                estimated = turn.plan.estimated_tokens + math.ceil(turn.pushed_tokens * state.correction_ratio)
                 try:
-                    state = observe_usage(state, prompt, cached if isinstance(cached, int) else None,
-                                          turn.plan.estimated_tokens, time.time())
+                    state = observe_usage(state, prompt, cached if isinstance(cached, int) else None, estimated,
+                                          time.time(), floor=1.0 if turn.learned else 0.0)
+                    if not turn.pushed_tokens:  # the learner reads the plan's prompt alone
+                        self.counts.learn(turn.model, turn.plan, turn.tools_json, prompt)
                 except Exception:
                     log.exception("usage feedback failed")
                     self.metrics.engine_errors.labels("feedback").inc()
             await self._store(turn, state)
-            if turn.plan.archived and self.memory is not None:
-                await self.memory.notify(turn.call.tenant, turn.conversation_id)
+            if self.memory is not None:
+                self.memory.touch(turn.call.tenant, turn.conversation_id)
+                if turn.plan.archived:
+                    await self.memory.notify(turn.call.tenant, turn.conversation_id)
+            if turn.plan.archived and self.resolver.vectors is not None and self.recall_enabled:
+                self._prepare_search(turn, state)
         except Exception as exc:
             # The client resends these messages with its next request, whose plan stores them then.
             log.warning("could not store the turn of %s (%s); the next turn stores its messages",
@@ -343,6 +386,21 @@ class TurnService:
             self.metrics.store_write_failures.labels("finish").inc()
         finally:
             await release()
+
+    def _prepare_search(self, turn: Turn, state: ConversationState) -> None:
+        """The pages this turn archived indexed and embedded in the background (off the answer path)."""
+        ctx = RecallContext(turn.call.tenant, turn.conversation_id, state, turn.redo.input.messages,
+                            turn.redo.input.image_descriptions)
+
+        async def prepare() -> None:
+            try:
+                await self.resolver.prepare(ctx)
+            except Exception:
+                log.exception("could not index the archived pages of %s", turn.conversation_id)
+
+        task = asyncio.get_running_loop().create_task(prepare())
+        self._preparing.add(task)
+        task.add_done_callback(self._preparing.discard)
 
     async def _store(self, turn: Turn, state: ConversationState) -> None:
         tenant, cid = turn.call.tenant, turn.conversation_id
@@ -357,12 +415,12 @@ class TurnService:
     async def _redo(self, tenant: str, conversation_id: str, stored: ConversationState | None, redo: Redo
                     ) -> tuple[ConversationState, RowSet]:
         """The turn planned again on another stored state: every message past that state is new to it."""
-        result = plan(stored, redo.input, redo.config, self.counter)
+        result = plan(stored, redo.input, redo.config, redo.counter or self.counter)
         await self._intake_images(result, tenant, conversation_id)
         state = result.state
         rows = turn_rows(tenant, conversation_id, result, state, redo.fingerprints)
         if redo.hidden and 0 <= redo.last_index < state.entry_count:
-            state = add_hidden(state, redo.last_index, redo.hidden, self.counter)
+            state = add_hidden(state, redo.last_index, redo.hidden, redo.counter or self.counter)
             rows.hidden.update(hidden_rows(redo.last_index, 0, redo.hidden))
         if redo.recalled:
             state = record_recall(state, redo.recalled)
@@ -380,8 +438,19 @@ class TurnService:
         return await self.exchange.send(Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, body,
                                                  call.started, call.stream))
 
-    def _count_plan(self, p: Plan) -> None:
+    def _count_plan(self, p: Plan, before: ConversationState | None) -> dict[str, int]:
+        """Metrics of a plan; returns its accounting (estimated upstream tokens): shed by an epoch, prefilled after
+        the stable prefix."""
         m = self.metrics
+        ratio = max(0.0, float(p.state.correction_ratio or 1.0))
+        prefilled = max(0, p.estimated_tokens - math.ceil(p.state.expected_cached_tokens * ratio))
+        shed = 0
+        if p.epoch:
+            held = 0 if before is None else before.system_tokens + before.active_tokens
+            held += sum(t for _, _, _, t in p.new_entries)
+            shed = max(0, math.ceil((held - p.state.system_tokens - p.state.active_tokens) * ratio))
+            m.epoch_tokens_shed.observe(shed)
+            m.epoch_tokens_prefilled.observe(prefilled)
         m.estimated_prompt_tokens.inc(p.estimated_tokens)
         m.prefix_reuse_tokens.inc(getattr(p, "stable_prefix_tokens", 0) or 0)
         saved = getattr(p, "tokens_saved", 0) or 0
@@ -395,10 +464,26 @@ class TurnService:
             m.evictions.labels(rule).inc()
         if p.over_budget:
             m.over_budget.inc()
+        return {"tokens_shed": shed, "tokens_prefilled": prefilled}
 
-    def _remember_prompt(self, turn: Turn, size: int) -> None:
-        p = turn.plan
-        self.last_prompts.put(turn.conversation_id, LastPrompt(p.messages, list(p.blocks), p.epoch, time.time(), size))
+    def _remember_prompt(self, turn: Turn, body: dict[str, Any], size: int,
+                         pushed: list[dict[str, Any]] | None = None) -> None:
+        """This turn's prompt (as sent: a pushed recall round included) becomes the conversation's last one. At an
+        epoch that archives pages, the one it replaces is the last prompt that held them: the memory workers' jobs
+        send it again (its prefix is cached)."""
+        p, cid = turn.plan, turn.conversation_id
+        if p.archived and self.memory is not None:
+            before = self.last_prompts.get(cid)
+            if before is not None and before.body is not None:
+                routed = getattr(self.exchange.client, "base_url", None)  # the worker whose cache holds it
+                self.memory.keep_base(turn.call.tenant, cid, SummaryBase(
+                    before.body, routed(cid) if callable(routed) else "", before.at, before.size))
+        messages, blocks = p.messages, list(p.blocks)
+        if pushed:
+            messages = [*messages, *pushed]
+            blocks.append(("push", len(p.messages), len(messages)))
+        accounting = {**turn.accounting, "tokens_pushed": turn.pushed_tokens}
+        self.last_prompts.put(cid, LastPrompt(messages, blocks, p.epoch, time.time(), size, body, accounting))
 
     def state_of(self, conversation_id: str) -> ConversationState | None:
         """This process's newest state of a conversation (admin views)."""

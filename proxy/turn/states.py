@@ -87,15 +87,15 @@ class ConversationStates:
         self.redo = redo
         self.tips: SizedLru[str, Known] = SizedLru(
             settings.state_cache_max_entries, settings.state_cache_max_mb << 20,
-            lambda k: state_size(k.state) if k.state is not None else 64)
-        self.highest: SizedLru[str, int] = SizedLru(settings.state_cache_max_entries * 4, 64 << 20, lambda v: 64)
+            lambda k: state_size(k.state) if k.state is not None else 64, name="states",
+            max_idle_s=settings.state_cache_idle_s)
+        self.highest: SizedLru[str, int] = SizedLru(
+            settings.state_cache_max_entries * 4, 64 << 20, lambda v: 64, name="state_versions")
         self.writer = WriteBehind(
             repo, metrics, max_lag_s=settings.write_behind_max_lag_ms / 1000, batch=settings.write_behind_batch,
             max_pending=settings.write_behind_max_pending, on_stored=self._stored, on_stale=self._resolve_stale,
             behind_wait_s=BEHIND_WAIT_S,
         )
-        metrics.process_cache_entries.labels("states").set_function(lambda: len(self.tips))
-        metrics.process_cache_bytes.labels("states").set_function(lambda: self.tips.bytes)
 
     def start(self) -> None:
         self.writer.start()

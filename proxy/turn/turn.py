@@ -21,6 +21,7 @@ class Redo:
     last_index: int
     hidden: list[dict[str, Any]] = field(default_factory=list)
     recalled: list[str] = field(default_factory=list)
+    counter: Any = None  # the TokenCounter the turn was planned with (the model's learned counts, or the estimate)
 
 
 @dataclass
@@ -37,6 +38,11 @@ class Turn:
     redo: Redo
     record: Any = None  # proxy.recall.rounds.LoopRecord of the recall rounds
     usage: dict[str, Any] | None = None
+    model: str = ""
+    tools_json: str = ""  # the tools as sent upstream (count learning)
+    learned: bool = False  # planned with the model's learned counts
+    pushed_tokens: int = 0  # estimated tokens of the proactive recall round sent with the first round
+    accounting: dict[str, int] = field(default_factory=dict)  # tokens shed / re-prefilled by the plan (admin view)
 
 
 class Release:

@@ -14,7 +14,7 @@ from proxy.engine import ConversationState
 from proxy.engine.intent import RewriteResult, intent_block, message_text
 from proxy.metrics import Metrics
 from proxy.recall.memory import format_memory
-from proxy.recall.text import keywords, tokenize
+from proxy.recall.proactive import missing_terms
 from proxy.recall.resolver import RecallContext, RecallResolver
 from proxy.rewrite.levels import rewrite
 from proxy.rewrite.model import ModelRewriter
@@ -29,6 +29,18 @@ class Volatile:
     intent: str = ""
     memory: str = ""
     rewrite: RewriteResult | None = None
+
+
+def injection_on(settings: Settings, memory_mode: str) -> bool:
+    """B5 for this request: X-Memci-Memory on/off, else memory_push=injection (or memory_injection_enabled)."""
+    if memory_mode in ("on", "off"):
+        return memory_mode == "on"
+    return settings.memory_push == "injection" or settings.memory_injection_enabled
+
+
+def push_on(settings: Settings, memory_mode: str) -> bool:
+    """The proactive recall round for this request: memory_push=proactive, unless B5 or the header says otherwise."""
+    return settings.memory_push == "proactive" and not injection_on(settings, memory_mode) and memory_mode != "off"
 
 
 class VolatileContext:
@@ -69,7 +81,7 @@ class VolatileContext:
     ) -> Volatile:
         """``rewrite_mode`` / ``memory_mode``: the request's X-Memci-Rewrite / X-Memci-Memory ("" when absent)."""
         out = Volatile()
-        memory_on = self.settings.memory_injection_enabled if memory_mode not in ("on", "off") else memory_mode == "on"
+        memory_on = injection_on(self.settings, memory_mode)
         memory_possible = (memory_on and state is not None and state.first_active_page > 0 and bool(messages)
                            and messages[-1].get("role") == "user")
         placement = "always" if rewrite_mode in ("rules", "model") else self.settings.intent_in_prompt
@@ -122,11 +134,5 @@ class VolatileContext:
         Memory is injected for these only: a block next to the latest message costs a cache miss on the next
         turn, worth paying when the archive knows something the prompt does not.
         """
-        wanted = keywords(query, top=6)
-        if not wanted:
-            return []
         first_active = next((p.start for p in state.pages if p.status == 0), len(messages) - 1)
-        seen: set[str] = set()
-        for message in messages[first_active:-1]:
-            seen.update(tokenize(message_text(message)))
-        return [word for word in wanted if not (set(tokenize(word)) <= seen)]
+        return missing_terms(query, (message_text(m) for m in messages[first_active:-1]))

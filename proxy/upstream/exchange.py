@@ -48,6 +48,7 @@ class Outgoing:
     stream: bool = False  # the client asked for server-sent events
     route_key: str | None = None  # keeps a conversation on one upstream worker
     extra_headers: Mapping[str, str] | None = None  # added to the answer (X-Memci-*)
+    upstream_headers: Mapping[str, str] | None = None  # added to the request upstream (session affinity)
 
 
 @dataclass(slots=True)
@@ -87,11 +88,19 @@ class Exchange:
             child = self._children[key] = metric.labels(*labels)
         return child
 
+    def _upstream_headers(self, out: Outgoing) -> dict[str, str]:
+        headers = self.client.forward_headers(out.headers)
+        if out.upstream_headers:
+            mine = {name.lower() for name in out.upstream_headers}
+            headers = {k: v for k, v in headers.items() if k.lower() not in mine}
+            headers.update(out.upstream_headers)
+        return headers
+
     async def send(self, out: Outgoing, on_usage: Callable[[dict], None] | None = None) -> Answer:
         """Zero recall rounds: status, headers and body as the upstream sent them; SSE relayed event by event."""
         m = self.metrics
         url = self.client.url(out.path, out.query, out.route_key)
-        response, waited = await self.client.send(out.method, url, self.client.forward_headers(out.headers), out.body)
+        response, waited = await self.client.send(out.method, url, self._upstream_headers(out), out.body)
         headers, content_type = self._headers(response, out)
         if out.stream and response.status == 200 and content_type.startswith(SSE):
             sent_at = time.perf_counter() - waited
@@ -128,7 +137,7 @@ class Exchange:
         cfg, record = rounds.config, rounds.record
         client = self.client
         url = client.url(out.path, out.query, out.route_key)
-        upstream_headers = client.forward_headers(out.headers)
+        upstream_headers = self._upstream_headers(out)
 
         async def send(round_body: dict[str, Any]) -> UpstreamResponse:
             response, _ = await client.send("POST", url, upstream_headers, _encode(round_body))

@@ -19,11 +19,15 @@ class MemoryConfig:
     topics_per_conversation: int = 12
     sweep_interval_s: float = 600.0  # archival by age and due retries
     cache_ttl_s: float = 30.0  # latest_summary / latest_profile cache
+    idle_s: float = 0.0  # 0: summary jobs right after the epoch; else once the conversation had no turn this long
+    bases_max_entries: int = 1000  # conversations whose pre-epoch prompt is kept for prefix jobs
+    bases_max_mb: int = 64  # memory bound of those prompts
+    prefix_jobs: bool = True  # jobs on the kept prompts (off when the summariser is another server: no shared cache)
 
     @classmethod
     def from_settings(cls, settings: Any) -> "MemoryConfig":
         values = {field: getattr(settings, name) for field, name in SETTING_NAMES.items() if hasattr(settings, name)}
-        return cls(**values)
+        return cls(**values, prefix_jobs=not getattr(settings, "summary_model_url", ""))
 
 
 # MemoryConfig field -> name of the proxy setting (env MEMCI_<NAME upper>) that sets it.
@@ -35,4 +39,7 @@ SETTING_NAMES = {
     "profile_max_facts": "profile_max_facts",
     "sweep_interval_s": "memory_sweep_interval_s",
     "cache_ttl_s": "summary_cache_ttl_s",
+    "idle_s": "summary_idle_s",
+    "bases_max_entries": "last_prompts_max_entries",
+    "bases_max_mb": "last_prompts_max_mb",
 }

@@ -3,12 +3,18 @@ latest summary and profile to the managed turn (cached).
 
     worker = MemoryWorker(repo, summarizer, queue, config)          # clock: injected, UTC datetimes
     await worker.start()                                            # queue consumer + periodic sweep
+    worker.keep_base(tenant, conversation_id, base)                 # the pre-epoch prompt (proxy.workers.prefix)
     await worker.notify(tenant, conversation_id)                    # after a turn that archived pages
+    worker.touch(tenant, conversation_id)                           # after every turn (the idle delay)
     summary = await worker.latest_summary(tenant, conversation_id)  # TurnInput.summary (B4)
     profile = await worker.latest_profile(tenant)                   # TurnInput.profile (B2a)
     await worker.stop()
 
-Tests drive it without tasks: ``handle(job, now)``, ``run_due(now)``, ``sweep_all(now)``.
+Summary and profile jobs run right after the epoch (``notify``), or with ``idle_s`` > 0 once the conversation has had
+no turn for that long (``touch`` pushes the moment back; a second epoch before it runs the first one's jobs at once).
+They reuse the kept pre-epoch prompt when it still holds the pages (``proxy.workers.prefix``), else plain calls.
+
+Tests drive it without tasks: ``handle(job, now)``, ``run_due(now)``, ``sweep_all(now)``, ``run_idle(at)``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 from proxy.caches import BoundedLru
 from proxy.workers.archival import ArchiveSweep, SweepReport
 from proxy.workers.config import MemoryConfig
+from proxy.workers.prefix import SummaryBase
 from proxy.workers.queue import ARCHIVE_JOB, PROFILE_JOB, SUMMARY_JOB, Job, JobQueue
 from proxy.workers.summaries import render_profile, update_conversation_summary, update_profile
 from proxy.workers.summarizer import Summarizer
@@ -31,6 +38,8 @@ from proxy.workers.summarizer import Summarizer
 log = logging.getLogger("memci.workers")
 
 Clock = Callable[[], dt.datetime]
+BASES_PER_CONVERSATION = 2  # pre-epoch prompts kept per conversation (a job late by one epoch still finds its own)
+MAX_IDLE_WAITING = 100_000  # conversations whose jobs wait for the idle delay
 
 
 def utc_now() -> dt.datetime:
@@ -45,6 +54,7 @@ class MemoryWorker:
         queue: JobQueue,
         config: MemoryConfig | None = None,
         clock: Clock = utc_now,
+        metrics: Any = None,
     ) -> None:
         self.repo, self.summarizer, self.queue = repo, summarizer, queue
         self.config = config or MemoryConfig()
@@ -55,14 +65,58 @@ class MemoryWorker:
             "summaries", 10_000, 32 * 2**20, size_of=lambda k, v: 160 + len(k[0]) + len(k[1]) + len(v[1]))
         self._profiles: BoundedLru[str, tuple[float, str]] = BoundedLru(
             "profiles", 10_000, 16 * 2**20, size_of=lambda k, v: 160 + len(k) + len(v[1]))
+        # Pre-epoch prompts (the newest BASES_PER_CONVERSATION per conversation) for jobs on the cached prefix.
+        self._bases: BoundedLru[tuple[str, str], tuple[SummaryBase, ...]] = BoundedLru(
+            "summary_bases", self.config.bases_max_entries, self.config.bases_max_mb * 2**20,
+            size_of=lambda k, v: 256 + sum(b.size for b in v))
+        self._idle: dict[tuple[str, str], float] = {}  # conversation -> monotonic time its jobs are due (idle_s > 0)
         self._tasks: list[asyncio.Task[None]] = []
         self.outcomes: dict[str, int] = {}
+        self.calls: dict[str, int] = {}  # summariser calls by kind: "prefix" (on a kept prompt), "plain"
+        self.metrics = metrics  # proxy.metrics.Metrics (memci_summary_calls) when the app runs the worker
         self._swept_on = ""
 
     # --- what the managed turn calls ----------------------------------------------------------
+    def keep_base(self, tenant: str, conversation_id: str, base: SummaryBase) -> None:
+        """The last upstream prompt that held the pages an epoch is archiving (the prompt sent before it)."""
+        key = (tenant, conversation_id)
+        kept = self._bases.peek(key) or ()
+        self._bases.put(key, (*kept, base)[-BASES_PER_CONVERSATION:])
+
+    def bases(self, tenant: str, conversation_id: str) -> tuple[SummaryBase, ...]:
+        """The kept prompts of a conversation, oldest first; none when the summariser is another server."""
+        return (self._bases.peek((tenant, conversation_id)) or ()) if self.config.prefix_jobs else ()
+
     async def notify(self, tenant: str, conversation_id: str) -> None:
         """Pages of the conversation were archived: bring its summary, the tenant's profile and its archival by
-        age (limits included) up to date."""
+        age (limits included) up to date, now or (``idle_s``) once the conversation is idle."""
+        key = (tenant, conversation_id)
+        if self.config.idle_s > 0:
+            if key not in self._idle:
+                if len(self._idle) >= MAX_IDLE_WAITING:  # bounded: the oldest waiting conversation runs now
+                    await self._enqueue(*next(iter(self._idle)))
+                self._idle[key] = time.monotonic() + self.config.idle_s
+                return
+            del self._idle[key]  # a second epoch before the first one's jobs ran: run them now
+        await self._enqueue(tenant, conversation_id)
+
+    def touch(self, tenant: str, conversation_id: str) -> None:
+        """A turn of the conversation ran: its waiting jobs (idle delay) wait for the next quiet moment."""
+        key = (tenant, conversation_id)
+        if key in self._idle:
+            self._idle[key] = time.monotonic() + self.config.idle_s
+
+    async def run_idle(self, at: float | None = None) -> int:
+        """Queue the jobs of every conversation idle for ``idle_s`` (at the monotonic time ``at``); how many."""
+        at = time.monotonic() if at is None else at
+        due = [key for key, when in self._idle.items() if when <= at]
+        for key in due:
+            self._idle.pop(key, None)
+            await self._enqueue(*key)
+        return len(due)
+
+    async def _enqueue(self, tenant: str, conversation_id: str) -> None:
+        self._idle.pop((tenant, conversation_id), None)
         await self.queue.put(Job(SUMMARY_JOB, tenant, conversation_id))
         await self.queue.put(Job(PROFILE_JOB, tenant, conversation_id))
         await self.queue.put(Job(ARCHIVE_JOB, tenant, conversation_id))
@@ -99,6 +153,8 @@ class MemoryWorker:
         """Drop cached values (after a delete)."""
         self._summaries.pop((tenant, conversation_id))
         self._profiles.pop(tenant)
+        self._bases.pop((tenant, conversation_id))
+        self._idle.pop((tenant, conversation_id), None)
 
     # --- the jobs -----------------------------------------------------------------------------
     async def handle(self, job: Job, now: dt.datetime | None = None) -> str | SweepReport:
@@ -106,10 +162,12 @@ class MemoryWorker:
         result: str | SweepReport
         if job.kind == SUMMARY_JOB:
             result = await update_conversation_summary(self.repo, self.summarizer, self.config, job.tenant,
-                                                       job.conversation_id, now)
+                                                       job.conversation_id, now,
+                                                       self.bases(job.tenant, job.conversation_id), self._count)
             self._summaries.pop((job.tenant, job.conversation_id))
         elif job.kind == PROFILE_JOB:
-            result = await update_profile(self.repo, self.summarizer, self.config, job.tenant, job.conversation_id, now)
+            result = await update_profile(self.repo, self.summarizer, self.config, job.tenant, job.conversation_id, now,
+                                          self.bases(job.tenant, job.conversation_id), self._count)
             self._profiles.pop(job.tenant)
         elif job.kind == ARCHIVE_JOB:
             result = await self.sweep.run(job.tenant, job.conversation_id, now)
@@ -119,6 +177,11 @@ class MemoryWorker:
         label = result if isinstance(result, str) else "archive"
         self.outcomes[f"{job.kind}:{label}"] = self.outcomes.get(f"{job.kind}:{label}", 0) + 1
         return result
+
+    def _count(self, kind: str) -> None:
+        self.calls[kind] = self.calls.get(kind, 0) + 1
+        if self.metrics is not None:
+            self.metrics.summary_calls.labels(kind).inc()
 
     async def run_due(self, now: dt.datetime | None = None) -> int:
         """Retry every summary whose back-off has run out; returns how many jobs ran."""
@@ -173,6 +236,18 @@ class MemoryWorker:
             asyncio.create_task(self.queue.run(self.handle), name="memci-memory-jobs"),
             asyncio.create_task(self._periodic(), name="memci-memory-sweep"),
         ]
+        if self.config.idle_s > 0:
+            self._tasks.append(asyncio.create_task(self._idle_loop(), name="memci-memory-idle"))
+
+    async def _idle_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.config.idle_s / 4))
+            try:
+                await self.run_idle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("queueing the jobs of idle conversations failed")
 
     async def _periodic(self) -> None:
         while True:

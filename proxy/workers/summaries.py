@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.recall.text import keywords
 from proxy.workers.backoff import BACKLOG_EVENT, after_failure
 from proxy.workers.config import MemoryConfig
+from proxy.workers.prefix import PROFILE_INSTRUCTION, SUMMARY_INSTRUCTION, SummaryBase, covers, job_body, page_instruction
 from proxy.workers.summarizer import COMPRESS_PROMPT, PAGES_PROMPT, PROFILE_PROMPT, Summarizer, SummaryFailed
 from proxy.workers.text import batches, cut_to_tokens, estimate_tokens, fact_digest, messages_text, parse_facts
 
@@ -32,6 +34,7 @@ class PageText:
     last_seq: int
     messages: int
     text: str
+    rows: list[dict[str, Any]] = field(default_factory=list, repr=False)  # the page's messages as stored
 
 
 async def new_archived_pages(
@@ -45,8 +48,42 @@ async def new_archived_pages(
     out = []
     for p in pages:
         messages = [by_seq[s] for s in range(p.first_seq, p.last_seq + 1) if s in by_seq]
-        out.append(PageText(p.number, p.first_seq, p.last_seq, len(messages), messages_text(messages, message_chars)))
+        out.append(PageText(p.number, p.first_seq, p.last_seq, len(messages), messages_text(messages, message_chars),
+                            messages))
     return out
+
+
+def prefix_groups(pages: list[PageText], bases: Sequence[SummaryBase]
+                  ) -> list[tuple[SummaryBase | None, list[PageText]]]:
+    """Consecutive pages grouped by the newest base that still holds each of them (None: no base holds it)."""
+    groups: list[tuple[SummaryBase | None, list[PageText]]] = []
+    for page in pages:
+        base = next((b for b in reversed(bases) if covers(b.body.get("messages") or (), page.rows)), None)
+        if groups and groups[-1][0] is base:
+            groups[-1][1].append(page)
+        else:
+            groups.append((base, [page]))
+    return groups
+
+
+async def answers(summarizer: Summarizer, pages: list[PageText], bases: Sequence[SummaryBase], prefix_template: str,
+                  plain_prompt: str, max_tokens: int, batch_chars: int, on_call: Callable[[str], None] | None = None
+                  ) -> AsyncIterator[tuple[list[PageText], str]]:
+    """(pages, the model's answer) in order: pages a base still holds in one call on that base (its cached prefix
+    plus the instruction); the others as today, the pages' text in batches under ``plain_prompt``. Raises
+    SummaryFailed. ``on_call("prefix" | "plain")`` is told of every call."""
+    on_call = on_call or (lambda kind: None)
+    complete_after = getattr(summarizer, "complete_after", None)
+    for base, group in prefix_groups(pages, bases if complete_after is not None else ()):
+        if base is not None and complete_after is not None:
+            instruction = page_instruction(prefix_template, group[0].rows[0], group[-1].rows[-1])
+            on_call("prefix")
+            yield group, await complete_after(job_body(base.body, instruction, max_tokens), base.base_url)
+            continue
+        for batch in batches([(p, p.text) for p in group], batch_chars):
+            on_call("plain")
+            body = "\n\n".join(f"[page {p.number}]\n{t}" for p, t in batch)
+            yield [p for p, _ in batch], await summarizer.complete(plain_prompt, body, max_tokens)
 
 
 def _words(tokens: int) -> int:
@@ -88,7 +125,8 @@ def backing_off(row: Any, now: dt.datetime) -> bool:
 
 
 async def update_conversation_summary(
-    repo: Any, summarizer: Summarizer, config: MemoryConfig, tenant: str, conversation_id: str, now: dt.datetime
+    repo: Any, summarizer: Summarizer, config: MemoryConfig, tenant: str, conversation_id: str, now: dt.datetime,
+    bases: Sequence[SummaryBase] = (), on_call: Callable[[str], None] | None = None,
 ) -> str:
     row = await repo.get_summary(tenant, conversation_id, "conversation")
     if backing_off(row, now):
@@ -102,20 +140,19 @@ async def update_conversation_summary(
     first = row.first_seq if row is not None and row.status == "done" else pages[0].first_seq
     count = row.message_count if row is not None else 0
     compressions = row.compressions if row is not None else 0
-    for batch in batches([(p, p.text) for p in pages], config.batch_chars):
-        body = "\n\n".join(f"[page {p.number}]\n{t}" for p, t in batch)
-        try:
-            part = await summarizer.complete(PAGES_PROMPT, body, max(32, config.max_summary_tokens // 2))
+    try:
+        async for batch, part in answers(summarizer, pages, bases, SUMMARY_INSTRUCTION, PAGES_PROMPT,
+                                         max(32, config.max_summary_tokens // 2), config.batch_chars, on_call):
             text, made = await merge_summaries(summarizer, text, part, config.max_summary_tokens)
-        except SummaryFailed as exc:
-            latest = await repo.get_summary(tenant, conversation_id, "conversation")
-            await record_failure(repo, tenant, conversation_id, "conversation", "",
-                                 latest.attempts if latest is not None else 0, now, str(exc))
-            return FAILED
-        compressions += made
-        count += sum(p.messages for p, _ in batch)
-        await repo.put_summary(tenant, conversation_id, "conversation", "", text, estimate_tokens(text), first,
-                               batch[-1][0].last_seq, count, compressions)
+            compressions += made
+            count += sum(p.messages for p in batch)
+            await repo.put_summary(tenant, conversation_id, "conversation", "", text, estimate_tokens(text), first,
+                                   batch[-1].last_seq, count, compressions)
+    except SummaryFailed as exc:
+        latest = await repo.get_summary(tenant, conversation_id, "conversation")
+        await record_failure(repo, tenant, conversation_id, "conversation", "",
+                             latest.attempts if latest is not None else 0, now, str(exc))
+        return FAILED
     return DONE
 
 
@@ -131,7 +168,8 @@ async def _store_topics(repo: Any, config: MemoryConfig, tenant: str, conversati
 
 
 async def update_profile(
-    repo: Any, summarizer: Summarizer, config: MemoryConfig, tenant: str, conversation_id: str, now: dt.datetime
+    repo: Any, summarizer: Summarizer, config: MemoryConfig, tenant: str, conversation_id: str, now: dt.datetime,
+    bases: Sequence[SummaryBase] = (), on_call: Callable[[str], None] | None = None,
 ) -> str:
     """Stable facts about the tenant's user from the conversation's newly archived pages."""
     row = await repo.get_summary(tenant, conversation_id, "profile")
@@ -141,19 +179,19 @@ async def update_profile(
     if not pages:
         return NOTHING
     count = row.message_count if row is not None else 0
-    for batch in batches([(p, p.text) for p in pages], config.batch_chars):
-        try:
-            answer = await summarizer.complete(PROFILE_PROMPT, "\n\n".join(t for _, t in batch), 256)
-        except SummaryFailed as exc:
-            latest = await repo.get_summary(tenant, conversation_id, "profile")
-            await record_failure(repo, tenant, conversation_id, "profile", "",
-                                 latest.attempts if latest is not None else 0, now, str(exc))
-            return FAILED
-        facts = parse_facts(answer)
-        await repo.add_profile_facts(tenant, conversation_id, [(fact_digest(f), f) for f in facts])
-        count += sum(p.messages for p, _ in batch)
-        await repo.put_summary(tenant, conversation_id, "profile", "", "", 0, pages[0].first_seq,
-                               batch[-1][0].last_seq, count)
+    try:
+        async for batch, answer in answers(summarizer, pages, bases, PROFILE_INSTRUCTION, PROFILE_PROMPT, 256,
+                                           config.batch_chars, on_call):
+            facts = parse_facts(answer)
+            await repo.add_profile_facts(tenant, conversation_id, [(fact_digest(f), f) for f in facts])
+            count += sum(p.messages for p in batch)
+            await repo.put_summary(tenant, conversation_id, "profile", "", "", 0, pages[0].first_seq,
+                                   batch[-1].last_seq, count)
+    except SummaryFailed as exc:
+        latest = await repo.get_summary(tenant, conversation_id, "profile")
+        await record_failure(repo, tenant, conversation_id, "profile", "",
+                             latest.attempts if latest is not None else 0, now, str(exc))
+        return FAILED
     return DONE
 
 

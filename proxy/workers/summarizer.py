@@ -12,6 +12,7 @@ import asyncio
 from typing import Any, Protocol
 
 import aiohttp
+import msgspec
 
 PAGES_PROMPT = (
     "Summarise the following part of a conversation between a user and an assistant in a few sentences: "
@@ -36,12 +37,21 @@ PROFILE_PROMPT = (
 )
 
 
+WORKER_PROMPTS = (PAGES_PROMPT, COMPRESS_PROMPT, DAY_PROMPT, MONTH_PROMPT, PROFILE_PROMPT)
+
+
+_encode = msgspec.json.Encoder().encode  # as the proxy encodes the turn's bodies: the same bytes for the same prefix
+
+
 class SummaryFailed(Exception):
     """The summariser gave no usable answer."""
 
 
 class Summarizer(Protocol):
     async def complete(self, instruction: str, text: str, max_tokens: int) -> str: ...
+
+    # Optional (proxy.workers.prefix): ``complete_after(body, base_url)`` posts a whole prepared request body to
+    # ``{base_url}/chat/completions`` and returns the answer's text; a summariser without it gets plain jobs only.
 
 
 class ModelSummarizer:
@@ -57,6 +67,7 @@ class ModelSummarizer:
         self.model = model
         self.timeout_s = timeout_s
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._post_headers = {**self._headers, "Content-Type": "application/json"}
         self._session = session
         self._owns_session = session is None
 
@@ -94,9 +105,15 @@ class ModelSummarizer:
             "max_tokens": max(8, int(max_tokens)),
             "stream": False,
         }
+        return await self.complete_after(body, self.base_url)
+
+    async def complete_after(self, body: dict[str, Any], base_url: str) -> str:
+        """A prepared body (a prefix job: the conversation's last prompt plus one instruction) posted to
+        ``base_url`` (the upstream worker the conversation is routed to; empty: the summariser's own)."""
+        base_url = base_url or self.base_url
         try:
             async with self._client().post(
-                f"{self.base_url}/chat/completions", json=body, headers=self._headers,
+                f"{base_url.rstrip('/')}/chat/completions", data=_encode(body), headers=self._post_headers,
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
             ) as response:
                 if response.status != 200:

@@ -13,7 +13,7 @@ from proxy.workers.summarizer import ModelSummarizer
 log = logging.getLogger("memci.workers")
 
 
-def build_memory_worker(settings: Any, repo: Any) -> MemoryWorker:
+def build_memory_worker(settings: Any, repo: Any, metrics: Any = None) -> MemoryWorker:
     """Summariser: ``summary_model_url`` or else the (first) upstream; queue: a Redis Stream when ``redis_url``
     is set, else in-process."""
     base_url = getattr(settings, "summary_model_url", "") or settings.upstream_urls[0]
@@ -30,7 +30,7 @@ def build_memory_worker(settings: Any, repo: Any) -> MemoryWorker:
         queue = RedisStreamJobQueue(settings.redis_url)
     else:
         queue = InProcessJobQueue()
-    worker = MemoryWorker(repo, summarizer, queue, MemoryConfig.from_settings(settings))
+    worker = MemoryWorker(repo, summarizer, queue, MemoryConfig.from_settings(settings), metrics=metrics)
     log.info("memory workers: summaries by %s, job queue %s", base_url, queue.kind)
     return worker
 
@@ -41,7 +41,7 @@ async def start_memory_worker(services: Any) -> MemoryWorker | None:
     if services.store is None or not getattr(services.settings, "memory_workers", True):
         services.memory = None
         return None
-    worker = build_memory_worker(services.settings, services.store.repo)
+    worker = build_memory_worker(services.settings, services.store.repo, getattr(services, "metrics", None))
     await worker.start()
     services.memory = worker
     return worker

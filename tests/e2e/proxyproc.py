@@ -57,9 +57,10 @@ class ProxyProcess:
     def start(self, timeout: float = 180.0) -> "ProxyProcess":
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCI_")}
         # Background summary jobs call the upstream too; tests that read the upstream's last request turn them on
-        # only when they test them.
+        # only when they test them. The packaged embedding model costs each process seconds of CPU to load: the
+        # tests of search (and of the defaults as a whole: the README's and the wheel's) turn it on.
         env.update({"MEMCI_HOME": str(self.home), "MEMCI_CONFIG": "", "PYTHONUNBUFFERED": "1",
-                    "MEMCI_MEMORY_WORKERS": "false"})
+                    "MEMCI_MEMORY_WORKERS": "false", "MEMCI_EMBEDDINGS_LOCAL": "off"})
         env.update(self.extra_env)
         self.home.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")

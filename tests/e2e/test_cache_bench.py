@@ -71,3 +71,15 @@ def test_the_benchmark_draws_a_plot_per_workload(chat_rows, bench_dir):
     assert [p.name for p in plots] == ["cache_bench-chat.png"]
     data = plots[0].read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000  # two panels of four strategies' lines
+
+def test_proxy_rows_per_source_and_workers_setting():
+    import argparse
+
+    variants = cache_bench.proxy_variants(argparse.Namespace(proxy_src=[], workers=""))
+    assert [v.name() for v in variants] == ["this proxy"] and variants[0].env() == {}
+    variants = cache_bench.proxy_variants(argparse.Namespace(proxy_src=["before=/tmp/a", "after=."], workers="off,on"))
+    assert [v.name() for v in variants] == ["this proxy [before] (workers off)", "this proxy [before] (workers on)",
+                                            "this proxy [after] (workers off)", "this proxy [after] (workers on)"]
+    assert variants[1].env() == {"MEMCI_MEMORY_WORKERS": "true"} and str(variants[0].src) == "/tmp/a"
+    with pytest.raises(SystemExit):
+        cache_bench.proxy_variants(argparse.Namespace(proxy_src=[], workers="maybe"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 
 import httpx
 import openai
@@ -53,6 +54,18 @@ def _conversation(proxy) -> str:
     return headers["x-memci-conversation-id"]
 
 
+def _settled(emu, timeout: float = 30.0) -> None:
+    """Wait until the emulator has received no embeddings request for a second."""
+    deadline = time.monotonic() + timeout
+    last = -1
+    while time.monotonic() < deadline:
+        count = emu.stats()["embeddings"]
+        if count == last and count > 0:
+            return
+        last = count
+        time.sleep(1.0)
+
+
 def _search(proxy, conversation: str, query: str, k: int = 3) -> list[dict]:
     r = httpx.post(proxy.url + "/memci/search", json={"conversation_id": conversation, "query": query, "k": k},
                    headers={"Authorization": KEY}, timeout=30)
@@ -70,11 +83,13 @@ def test_search_is_fused_with_the_embeddings(emu, tmp_path_factory):
     proxy = _proxy(emu, tmp_path_factory, "fused", emu.base_url)
     try:
         conversation = _conversation(proxy)
+        _settled(emu)  # the archived pages are embedded in the background, after the turns
         before = emu.stats()["embeddings"]
+        assert before > 0
         hits = _search(proxy, conversation, "locker code")
         assert hits and hits[0]["page"] == "3" and "7349" in hits[0]["excerpt"]
         assert len({h["page"] for h in hits}) == len(hits)
-        assert emu.stats()["embeddings"] > before  # pages and query were embedded
+        assert emu.stats()["embeddings"] == before + 1  # the query alone: the pages were embedded before
         again = emu.stats()["embeddings"]
         assert _search(proxy, conversation, "cat called Brioche")[0]["page"] == "3"
         assert emu.stats()["embeddings"] == again + 1  # the query alone: pages are embedded once

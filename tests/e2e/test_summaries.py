@@ -6,10 +6,12 @@ message only at compaction epochs: between epochs the system message stays byte 
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
+from proxy.workers.prefix import JOB_MARKER as PREFIX_JOB_MARKER
 from tests.e2e.conftest import EmulatorProcess
 
 WINDOW = 4096
@@ -68,3 +70,81 @@ def test_summary_reaches_the_prompt_only_at_epochs(proxy_with_memory, emulator_4
     # The summary is the model's text, not the extractive contents lines.
     summary = systems[-1][1].split(SUMMARY_HEADING, 1)[1]
     assert "Question 0" not in summary.split("##", 1)[0]
+
+
+def _is_prefix_job(item: dict) -> bool:
+    last = item["body"]["messages"][-1].get("content")
+    return isinstance(last, str) and last.startswith(PREFIX_JOB_MARKER)
+
+
+def test_summary_jobs_reuse_the_cached_pre_epoch_prompt(proxy_with_memory, emulator_4k, client_for):
+    """A summary job is the conversation's pre-epoch prompt, as the upstream received it, plus one instruction
+    message: the emulator's radix cache reports it almost wholly cached."""
+    client = client_for(proxy_with_memory)
+    messages: list[dict] = [{"role": "system", "content": "You are a careful archivist."}]
+    jobs: list[dict] = []
+    for turn in range(80):
+        text = f"Archive note {turn}: the shelf code of box {turn} is S{turn:03d}-Q. [[len:100]]"
+        messages.append({"role": "user", "content": text})
+        if turn % 2:
+            stream = client.chat.completions.create(model="m", messages=messages, max_tokens=160, stream=True)
+            answer = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        else:
+            answer = client.chat.completions.create(model="m", messages=messages, max_tokens=160).choices[0].message.content
+        messages.append({"role": "assistant", "content": answer})
+        jobs = [r for r in emulator_4k.requests(200) if _is_prefix_job(r) and "archivist" in json.dumps(r["body"])]
+        if len(jobs) >= 2:
+            break
+    deadline = time.monotonic() + 10
+    while not jobs and time.monotonic() < deadline:
+        time.sleep(0.2)
+        jobs = [r for r in emulator_4k.requests(200) if _is_prefix_job(r) and "archivist" in json.dumps(r["body"])]
+    assert jobs, "no summary job on the cached prefix"
+    log = emulator_4k.requests(200)
+    turns = [r["body"] for r in log if not _is_prefix_job(r) and r["body"]["messages"][0]["role"] == "system"
+             and "archivist" in r["body"]["messages"][0]["content"]]
+    for job in jobs:
+        body = job["body"]
+        # mostly cached: everything but the instruction (and the template's few tokens around it)
+        assert job["cached_tokens"] >= 0.8 * job["prompt_tokens"], job
+        assert job["prompt_tokens"] - job["cached_tokens"] < 200
+        # the prompt of a client turn as the upstream received it, plus exactly one user message
+        base = next((t for t in turns if t["messages"] == body["messages"][:-1]), None)
+        assert base is not None, "the job's messages are not a turn's prompt"
+        assert body["tools"] == base["tools"] and body["model"] == base["model"]
+        assert body["messages"][-1]["role"] == "user" and body["stream"] is False
+        # that prompt held pages the next prompt (the epoch's) no longer holds
+        after = turns[turns.index(base) + 1] if turns.index(base) + 1 < len(turns) else None
+        assert after is not None and body["messages"][1] not in after["messages"]
+
+
+def test_with_an_idle_delay_the_jobs_wait_for_a_quiet_conversation(emulator_and_proxy, client_for):
+    idle = emulator_and_proxy(WINDOW, {"MEMCI_CONTEXT_WINDOW": str(WINDOW), "MEMCI_MEMORY_WORKERS": "true",
+                                       "MEMCI_SUMMARY_IDLE_S": "3"})
+    client = client_for(idle.proxy)
+    messages: list[dict] = [{"role": "system", "content": "You are a quiet librarian."}]
+
+    def jobs() -> list[dict]:
+        return [r for r in idle.emulator.requests(200) if _is_prefix_job(r) or r["body"]["messages"][0]["content"]
+                .startswith("Summarise")]
+
+    epoch_at = None
+    for turn in range(80):
+        messages.append({"role": "user", "content": f"Shelf note {turn}: row {turn} holds volume {turn * 3}. [[len:100]]"})
+        raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=160)
+        messages.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
+        if raw.headers["x-memci-epoch"] == "true":
+            epoch_at = turn
+            break
+    assert epoch_at is not None, "no epoch"
+    for turn in range(epoch_at + 1, epoch_at + 4):  # the conversation goes on: its jobs wait
+        messages.append({"role": "user", "content": f"Shelf note {turn}: quick one. [[len:20]]"})
+        client.chat.completions.create(model="m", messages=messages, max_tokens=40)
+        messages.append({"role": "assistant", "content": "ok"})
+        time.sleep(0.5)
+    assert jobs() == []
+    deadline = time.monotonic() + 15  # quiet now: the jobs run about 3 s after the last turn
+    while not jobs() and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert jobs(), "the jobs did not run once the conversation was idle"
+    assert all(j["cached_tokens"] >= 0.8 * j["prompt_tokens"] for j in jobs() if _is_prefix_job(j))

@@ -79,3 +79,50 @@ def test_each_conversation_sticks_to_one_worker_and_moves_when_it_dies(workers, 
     finally:
         client.close()
         proxy.stop()
+
+
+def test_summary_jobs_go_to_the_worker_that_cached_the_conversation(workers, tmp_path):
+    """With several workers, a summary job on the pre-epoch prompt goes where that prompt is cached: the worker
+    the conversation is routed to."""
+    from proxy.workers.prefix import JOB_MARKER
+
+    upstream = ",".join(w.base_url for w in workers)
+    env = {"MEMCI_MEMORY_WORKERS": "true", "MEMCI_CONTEXT_WINDOW": "4096", "MEMCI_INTENT_REWRITE_ENABLED": "false"}
+    proxy = ProxyProcess(upstream, tmp_path / "p", env).start()
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-workers", max_retries=0, timeout=30)
+    histories: dict[str, list[dict]] = {}
+
+    def say(name: str, turn: int) -> None:
+        history = histories.setdefault(name, [])
+        history.append({"role": "user", "content": f"{name} note {turn} : the crate {turn} holds item {turn * 7}. "
+                                                   "[[len:120]]"})
+        answer = client.chat.completions.create(model="m", messages=history, max_tokens=160)
+        history.append({"role": "assistant", "content": answer.choices[0].message.content})
+
+    def jobs_of(name: str) -> dict[int, list[dict]]:
+        return {i: [e for e in w.requests(200) if str(e["body"]["messages"][-1].get("content")).startswith(JOB_MARKER)
+                    and f"{name} note 0 " in str(e["body"]["messages"])] for i, w in enumerate(workers)}
+
+    try:
+        owned: dict[int, str] = {}  # one conversation per worker (new ones until both workers have one)
+        for i in range(16):
+            say(f"conv{i:02d}", 0)
+            (owner,) = owner_of(workers, f"conv{i:02d} note 0 ")
+            owned.setdefault(owner, f"conv{i:02d}")
+            if len(owned) == 2:
+                break
+        assert len(owned) == 2, "every conversation went to one worker"
+        for turn in range(1, 60):
+            for name in owned.values():
+                say(name, turn)
+            if all(any(jobs_of(name).values()) for name in owned.values()):
+                break
+        for owner, name in owned.items():
+            jobs = jobs_of(name)
+            assert owner_of(workers, f"{name} note {turn} ") == {owner}
+            assert jobs[owner], f"{name}: no summary job on its worker"
+            assert not jobs[1 - owner], f"{name}: a summary job went to the other worker"
+            assert all(j["cached_tokens"] >= 0.8 * j["prompt_tokens"] for j in jobs[owner])
+    finally:
+        client.close()
+        proxy.stop()

@@ -151,3 +151,60 @@ async def test_deleting_the_conversation_removes_its_memory_rows(
         assert await rows_of(repo, table, "c7") == [], table
     worker.forget(TENANT, "c7")
     assert await worker.latest_profile(TENANT) == ""
+
+
+def _base_prompt(pages: list[tuple[str, str]]) -> dict:
+    messages = [{"role": "system", "content": "You are the billing team's assistant. " * 100}]
+    for user, answer in pages:
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+    messages.append({"role": "user", "content": "And what about the backups?"})
+    return {"model": "emu-summariser", "messages": messages, "max_tokens": 16}
+
+
+async def test_summary_on_the_kept_prompt_is_cached_and_a_failure_is_retried_plain(
+    repo: SqlConversationRepository, emulator_url: str
+) -> None:
+    import httpx
+
+    from proxy.metrics import Metrics
+    from proxy.workers.prefix import JOB_MARKER, SummaryBase
+
+    metrics = Metrics()
+    summarizer = ModelSummarizer(emulator_url, model="emu-summariser", timeout_s=10)
+    worker = MemoryWorker(repo, summarizer, InProcessJobQueue(), MemoryConfig(cache_ttl_s=0), clock=lambda: T0,
+                          metrics=metrics)
+    root = emulator_url.removesuffix("/v1")
+    try:
+        history = await History(repo, "c7").create()
+        await history.add_pages(PAGES)
+        base = _base_prompt(PAGES)
+        async with httpx.AsyncClient() as http:  # the turn before the epoch: the upstream caches its prompt
+            assert (await http.post(emulator_url + "/chat/completions", json=base)).status_code == 200
+            worker.keep_base(TENANT, "c7", SummaryBase(base, emulator_url, 0.0))
+            assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c7")) == "done"
+            assert await worker.handle(Job(PROFILE_JOB, TENANT, "c7")) == "done"
+            jobs = (await http.get(root + "/emulator/requests", params={"n": 2})).json()["data"]
+        assert worker.calls == {"prefix": 2}
+        assert metrics.registry.get_sample_value("memci_summary_calls_total", {"kind": "prefix"}) == 2
+        for job in jobs:
+            assert job["body"]["messages"][:-1] == base["messages"]
+            assert job["body"]["messages"][-1]["content"].startswith(JOB_MARKER)
+            assert job["cached_tokens"] >= 0.8 * job["prompt_tokens"]
+            assert job["prompt_tokens"] - job["cached_tokens"] < 200  # the instruction and the template around it
+        row = await repo.get_summary(TENANT, "c7", "conversation")
+        assert row.status == "done" and row.last_seq == 3 and row.text
+
+        # The upstream fails the prefix call: the attempt is recorded; the retry (the kept prompt gone, as after a
+        # restart) summarises the same pages with a plain call.
+        other = await History(repo, "c8").create()
+        await other.add_pages(PAGES)
+        worker.keep_base(TENANT, "c8", SummaryBase(_base_prompt(PAGES), "http://127.0.0.1:9/v1", 0.0))
+        assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c8"), T0) == "failed"
+        assert (await repo.get_summary(TENANT, "c8", "conversation")).attempts == 1
+        worker.forget(TENANT, "c8")
+        assert await worker.run_due(T0 + dt.timedelta(minutes=10)) == 1
+        row = await repo.get_summary(TENANT, "c8", "conversation")
+        assert row.status == "done" and row.attempts == 0 and row.last_seq == 3
+        assert worker.calls == {"prefix": 3, "plain": 1}
+    finally:
+        await summarizer.aclose()

@@ -76,8 +76,10 @@ def check_no_loss(plan: Plan, messages: list[dict[str, Any]], config: EngineConf
         condensed = condense_message(original, config.condense_tool_chars) or original
         if sent == condensed:
             continue
-        # the message carrying the volatile blocks: the client's text first, unchanged
-        assert tail is not None and original.get("role") == "user", (sent, original)
+        # the message carrying the volatile blocks (this request's, or those a user message followed by hidden
+        # messages keeps): the client's text first, unchanged
+        frozen = any(g.after == start + offset for g in state.hidden)
+        assert (tail is not None or frozen) and original.get("role") == "user", (sent, original)
         content = original.get("content")
         if isinstance(content, list):
             assert sent["content"][: len(content)] == content

@@ -50,11 +50,11 @@ def test_the_block_in_a_message_is_the_proxys_alone() -> None:
 
 
 def _cost(text: str) -> float:
-    started = time.process_time()
+    started = time.thread_time()
     for _ in range(3):
         quote(text)
         escape_tags(text)
-    return time.process_time() - started
+    return time.thread_time() - started
 
 
 def test_quoting_hostile_text_costs_what_ordinary_text_of_twice_the_size_does_at_most_ten_times() -> None:

@@ -61,6 +61,8 @@ class MemoryVectorStore:
         self.broken = False
 
     async def put_page_vectors(self, tenant: str, conversation_id: str, model: str, vectors: Any) -> int:
+        if self.broken:
+            raise ConnectionError("database down")
         for number, digest, vector in vectors:
             self.rows[(conversation_id, number, model)] = (digest, list(vector))
         return len(vectors)

@@ -249,7 +249,7 @@ def test_the_last_prompts_are_bounded_in_entries_and_bytes():
         prompts.put(f"c{i}", LastPrompt([], [], False, 0.0, size=2000))
     assert len(prompts) == 2 and prompts.get("c0") is None and prompts.get("c3") is not None
     assert prompts.bytes <= 5000
-    assert metrics.registry.get_sample_value("memci_process_cache_bytes", {"cache": "last_prompts"}) == prompts.bytes
+    assert prompts.cache_stats().bytes == prompts.bytes
     for i in range(5):
         prompts.put(f"d{i}", LastPrompt([], [], False, 0.0, size=10))
     assert len(prompts) == 3

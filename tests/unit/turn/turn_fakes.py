@@ -236,6 +236,8 @@ class ChatUpstream:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/models"):
             return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": self.window}]})
+        if request.url.path.endswith("/tokenize"):  # an upstream without a tokenizer endpoint (OpenAI's shape)
+            return httpx.Response(404, json={"error": {"message": "not found"}})
         body = json.loads(request.content)
         self.requests.append(body)
         if self.on_request is not None:
@@ -279,7 +281,7 @@ def _sse(data: dict[str, Any]) -> bytes:
 
 # --- the service ----------------------------------------------------------------------------------------------
 def settings(**overrides: Any) -> Settings:
-    base = {"context_window": 4096, "embeddings_url": "", "blob_store": "", "vision_model": "", "memory_workers": False,
+    base = {"context_window": 4096, "embeddings_url": "", "embeddings_local": "off", "blob_store": "", "vision_model": "", "memory_workers": False,
             "write_behind_max_lag_ms": 5, "home": "/nonexistent"}
     fields = {f.name for f in dataclasses.fields(Settings)}
     return Settings(**{k: v for k, v in {**base, **overrides}.items() if k in fields})

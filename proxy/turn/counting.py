@@ -1,0 +1,72 @@
+"""How a managed turn counts tokens: the base count and the per-model costs learned from the upstream.
+
+The base count is `tokenizer_file` when set, else the upstream's `/tokenize` (cached, see
+`proxy.upstream.tokenize`) when enabled, else the estimate. Per model, `proxy.engine.learner` learns the costs of
+text, images, the tools' schema and the chat template from each answer's reported `prompt_tokens`; once it has
+seen a few answers, the turn plans with them (a safety margin included).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.engine import Plan, TokenCounter
+from proxy.engine.learner import LearnedCounter, ModelCounts, request_features
+from proxy.engine.tokens import make_counter, message_texts
+from proxy.metrics import Metrics
+from proxy.settings import Settings
+from proxy.upstream.tokenize import UpstreamTokenCounter
+
+
+def new_texts(system: list[dict[str, Any]], messages: list[dict[str, Any]], known: int) -> list[str]:
+    """The texts a turn counts for the first time: its system messages' and those past the known prefix."""
+    out: list[str] = []
+    for message in [*system, *messages[max(0, known):]]:
+        out.extend(message_texts(message)[0])
+    return out
+
+
+class TurnCounts:
+    def __init__(self, settings: Settings, upstream: Any, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.tokenizer: UpstreamTokenCounter | None = None
+        if not settings.tokenizer_file and settings.upstream_tokenize:
+            self.tokenizer = UpstreamTokenCounter(upstream, settings.tokenize_cache_entries,
+                                                  settings.tokenize_timeout_s, metrics,
+                                                  wait_min_chars=settings.tokenize_wait_min_chars)
+        self.base: TokenCounter = make_counter(settings.tokenizer_file)
+        if self.tokenizer is not None:  # not `or`: an empty cache has len() 0
+            self.base = self.tokenizer
+        self.models = ModelCounts(settings.count_models_max)
+
+    async def counter_for(self, model: str, system: list[dict[str, Any]], messages: list[dict[str, Any]],
+                          known_prefix: int) -> TokenCounter:
+        """The counter a turn plans with (the new texts' upstream counts fetched first, if they come quickly)."""
+        if self.tokenizer is not None:
+            await self.tokenizer.prefetch(new_texts(system, messages, known_prefix), model)
+        return self.models.counter(model, self.base)
+
+    @staticmethod
+    def tools_tokens(counter: TokenCounter, tools_json: str) -> int:
+        """The tools' schema, and with learned counts the template's fixed preamble too."""
+        if isinstance(counter, LearnedCounter):
+            return counter.count_tools(tools_json)
+        return counter.count_text(tools_json) if tools_json else 0
+
+    @staticmethod
+    def text_unit(counter: TokenCounter | None) -> float:
+        """Planned tokens per base-count token of text (recall results are counted in base counts)."""
+        return counter.text_unit if isinstance(counter, LearnedCounter) else 1.0
+
+    def learn(self, model: str, plan: Plan, tools_json: str, reported: int) -> None:
+        """Learn from the upstream's prompt_tokens (after the answer: the features read the whole prompt); the
+        metric keeps the planned estimate's error."""
+        if plan.over_budget or plan.estimated_tokens <= 0:
+            return
+        self.metrics.estimate_error.observe((plan.estimated_tokens - reported) / reported)
+        if self.models.wants(model):
+            self.models.observe(model, request_features(plan.messages, tools_json, self.base), reported)
+
+    async def close(self) -> None:
+        if self.tokenizer is not None:
+            await self.tokenizer.close()

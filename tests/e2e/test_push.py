@@ -1,0 +1,135 @@
+"""Proactive recall end to end (openai SDK -> proxy -> emulator whose model never calls tools on its own): a fact
+from turn 3, asked in plain words at turn 100, reaches the upstream prompt of that turn, streaming and not; the next
+turn keeps at least 0.96 of its prompt cached, since the pushed round stays in the history byte for byte."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+FACTS = {
+    3: "My sister's wedding will be in Porto, at the Quinta da Aveleda estate.",
+    4: "Our new puppy is a border collie named Pistachio.",
+}
+
+
+@pytest.fixture(scope="module")
+def pair(emulator_and_proxy):
+    return emulator_and_proxy(8192, env={"MEMCI_ADMIN_KEY": "admin-push"})
+
+
+def ask(client, messages, text, stream=False):
+    messages.append({"role": "user", "content": text})
+    if stream:
+        chunks = list(client.chat.completions.create(model="m", messages=messages, max_tokens=200, stream=True,
+                                                     stream_options={"include_usage": True}))
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+        assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+        messages.append({"role": "assistant", "content": content})
+        return None
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=200)
+    r = raw.parse()
+    assert r.choices[0].message.tool_calls is None and r.choices[0].finish_reason == "stop"
+    messages.append(r.choices[0].message.model_dump(exclude_none=True))
+    return raw.headers
+
+
+def cached_share(emu) -> float:
+    (last,) = emu.requests(1)
+    return last["cached_tokens"] / last["prompt_tokens"]
+
+
+def test_a_fact_from_turn_3_reaches_turn_100_and_the_next_turn_stays_cached(pair):
+    emu, proxy = pair.emulator, pair.proxy
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-push", max_retries=0, timeout=30)
+    messages: list[dict] = []
+    for turn in range(1, 100):
+        text = FACTS.get(turn, f"Chit-chat number {turn} about the weather and the news.")
+        headers = ask(client, messages, text + " [[len:80]]")
+    assert int(headers["x-memci-pages-archived"]) >= 4  # turns 3 and 4 have left the prompt
+    conversation = headers["x-memci-conversation-id"]
+
+    # turn 100: plain words, no recall marker; the model would not call the tool
+    ask(client, messages, "What did I tell you about my sister's wedding?")
+    (sent,) = emu.requests(1)
+    roles = [m["role"] for m in sent["body"]["messages"][-3:]]
+    assert roles == ["user", "assistant", "tool"]
+    assert sent["body"]["messages"][-2]["tool_calls"][0]["function"]["name"] == "recall"
+    assert "Aveleda" in sent["body"]["messages"][-1]["content"]
+    pushed_prompt = sent["body"]["messages"]
+
+    headers = ask(client, messages, "Thanks! Chit-chat about the news again. [[len:80]]")
+    assert headers["x-memci-epoch"] == "false"
+    (nxt,) = emu.requests(1)
+    assert nxt["body"]["messages"][: len(pushed_prompt)] == pushed_prompt
+    assert cached_share(emu) >= 0.96
+
+    # streaming, a few turns later
+    ask(client, messages, "Remind me, what was the name of our new puppy?", stream=True)
+    (sent,) = emu.requests(1)
+    assert [m["role"] for m in sent["body"]["messages"][-2:]] == ["assistant", "tool"]
+    assert "Pistachio" in sent["body"]["messages"][-1]["content"]
+    ask(client, messages, "Lovely. More chit-chat about the weather. [[len:80]]", stream=True)
+    assert cached_share(emu) >= 0.96
+
+    # an ordinary question gets no round; a look-up the archive cannot answer neither
+    ask(client, messages, "What should I cook tonight? [[len:40]]")
+    assert emu.requests(1)[0]["body"]["messages"][-1]["role"] == "user"
+    ask(client, messages, "What did I tell you about my trip to Zanzibar?")
+    assert emu.requests(1)[0]["body"]["messages"][-1]["role"] == "user"
+
+    view = httpx.get(f"{proxy.url}/memci/conversations/{conversation}/prompt",
+                     headers={"Authorization": "Bearer admin-push"}, timeout=10).json()
+    assert set(view["accounting"]) == {"tokens_shed", "tokens_prefilled", "tokens_pushed"}
+    text = httpx.get(f"{proxy.url}/metrics", timeout=10).text
+    assert 'memci_recall_pushes_total{outcome="pushed"} 2.0' in text
+    assert 'memci_recall_pushes_total{outcome="no_hits"} 1.0' in text
+    client.close()
+
+
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+
+
+def test_the_push_with_n_2_and_with_client_tools(pair):
+    """n > 1: every choice is an ordinary answer. Client tools: a call of the client's own tool that the model makes
+    after the pushed round goes back to the client untouched, and the client's result follows the round upstream.
+    (The emulator's model reads its script from the pushed result: the stated fact carries a get_weather marker,
+    inert while no request lists that tool.)"""
+    emu, proxy = pair.emulator, pair.proxy
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-push-tools", max_retries=0, timeout=30)
+    messages: list[dict] = []
+    for turn in range(1, 60):
+        text = {3: 'Our wedding venue is the Quinta da Aveleda. [[call:get_weather {"city": "Porto"}]]',
+                4: FACTS[4]}.get(turn, f"Chit-chat number {turn} about the weather and the news.")
+        headers = ask(client, messages, text + " [[len:80]]")
+    assert int(headers["x-memci-pages-archived"]) >= 4
+
+    messages.append({"role": "user", "content": "Remind me, what was the name of our new puppy?"})
+    r = client.chat.completions.create(model="m", messages=messages, max_tokens=100, n=2)
+    assert len(r.choices) == 2 and all(c.message.tool_calls is None for c in r.choices)
+    messages.append(r.choices[0].message.model_dump(exclude_none=True))
+    (sent,) = emu.requests(1)
+    assert "Pistachio" in sent["body"]["messages"][-1]["content"] and sent["body"].get("n") == 2
+
+    messages.append({"role": "user", "content": "What did I tell you about the wedding venue?"})
+    r = client.chat.completions.create(model="m", messages=messages, max_tokens=100, tools=[WEATHER])
+    (sent,) = emu.requests(1)
+    assert [m["role"] for m in sent["body"]["messages"][-3:]] == ["user", "assistant", "tool"], [l for l in httpx.get(f"{proxy.url}/metrics").text.splitlines() if ("push" in l or "conversations_total" in l) and not l.startswith("#")]
+    assert r.choices[0].message.tool_calls, sent["body"]["messages"][-1]
+    (call,) = r.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and r.choices[0].finish_reason == "tool_calls"
+    messages.append(r.choices[0].message.model_dump(exclude_none=True))
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": "Sunny, 24 C."})
+    r = client.chat.completions.create(model="m", messages=messages, max_tokens=100, tools=[WEATHER])
+    assert r.choices[0].message.tool_calls is None
+    (sent,) = emu.requests(1)
+    tail = sent["body"]["messages"][-5:]
+    assert [m["role"] for m in tail] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert tail[1]["tool_calls"][0]["function"]["name"] == "recall" and "Aveleda" in tail[2]["content"]
+    assert tail[3]["tool_calls"][0]["id"] == call.id and tail[4]["content"] == "Sunny, 24 C."
+    client.close()

@@ -1,0 +1,110 @@
+"""proxy.recall.proactive: what counts as a look-up (no false positives on the benchmark's chats), the decision, and
+the shape of the pushed round (deterministic bytes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.recall.proactive import call_id, content_words, decide, is_look_up, missing_terms, push_call, push_query, recall_round
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "loadtests"))
+from workloads import make_workload  # noqa: E402
+
+LOOK_UPS = [
+    "What did I tell you about my sister's wedding?", "Remind me what we decided for the logo.",
+    "What was the name of the restaurant we picked?", "When did I start the new job?",
+    "Do you remember my dog's name?", "Earlier I told you the code of my gym locker. What was it?",
+    "Did I mention my flight number to you?", "what was it again, the wifi password?",
+    "我之前跟你说过我妹妹的婚礼是哪天吗？", "提醒我一下我们定的餐厅", "你还记得我的狗叫什么吗？",
+    "我们上次讨论的方案是什么？", "我什么时候开始新工作的？", "我之前告诉过你我健身房储物柜的密码，是什么来着？",
+]
+ORDINARY = [
+    "What should I do before the interview?", "How do I cook rice?", "What did you mean by that?",
+    "Can you tell me about Rome?", "What do you think about tea?", "Which one should I pick?",
+    "Tell me a story about a lighthouse.", "Lately I've been procrastinating. What do you suggest I do?", "今天天气怎么样？", "给我三个关于数据库索引的想法。", "请帮我写一封邮件。",
+]
+
+
+@pytest.mark.parametrize("text", LOOK_UPS)
+def test_look_ups_fire(text: str) -> None:
+    assert is_look_up(text)
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_questions_do_not_fire(text: str) -> None:
+    assert not is_look_up(text)
+
+
+@pytest.mark.parametrize("kind", ["chat", "chat-zh"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_benchmark_chats_fire_on_their_probes_only(kind: str, seed: int) -> None:
+    turns = make_workload(kind, seed=seed).turns
+    fired = [t.probe is not None for t in turns if is_look_up(t.user)]
+    assert fired and all(fired)  # no false positive
+    assert len(fired) == sum(t.probe is not None for t in turns)  # every probe
+
+
+def test_memorybank_dialogues_do_not_fire_and_its_probing_questions_mostly_do(monkeypatch) -> None:
+    """MemoryBank (../shared/eval): 566 recorded user turns, 100 questions about earlier days."""
+    try:
+        from loadtests.evaldata import load_memorybank
+    except ImportError:
+        pytest.skip("loadtests not importable")
+    if not os.environ.get("MEMCI_EVAL_DIR") and Path("/work/shared/eval").is_dir():
+        monkeypatch.setenv("MEMCI_EVAL_DIR", "/work/shared/eval")
+    users = load_memorybank()
+    if not users:
+        pytest.skip("MemoryBank data absent")
+    turns = [ex.query for u in users for ex in u.exchanges]
+    probes = [q for u in users for q in u.probing_questions]
+    assert [q for q in turns if is_look_up(q)] == []
+    assert sum(map(is_look_up, probes)) >= 0.7 * len(probes)  # measured: 75 of 100
+
+
+@given(st.text(max_size=400))
+def test_any_text_is_answered_quickly_and_without_error(text: str) -> None:
+    assert is_look_up(text) in (True, False)
+
+
+def test_missing_terms_are_the_query_words_the_active_pages_never_mention() -> None:
+    assert missing_terms("what is the locker code?", ["we talked about the gym code"]) == ["locker"]
+    assert missing_terms("what is the locker code?", ["locker code 1234"]) == []
+
+
+def test_decide_fires_only_when_the_archive_holds_what_the_prompt_lacks() -> None:
+    assert decide(False, ["locker"], [("3", 5.0)]).reason == "not_look_up"
+    assert decide(True, [], [("3", 5.0)]).reason == "in_prompt"
+    assert decide(True, ["locker"], []).reason == "no_hits"
+    assert decide(True, ["locker"], [("3", 0.5)], floor=1.0).reason == "below_floor"
+    assert decide(True, ["locker"], [("4", 0.5), ("3", 2.0)], floor=1.0).push
+
+
+@given(st.text(min_size=1, max_size=60), st.text(max_size=200), st.integers(0, 10_000))
+def test_the_round_is_a_recall_call_and_its_result_with_a_deterministic_id(query: str, result: str, after: int) -> None:
+    call = push_call("recall", query, str(after))
+    exchange = recall_round(call, result)
+    again = recall_round(push_call("recall", query, str(after)), result)
+    assert json.dumps(exchange) == json.dumps(again)
+    assert exchange[0]["role"] == "assistant" and exchange[0]["content"] is None
+    (tc,) = exchange[0]["tool_calls"]
+    assert tc["function"]["name"] == "recall" and json.loads(tc["function"]["arguments"]) == {"query": query}
+    assert exchange[1] == {"role": "tool", "tool_call_id": tc["id"], "content": result}
+    assert tc["id"].startswith("call_") and len(tc["id"]) == 29
+    assert call_id(str(after + 1), query) != tc["id"]
+
+
+def test_the_search_looks_for_what_the_look_up_is_about() -> None:
+    assert missing_terms(content_words("Earlier I told you the code of my gym locker. What was it?"), []) == [
+        "code", "gym", "locker"]
+    assert missing_terms(content_words("我之前告诉过你我健身房储物柜的密码，是什么来着？"), []) == ["我健身房储物柜的密码"]
+
+
+def test_push_query_joins_the_missing_words() -> None:
+    assert push_query(["gym", "locker"]) == "gym locker"

@@ -1,0 +1,118 @@
+"""The proactive recall round in the turn service: sent after the latest user message, stored before that request,
+spliced back byte for byte on the next turn; nothing pushed when the search finds nothing or the push is off."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proxy.engine import ConversationState
+from turn_fakes import Chat, ChatUpstream, MemoryRepository, make_service
+
+
+async def _past_an_epoch(chat: Chat) -> None:
+    i = 0
+    while int(chat.last_headers.get("X-Memci-Pages-Archived", 0)) == 0:
+        await chat.send(chat.user_text(i))
+        i += 1
+        assert i < 80, "no epoch"
+    await chat.send(chat.user_text(i))
+
+
+def _pushes(service, outcome: str) -> float:
+    return service.metrics.registry.get_sample_value("memci_recall_pushes_total", {"outcome": outcome}) or 0.0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_look_up_gets_a_recall_round_kept_for_later_turns(stream: bool) -> None:
+    repo = MemoryRepository()
+    stored_before: list[bool] = []
+
+    def check(body: dict) -> None:
+        last = body["messages"][-1]
+        if last["role"] == "tool" and last["tool_call_id"].startswith("call_"):
+            state = ConversationState.from_bytes(repo.conversations[chat.conversation_id].state)
+            stored_before.append(any(g.messages[-1] == last for g in state.hidden))
+
+    upstream = ChatUpstream(on_request=check)
+    service = make_service(upstream, repo, write_behind_max_lag_ms=60_000)
+    chat = Chat(service)
+    await _past_an_epoch(chat)
+    before = len(upstream.requests)
+    out = await chat.send("Remind me what I said about code0000?", stream=stream)
+    assert len(upstream.requests) == before + 1  # one upstream request: the round went with it
+    sent = upstream.requests[-1]["messages"]
+    assert [m["role"] for m in sent[-3:]] == ["user", "assistant", "tool"]
+    call = sent[-2]["tool_calls"][0]
+    assert call["function"]["name"] == "recall" and "code0000" in json.loads(call["function"]["arguments"])["query"]
+    assert "code0000" in sent[-1]["content"]
+    assert stored_before == [True]
+    text = b"".join(out).decode() if stream else json.dumps(out)
+    assert "Tool result:" in text and '"tool_calls"' not in text  # an ordinary answer
+    assert _pushes(service, "pushed") == 1
+    await chat.send(chat.user_text(500))
+    nxt = upstream.requests[-1]["messages"]
+    assert json.dumps(nxt[: len(sent)]) == json.dumps(sent)  # the next prompt starts with the whole pushed one
+    await service.close()
+
+
+async def test_a_search_that_finds_nothing_adds_no_round_and_is_counted() -> None:
+    upstream = ChatUpstream()
+    service = make_service(upstream)
+    chat = Chat(service)
+    await _past_an_epoch(chat)
+    await chat.send("Remind me what I said about zebra4242?")
+    assert upstream.requests[-1]["messages"][-1]["role"] == "user"
+    assert _pushes(service, "no_hits") == 1 and _pushes(service, "pushed") == 0
+    recent = next(m["content"] for m in reversed(chat.messages) if m["role"] == "user" and "w" in m["content"])
+    await chat.send(f"Remind me what I said about {recent.split()[-1]}?")  # still in the active pages
+    assert upstream.requests[-1]["messages"][-1]["role"] == "user"
+    assert _pushes(service, "in_prompt") == 1
+    await service.close()
+
+
+@pytest.mark.parametrize("overrides,headers", [({"memory_push": "off"}, None),
+                                               ({}, {"Authorization": "Bearer sk-unit", "X-Memci-Memory": "off"})])
+async def test_no_round_when_the_push_is_off(overrides: dict, headers: dict | None) -> None:
+    upstream = ChatUpstream()
+    service = make_service(upstream, **overrides)
+    chat = Chat(service, headers=headers)
+    await _past_an_epoch(chat)
+    await chat.send("Remind me what I said about code0000?")
+    assert upstream.requests[-1]["messages"][-1]["role"] == "user"
+    assert _pushes(service, "pushed") == 0
+    await service.close()
+
+
+async def test_the_admin_view_accounts_for_the_push() -> None:
+    upstream = ChatUpstream()
+    service = make_service(upstream)
+    chat = Chat(service)
+    await _past_an_epoch(chat)
+    await chat.send("Remind me what I said about code0000?")
+    prompt = service.last_prompts.get(chat.conversation_id)
+    assert prompt.accounting["tokens_pushed"] > 0
+    assert ("push", len(prompt.messages) - 2, len(prompt.messages)) in prompt.blocks
+    await service.close()
+
+
+async def test_epochs_are_accounted_in_metrics_and_the_admin_view() -> None:
+    upstream = ChatUpstream()
+    service = make_service(upstream)
+    chat = Chat(service)
+    i = 0
+    while chat.last_headers.get("X-Memci-Epoch") != "true":
+        await chat.send(chat.user_text(i))
+        i += 1
+        assert i < 80, "no epoch"
+    epoch = service.last_prompts.get(chat.conversation_id).accounting
+    assert epoch["tokens_shed"] > 0 and epoch["tokens_prefilled"] > 0 and epoch["tokens_pushed"] == 0
+    await chat.send(chat.user_text(i))
+    after = service.last_prompts.get(chat.conversation_id).accounting
+    assert after["tokens_shed"] == 0 and 0 < after["tokens_prefilled"] < epoch["tokens_prefilled"]
+    registry = service.metrics.registry
+    assert registry.get_sample_value("memci_epoch_tokens_shed_count") == 1
+    assert registry.get_sample_value("memci_epoch_tokens_shed_sum") == epoch["tokens_shed"]
+    assert registry.get_sample_value("memci_epoch_tokens_prefilled_sum") == epoch["tokens_prefilled"]
+    await service.close()

@@ -1,0 +1,194 @@
+"""Summary jobs on the cached prefix: the job's request is the conversation's pre-epoch prompt byte for byte plus one
+instruction message; pages no kept prompt holds fall back to the plain summariser call; the idle delay."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from proxy.workers.config import MemoryConfig
+from proxy.workers.prefix import (
+    PROFILE_INSTRUCTION, SUMMARY_INSTRUCTION, SummaryBase, covers, is_job_body, job_body, page_instruction,
+)
+from proxy.workers.queue import InProcessJobQueue
+from proxy.workers.runner import MemoryWorker
+from proxy.workers.summaries import PageText, answers, prefix_groups
+from proxy.workers.summarizer import PAGES_PROMPT
+
+encode = msgspec.json.Encoder().encode
+
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}},
+         {"type": "function", "function": {"name": "recall", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def page(number: int, text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"{text} (page {number})"},
+            {"role": "assistant", "content": f"Answer to {text} — ünïcode 中文 {number}"}]
+
+
+def base_body(pages: list[list[dict[str, Any]]], **extra: Any) -> dict[str, Any]:
+    messages = [{"role": "system", "content": "You are terse.\n\n## Contents\n- #0 ..."}]
+    for p in pages:
+        messages.extend(p)
+    messages.append({"role": "user", "content": "the newest question"})
+    return {"model": "m", "messages": messages, "tools": TOOLS, "max_tokens": 64, "stream": True,
+            "stream_options": {"include_usage": True}, "cache_salt": "t-1", "chat_template_kwargs": {"x": 1},
+            "n": 1, "tool_choice": "required", "response_format": {"type": "json_object"}, **extra}
+
+
+def page_text(number: int, rows: list[dict[str, Any]], first_seq: int) -> PageText:
+    return PageText(str(number), first_seq, first_seq + len(rows) - 1, len(rows), "\n".join(r["content"] for r in rows),
+                    rows)
+
+
+def test_the_job_is_the_base_byte_for_byte_plus_one_message() -> None:
+    pages = [page(1, "How do I deploy"), page(2, "Which port")]
+    base = base_body(pages)
+    sent = encode(base)  # what the upstream received for the pre-epoch turn
+    instruction = page_instruction(SUMMARY_INSTRUCTION, pages[0][0], pages[-1][-1])
+    job = job_body(base, instruction, 300)
+    received = json.loads(sent)
+    # every message of the base, in order, to the byte; then exactly one more: the instruction, as a user message
+    assert encode(job["messages"][:-1]) == encode(received["messages"])
+    assert job["messages"][-1] == {"role": "user", "content": instruction}
+    assert len(job["messages"]) == len(received["messages"]) + 1
+    # what shapes the rendered prompt is kept as sent
+    for key in ("model", "tools", "cache_salt", "chat_template_kwargs"):
+        assert encode(job[key]) == encode(received[key]), key
+    # what only shapes the answer is set for a summary: one whole answer, bounded, no forced tool call or format
+    assert job["stream"] is False and job["max_tokens"] == 300 and job["temperature"] == 0
+    assert "stream_options" not in job and "response_format" not in job and "n" not in job
+    assert job["tool_choice"] == "auto"
+    assert base["tool_choice"] == "required" and len(base["messages"]) == 6  # the kept base is not changed
+    # the instruction names the pages by their first and last messages
+    assert "How do I deploy (page 1)" in instruction and "Answer to Which port" in instruction
+    assert is_job_body(job) and not is_job_body(received)
+
+
+def test_a_tool_choice_that_does_not_force_a_call_is_kept() -> None:
+    for choice in ("auto", "none"):
+        assert job_body(base_body([], tool_choice=choice), "x", 10)["tool_choice"] == choice
+    assert "tool_choice" not in job_body({k: v for k, v in base_body([]).items() if k != "tool_choice"}, "x", 10)
+
+
+def test_a_base_covers_the_pages_it_still_holds() -> None:
+    one, two, three = page(1, "alpha"), page(2, "beta"), page(3, "gamma")
+    messages = base_body([one, two])["messages"]
+    assert covers(messages, one) and covers(messages, two)
+    assert not covers(messages, three)
+    assert not covers(messages, [two[1], one[0]])  # out of order: not this page
+    assert not covers(messages, [])
+
+
+def test_pages_are_grouped_by_the_newest_base_holding_them() -> None:
+    p = [page(i, f"topic {i}") for i in range(5)]
+    older = SummaryBase(base_body([p[0], p[1], p[2]]), "http://w1/v1", 1.0)
+    newer = SummaryBase(base_body([p[2], p[3]]), "http://w1/v1", 2.0)
+    texts = [page_text(i, rows, 2 * i) for i, rows in enumerate(p)]
+    groups = prefix_groups(texts, [older, newer])
+    assert [(g[0], [t.number for t in g[1]]) for g in groups] == [
+        (older, ["0", "1"]), (newer, ["2", "3"]), (None, ["4"])]
+    assert prefix_groups(texts, []) == [(None, texts)]
+
+
+class FakeSummarizer:
+    def __init__(self, prefix: bool = True) -> None:
+        self.plain: list[tuple[str, str]] = []
+        self.prefixed: list[tuple[dict[str, Any], str]] = []
+        if prefix:
+            self.complete_after = self._complete_after
+
+    async def complete(self, instruction: str, text: str, max_tokens: int) -> str:
+        self.plain.append((instruction, text))
+        return "plain summary"
+
+    async def _complete_after(self, body: dict[str, Any], base_url: str) -> str:
+        self.prefixed.append((body, base_url))
+        return "prefix summary"
+
+
+async def test_answers_use_the_base_and_fall_back_for_what_it_does_not_hold() -> None:
+    p = [page(i, f"topic {i}") for i in range(3)]
+    base = SummaryBase(base_body([p[0], p[1]]), "http://worker-2/v1", 1.0)
+    texts = [page_text(i, rows, 2 * i) for i, rows in enumerate(p)]
+    summarizer, calls = FakeSummarizer(), []
+    out = [(list(t.number for t in g), a) async for g, a in
+           answers(summarizer, texts, [base], SUMMARY_INSTRUCTION, PAGES_PROMPT, 100, 8000, calls.append)]
+    assert out == [(["0", "1"], "prefix summary"), (["2"], "plain summary")]
+    assert calls == ["prefix", "plain"]
+    body, url = summarizer.prefixed[0]
+    assert url == "http://worker-2/v1"
+    assert encode(body["messages"][:-1]) == encode(base.body["messages"])
+    assert "topic 0 (page 0)" in body["messages"][-1]["content"]
+    assert "topic 2" in summarizer.plain[0][1] and summarizer.plain[0][0] == PAGES_PROMPT
+
+
+async def test_a_summariser_without_prefix_calls_gets_plain_jobs() -> None:
+    p = [page(0, "topic")]
+    summarizer = FakeSummarizer(prefix=False)
+    out = [a async for _, a in answers(summarizer, [page_text(0, p[0], 0)],
+                                        [SummaryBase(base_body(p), "", 1.0)], PROFILE_INSTRUCTION, PAGES_PROMPT, 50,
+                                        8000)]
+    assert out == ["plain summary"] and len(summarizer.plain) == 1
+
+
+# --- when the jobs run ---------------------------------------------------------------------------------------------
+def worker(idle_s: float) -> MemoryWorker:
+    return MemoryWorker(None, FakeSummarizer(), InProcessJobQueue(), MemoryConfig(idle_s=idle_s))
+
+
+async def test_without_an_idle_delay_jobs_are_queued_right_after_the_epoch() -> None:
+    w = worker(0)
+    await w.notify("t", "c")
+    assert w.queue.pending() == 3
+
+
+async def test_with_an_idle_delay_jobs_wait_for_a_quiet_conversation(monkeypatch: pytest.MonkeyPatch) -> None:
+    import proxy.workers.runner as runner
+
+    clock = [1000.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: clock[0])
+    w = worker(30)
+    await w.notify("t", "c")
+    assert w.queue.pending() == 0
+    clock[0] += 20
+    w.touch("t", "c")  # a turn: the conversation is not idle
+    assert await w.run_idle(clock[0] + 29) == 0
+    assert await w.run_idle(clock[0] + 30) == 1
+    assert w.queue.pending() == 3
+    assert await w.run_idle(clock[0] + 1000) == 0  # queued once
+    w.touch("t", "other")  # touching a conversation with nothing waiting does nothing
+    assert await w.run_idle(clock[0] + 1000) == 0
+
+
+async def test_a_second_epoch_runs_the_waiting_jobs_at_once() -> None:
+    w = worker(30)
+    await w.notify("t", "c")
+    assert w.queue.pending() == 0
+    await w.notify("t", "c")
+    assert w.queue.pending() == 3 and await w.run_idle(float("inf")) == 0
+
+
+def test_bases_are_kept_per_conversation_newest_last_and_forgotten() -> None:
+    w = worker(0)
+    bases = [SummaryBase({"messages": [{"role": "user", "content": str(i)}]}, "", float(i), 100) for i in range(3)]
+    for b in bases:
+        w.keep_base("t", "c", b)
+    assert w.bases("t", "c") == (bases[1], bases[2])
+    assert w.bases("other", "c") == ()
+    w.forget("t", "c")
+    assert w.bases("t", "c") == ()
+
+
+def test_a_separate_summariser_gets_no_kept_prompts() -> None:
+    class Settings:
+        summary_model_url = "http://summariser:8000/v1"
+
+    assert MemoryConfig.from_settings(Settings()).prefix_jobs is False
+    assert MemoryConfig.from_settings(object()).prefix_jobs is True
+    w = MemoryWorker(None, FakeSummarizer(), InProcessJobQueue(), MemoryConfig.from_settings(Settings()))
+    w.keep_base("t", "c", SummaryBase({"messages": []}, "", 1.0, 10))
+    assert w.bases("t", "c") == ()
