@@ -26,6 +26,7 @@ class BuildPyWithData(build_py):
             return  # an editable install reads the repository's own files
         paths, packaged_dir = shipped()
         target = Path(self.build_lib) / "proxy" / packaged_dir
+        shutil.rmtree(target, ignore_errors=True)  # build/ is reused between builds: no stale migration survives
         for relative in paths:
             source, dest = ROOT / relative, target / relative
             if source.is_dir():

@@ -199,9 +199,14 @@ def explain(settings: Settings, facts: UpstreamFacts | None, report: Report) -> 
                            f"at most {settings.recall_max_rounds} rounds a request)")
     else:
         report.add("plan", "pull: off (recall_enabled false): archived pages are reachable only through the admin API")
-    push = "on" if settings.memory_injection_enabled else "off"
-    report.add("plan", f"push: memory injection next to the latest user message is {push} "
-                       f"(memory_injection_enabled); the rewritten intent goes in the prompt: {settings.intent_in_prompt}")
+    mode = "injection" if settings.memory_injection_enabled else settings.memory_push
+    why = {"proactive": "the proxy runs one recall round itself when a turn looks something up (BM25 score >= "
+                        f"{settings.recall_push_min_score:g}), kept in the history so later turns keep their cache",
+           "injection": "a B5 memory block next to the latest user message (a cache miss on the next turn)",
+           "off": "only the model's own recall calls"}[mode]
+    source = "memory_injection_enabled" if settings.memory_injection_enabled else "memory_push"
+    report.add("plan", f"push: {mode} ({source}): {why}; the rewritten intent goes in the prompt: "
+                       f"{settings.intent_in_prompt}")
     report.add("plan", f"tenants: auth_mode {settings.auth_mode}; admin API {'on' if settings.admin_key else 'off (MEMCI_ADMIN_KEY unset)'}")
 
 

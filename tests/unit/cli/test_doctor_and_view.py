@@ -66,8 +66,10 @@ def test_the_window_and_why() -> None:
     assert "32,768 tokens (fallback" in explained(None)
     # 8192 - min(4096, 8192 // 4) - 819
     assert "prompt budget 5,325 tokens" in explained(doctor.UpstreamFacts(["m"], 8192))
-    assert "push: memory injection next to the latest user message is on" in explained(
+    assert "push: proactive (memory_push): the proxy runs one recall round itself" in explained(None)
+    assert "push: injection (memory_injection_enabled): a B5 memory block" in explained(
         None, MEMCI_MEMORY_INJECTION_ENABLED="true")
+    assert "push: off (memory_push): only the model's own recall calls" in explained(None, MEMCI_MEMORY_PUSH="off")
     assert explained(None, MEMCI_MANAGE_CONTEXT="false").startswith("pass-through")
 
 
