@@ -194,6 +194,12 @@ def test_tenant_b_never_gets_anything_of_tenant_a(redis_proc, migrated_db_url, e
         for tenant, key in ((a_tenant, shared_key), (a_tenant, a_image_key), (b_tenant, shared_key)):
             assert (blobs / description_blob_name(key, tenant)).exists()
         assert (blobs / image_blob_name(a_image_key)).exists()
+        def vectors_of_a() -> bool:  # archived pages are embedded in the background, after their turn
+            with psycopg.connect(to_libpq_url(migrated_db_url)) as conn:
+                return conn.execute("SELECT count(*) FROM memory_vectors WHERE conversation_id = %s",
+                                    (a_session.id,)).fetchone()[0] > 0
+
+        _wait_for(vectors_of_a, what="the vectors of A's archived pages")
         r = a.request("DELETE", f"/memci/conversations/{a_session.id}")
         assert r.status_code == 200, r.text
         erased = r.json()
