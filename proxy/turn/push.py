@@ -4,6 +4,7 @@ proxy.recall.proactive, answered within the room the plan left, kept as hidden m
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from proxy.engine.intent import message_text
@@ -68,16 +69,19 @@ class ProactivePush:
         call = push_call(tool_name, query, f"{turn.redo.last_index}")
         counter = self.resolver.counter
         # Unlike a call the model makes, the push is the proxy's choice: it stays within the plan's budget (the
-        # model's own calls may still use half the safety margin), 5% kept for the estimate's error.
-        within = int((0.95 * turn.plan.budget - turn.plan.estimated_tokens) / max(1.0, state.correction_ratio))
-        limit = min(rounds.room, within) - counter.count_text(call.arguments) - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS
+        # model's own calls may still use half the safety margin), 10% kept for the estimate's error.
+        within = int((0.90 * turn.plan.budget - turn.plan.estimated_tokens) / max(1.0, state.correction_ratio))
+        # the resolver's limit is in the base count; the room in planned tokens (learned costs: `density` of each)
+        limit = (int(min(rounds.room, within) / rounds.density) - counter.count_text(call.arguments)
+                 - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS)
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
             return []
         outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit)
         m.recall_search_seconds.observe(outcome.search_seconds)
         exchange = recall_round(call, outcome.text)
-        pushed = sum(counter.count_message(x) for x in exchange)
+        await rounds.exact(outcome.text, counter.count_text(outcome.text))  # the upstream's count when it can tell
+        pushed = math.ceil(sum(counter.count_message(x) for x in exchange) * rounds.density)
         # What the model's own rounds may still add: after a push, within the budget too (no margin allowance), so
         # that a turn the proxy chose to extend never goes over it.
         rounds.room = max(0, min(rounds.room, within) - pushed)

@@ -47,14 +47,14 @@ class TurnRecall:
         self._keep = keep
         self.density = 1.0  # the upstream's count of recall text per counted token, as measured this turn
 
-    async def _exact(self, text: str, counted: int) -> int:
+    async def exact(self, text: str, counted: int) -> int:
         """The upstream's count of a result when the counter can ask it (`/tokenize`), else the counted one; the
         next results' limits shrink by what this one was under-counted (recall text is denser than chat)."""
         prefetch = getattr(self.resolver.counter, "prefetch", None)
         lookup = getattr(self.resolver.counter, "lookup", None)
         if prefetch is None or lookup is None or not text:
             return counted
-        await prefetch([text])
+        await prefetch([text], timeout=getattr(self.resolver.counter, "timeout", None))  # waited for, short or long
         exact = lookup(text)
         if exact is None:
             return counted
@@ -72,7 +72,7 @@ class TurnRecall:
         else:
             self.room -= count(call.arguments or "") + CALL_FRAMING_TOKENS
             outcome = await self.resolver.resolve(self.context, args, limit=int(self.room / self.density))
-            self.room -= await self._exact(outcome.text, count(outcome.text)) + RESULT_FRAMING_TOKENS
+            self.room -= await self.exact(outcome.text, count(outcome.text)) + RESULT_FRAMING_TOKENS
             if self.room < MIN_ROOM_TOKENS:
                 self.config.answer_now = True  # another call could only add "no room": the model answers next
         m.recall_calls.labels(outcome.kind).inc()

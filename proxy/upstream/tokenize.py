@@ -133,8 +133,8 @@ class UpstreamTokenCounter:
                 task.add_done_callback(lambda _t, k=key: self._inflight.pop(k, None))
             tasks.append(task)
             uncounted += len(text)
-        if not tasks or uncounted < self.wait_min_chars:
-            return
+        if not tasks or (timeout is None and uncounted < self.wait_min_chars):
+            return  # short new texts: counted behind the turn (an explicit timeout always waits)
         wait = self.timeout if timeout is None else timeout
         if wait > 0:
             await asyncio.wait(tasks, timeout=wait)
