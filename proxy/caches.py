@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -45,7 +46,9 @@ def size_of_text(value: Any) -> int:
 
 
 class BoundedLru(Generic[K, V]):
-    """An LRU map bounded in entries and (optionally) in bytes, as measured by ``size_of`` per item.
+    """An LRU map bounded in entries and (optionally) in bytes, as measured by ``size_of`` per item, and in idle
+    time: with ``max_idle_s`` > 0 an item not read or written for that long leaves too (checked from the least
+    recent end on each write, so the work stays proportional to what leaves).
 
     An item larger than the whole byte bound is not kept. ``on_drop(key, value)`` runs for every item that
     leaves by eviction or ``pop`` (not by ``clear``)."""
@@ -58,13 +61,15 @@ class BoundedLru(Generic[K, V]):
         size_of: Callable[[K, V], int] | None = None,
         on_drop: Callable[[K, V], None] | None = None,
         register_stats: bool = True,
+        max_idle_s: float = 0.0,
     ) -> None:
         self.name = name
         self.max_entries = max(1, int(max_entries))
         self.max_bytes = max(0, int(max_bytes))
+        self.max_idle_s = max(0.0, float(max_idle_s))
         self._size_of = size_of or (lambda _k, v: size_of_text(v))
         self._on_drop = on_drop
-        self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._items: OrderedDict[K, tuple[V, int, float]] = OrderedDict()  # value, size, last touched
         self.bytes = 0
         self.evictions = 0
         if register_stats:
@@ -89,6 +94,8 @@ class BoundedLru(Generic[K, V]):
         if item is None:
             return default
         self._items.move_to_end(key)
+        if self.max_idle_s:
+            self._items[key] = (item[0], item[1], time.monotonic())
         return item[0]
 
     def put(self, key: K, value: V) -> bool:
@@ -97,19 +104,32 @@ class BoundedLru(Generic[K, V]):
         old = self._items.pop(key, None)
         if old is not None:
             self.bytes -= old[1]
+        now = time.monotonic() if self.max_idle_s else 0.0
         if self.max_bytes and size > self.max_bytes:
             if old is not None and self._on_drop is not None:
                 self._on_drop(key, old[0])
+            self._expire(now)
             return False
-        self._items[key] = (value, size)
+        self._items[key] = (value, size, now)
         self.bytes += size
         while len(self._items) > self.max_entries or (self.max_bytes and self.bytes > self.max_bytes):
-            old_key, (old_value, old_size) = self._items.popitem(last=False)
-            self.bytes -= old_size
-            self.evictions += 1
-            if self._on_drop is not None:
-                self._on_drop(old_key, old_value)
+            self._drop_oldest()
+        self._expire(now)
         return True
+
+    def _expire(self, now: float) -> None:
+        if not self.max_idle_s:
+            return
+        horizon = now - self.max_idle_s
+        while self._items and next(iter(self._items.values()))[2] <= horizon:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        old_key, (old_value, old_size, _) = self._items.popitem(last=False)
+        self.bytes -= old_size
+        self.evictions += 1
+        if self._on_drop is not None:
+            self._on_drop(old_key, old_value)
 
     def resize(self, key: K) -> None:
         """Measure an item again after its value grew in place (e.g. a search index); evicts when over."""

@@ -13,13 +13,13 @@ from typing import Any
 
 import xxhash
 
+from proxy.caches import BoundedLru
 from proxy.engine import ConversationState, Plan, chain_hashes, entry_hashes
 from proxy.engine.fingerprint import advance_prefix, entry_digest
 from proxy.engine.state import HASH_SIZE
 from proxy.metrics import Metrics
 from proxy.turn.call import ChatCall
 from proxy.turn.identity import conversation_id_for_session, new_conversation_id
-from proxy.turn.lru import SizedLru
 
 _h128 = xxhash.xxh3_128_hexdigest
 STARTS_PER_KEY = 4  # conversations remembered per (tenant, first message): forks share it
@@ -38,11 +38,11 @@ class ConversationLookup:
         self.hot = hot
         self.repo = repo
         self.state_of = state_of  # conversation id -> this process's newest state, or None (no I/O)
-        self._starts: SizedLru[tuple[str, bytes], list[str]] = SizedLru(
-            max_entries, max_entries * 256, lambda v: 256, name="conversation_starts")
+        self._starts: BoundedLru[tuple[str, bytes], list[str]] = BoundedLru(
+            "conversation_starts", max_entries, max_entries * 256, lambda _k, _v: 256)
         # conversation -> (entries, digest of the last entry, chain hash over all entries)
-        self._chains: SizedLru[str, tuple[int, bytes, str]] = SizedLru(
-            max_entries, max_entries * 256, lambda v: 256, name="chains")
+        self._chains: BoundedLru[str, tuple[int, bytes, str]] = BoundedLru(
+            "chains", max_entries, max_entries * 256, lambda _k, _v: 256)
 
     async def find(self, call: ChatCall, messages: list[dict[str, Any]]) -> Found:
         if call.session_key:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.metrics import Metrics
-from proxy.turn.lru import SizedLru
+from proxy.caches import BoundedLru
 
 
 @dataclass
@@ -21,6 +20,6 @@ class LastPrompt:
     accounting: dict[str, int] = field(default_factory=dict)
 
 
-class LastPrompts(SizedLru[str, LastPrompt]):
-    def __init__(self, max_entries: int, max_bytes: int, metrics: Metrics) -> None:
-        super().__init__(max_entries, max_bytes, lambda p: p.size + 256, name="last_prompts")
+class LastPrompts(BoundedLru[str, LastPrompt]):
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        super().__init__("last_prompts", max_entries, max_bytes, lambda _cid, p: p.size + 256)

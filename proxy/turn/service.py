@@ -81,7 +81,7 @@ class TurnService:
         self.push = ProactivePush(settings, metrics, self.resolver, self.volatile)
         self.states = ConversationStates(store.repo, store.hot, store.kind_hot == "redis", metrics, settings, self._redo)
         self.lookup = ConversationLookup(store.hot, store.repo, self.states.state_of, s.state_cache_max_entries, metrics)
-        self.last_prompts = LastPrompts(s.last_prompts_max_entries, s.last_prompts_max_mb << 20, metrics)
+        self.last_prompts = LastPrompts(s.last_prompts_max_entries, s.last_prompts_max_mb << 20)
         self.blobs = make_blob_store(settings)
         owners = getattr(store, "owners", None)  # tenant walls for images (proxy.store.sql.blob_queries)
         self.describer = make_describer(settings, self.blobs, owns=owners.owns_blob if owners else None)

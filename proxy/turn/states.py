@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.caches import BoundedLru
 from proxy.engine import ConversationState
 from proxy.engine.state import common_prefix_of_blobs
 from proxy.metrics import Metrics
@@ -40,7 +41,6 @@ from proxy.store.ports import (
     StaleState,
     snapshot_digest,
 )
-from proxy.turn.lru import SizedLru
 from proxy.turn.rows import RowSet
 from proxy.turn.writer import Pending, WriteBehind
 
@@ -85,12 +85,11 @@ class ConversationStates:
         self.shared_hot = shared_hot  # Redis: other replicas read the hot copy
         self.metrics = metrics
         self.redo = redo
-        self.tips: SizedLru[str, Known] = SizedLru(
-            settings.state_cache_max_entries, settings.state_cache_max_mb << 20,
-            lambda k: state_size(k.state) if k.state is not None else 64, name="states",
-            max_idle_s=settings.state_cache_idle_s)
-        self.highest: SizedLru[str, int] = SizedLru(
-            settings.state_cache_max_entries * 4, 64 << 20, lambda v: 64, name="state_versions")
+        self.tips: BoundedLru[str, Known] = BoundedLru(
+            "states", settings.state_cache_max_entries, settings.state_cache_max_mb << 20,
+            lambda _cid, k: state_size(k.state) if k.state is not None else 64, max_idle_s=settings.state_cache_idle_s)
+        self.highest: BoundedLru[str, int] = BoundedLru(
+            "state_versions", settings.state_cache_max_entries * 4, 64 << 20, lambda _cid, _v: 64)
         self.writer = WriteBehind(
             repo, metrics, max_lag_s=settings.write_behind_max_lag_ms / 1000, batch=settings.write_behind_batch,
             max_pending=settings.write_behind_max_pending, on_stored=self._stored, on_stale=self._resolve_stale,

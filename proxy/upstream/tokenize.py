@@ -19,14 +19,13 @@ import asyncio
 import logging
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 import xxhash
 
-from proxy.caches import CacheStats, register
+from proxy.caches import BoundedLru
 from proxy.engine.tokens import MESSAGE_OVERHEAD, IMAGE_TOKENS, EstimateCounter, TokenCounter, message_texts
 from proxy.upstream.port import Upstream
 
@@ -60,17 +59,12 @@ class UpstreamTokenCounter:
         self.metrics = metrics
         self.clock = clock
         self.model = ""
-        self._cache: OrderedDict[int, int] = OrderedDict()
+        self._cache: BoundedLru[int, int] = BoundedLru("upstream_token_counts", self.max_entries)
         self._inflight: dict[int, asyncio.Task[None]] = {}
         self._off_until = 0.0
         self._gate = asyncio.Semaphore(MAX_CONCURRENT)
         self.hits = self.misses = 0
         self._exact_sum = self._estimate_sum = 0.0
-        self.evictions = 0
-        register("upstream_token_counts", self)
-
-    def cache_stats(self) -> CacheStats:
-        return CacheStats(len(self._cache), -1, self.max_entries, 0, self.evictions)
 
     @property
     def ratio(self) -> float:
@@ -84,13 +78,13 @@ class UpstreamTokenCounter:
         """The upstream's count of a text when cached (None: not known, the estimate would serve)."""
         if len(text) < MIN_CHARS:
             return None
-        return self._cache.get(self._key(text))
+        return self._cache.peek(self._key(text))
 
     def count_text(self, text: str) -> int:
         if not text:
             return 0
         if len(text) >= MIN_CHARS:
-            count = self._cache.get(self._key(text))
+            count = self._cache.peek(self._key(text))
             if count is not None:
                 self.hits += 1
                 return count
@@ -149,11 +143,7 @@ class UpstreamTokenCounter:
             if estimate > 0:
                 self._exact_sum = RATIO_DECAY * self._exact_sum + count
                 self._estimate_sum = RATIO_DECAY * self._estimate_sum + estimate
-            self._cache[key] = count
-            self._cache.move_to_end(key)
-            while len(self._cache) > self.max_entries:
-                self._cache.popitem(last=False)
-                self.evictions += 1
+            self._cache.put(key, count)
 
     async def _ask(self, text: str) -> int | None:
         body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}

@@ -14,7 +14,6 @@ from proxy.store.ports import STALE, SnapshotBase, StaleState, TurnWrite
 from proxy.store.hot.memory import InProcessHotState
 from proxy.turn.identity import continues, split_system
 from proxy.turn.prompts import LastPrompt, LastPrompts
-from proxy.metrics import Metrics
 from turn_fakes import Chat, ChatUpstream, MemoryRepository, answer_of, call_of, make_service
 
 
@@ -243,8 +242,7 @@ def test_a_fork_is_an_edit_of_the_known_history():
 
 
 def test_the_last_prompts_are_bounded_in_entries_and_bytes():
-    metrics = Metrics()
-    prompts = LastPrompts(max_entries=3, max_bytes=5000, metrics=metrics)
+    prompts = LastPrompts(max_entries=3, max_bytes=5000)
     for i in range(4):
         prompts.put(f"c{i}", LastPrompt([], [], False, 0.0, size=2000))
     assert len(prompts) == 2 and prompts.get("c0") is None and prompts.get("c3") is not None

@@ -1,12 +1,17 @@
+"""The bounded LRU map every per-process cache uses (proxy.caches.BoundedLru)."""
+
 from proxy import caches
-from proxy.turn import lru
-from proxy.turn.lru import SizedLru
+from proxy.caches import BoundedLru
+
+
+def _size(_key: str, value: str) -> int:
+    return len(value)
 
 
 def test_entries_idle_longer_than_the_bound_leave_on_the_next_write(monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr(lru.time, "monotonic", lambda: now[0])
-    cache: SizedLru[str, str] = SizedLru(100, 10_000, len, max_idle_s=60)
+    monkeypatch.setattr(caches.time, "monotonic", lambda: now[0])
+    cache: BoundedLru[str, str] = BoundedLru("test_idle", 100, 10_000, _size, max_idle_s=60)
     cache.put("a", "x")
     cache.put("b", "y")
     now[0] += 50
@@ -19,8 +24,8 @@ def test_entries_idle_longer_than_the_bound_leave_on_the_next_write(monkeypatch)
 
 def test_without_an_idle_bound_only_the_size_bounds_evict(monkeypatch):
     now = [0.0]
-    monkeypatch.setattr(lru.time, "monotonic", lambda: now[0])
-    cache: SizedLru[str, str] = SizedLru(2, 10_000, len)
+    monkeypatch.setattr(caches.time, "monotonic", lambda: now[0])
+    cache: BoundedLru[str, str] = BoundedLru("test_sizes", 2, 10_000, _size)
     cache.put("a", "x")
     now[0] += 10**6
     cache.put("b", "y")
@@ -30,7 +35,7 @@ def test_without_an_idle_bound_only_the_size_bounds_evict(monkeypatch):
 
 
 def test_a_named_cache_reports_with_the_process_caches():
-    cache: SizedLru[str, str] = SizedLru(10, 1000, len, name="test_sized_lru")
+    cache: BoundedLru[str, str] = BoundedLru("test_sized_lru", 10, 1000, _size)
     cache.put("a", "hello")
     stats = caches.snapshot()["test_sized_lru"]
     assert stats.entries == 1 and stats.bytes == 5 and stats.max_bytes == 1000
