@@ -375,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"MemoryBank en: labelled probing questions of loadtests/{EVIDENCE_NAME}, pages = dated exchanges")
     for position, vector_weight in enumerate(args.vector_weight if embed is not None else [1.0]):
         rows = evaluate_memorybank(users, embed, score_ranking, vector_weight=vector_weight,
-                                   min_cosine=args.min_cosine, entity_boost=args.entity_boost)
+                                   min_cosine=args.min_cosine, entity_boost=args.entity_boost,
+                                   bars=bars_wanted(args.progress))
         for name, values in rows.items():
             if position and name != "fused":
                 continue

@@ -9,22 +9,20 @@ each labelled probing question is a query, asked as written; the relevant pages 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 from loadtests.evaldata import MemoryBankUser
+from loadtests.progress import progress
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
 from proxy.recall.text import tokenize
 
-__all__ = ["EVIDENCE_FILE", "reference_ranking", "local_embed", "progress", "memorybank_cases",
+__all__ = ["EVIDENCE_FILE", "reference_ranking", "local_embed", "memorybank_cases",
            "evaluate_memorybank", "page_text"]
 
 EVIDENCE_FILE = Path(__file__).with_name("memorybank_evidence.json")
-T = TypeVar("T")
 Row = tuple[float, float, float, float, float]
 
 
@@ -54,18 +52,6 @@ def local_embed() -> Callable[[list[str]], list[list[float]]]:
     return embed
 
 
-def progress(items: Sequence[T], label: str) -> Iterable[T]:
-    """Yields the items, writing 'label i/n' on stderr when it is a terminal."""
-    tty = sys.stderr.isatty()
-    for i, item in enumerate(items, start=1):
-        if tty:
-            sys.stderr.write(f"\r{label} {i}/{len(items)}")
-            sys.stderr.flush()
-        yield item
-    if tty:
-        sys.stderr.write("\r" + " " * (len(label) + 16) + "\r")
-
-
 def page_text(user: MemoryBankUser, position: int) -> str:
     exchange = user.exchanges[position]
     return f"[{exchange.date}] {exchange.query}\n{exchange.response}"
@@ -88,14 +74,18 @@ def evaluate_memorybank(
     vector_weight: float = 1.0,
     min_cosine: float | None = 0.2,
     entity_boost: float = 1.0,
+    bars: bool | None = None,
 ) -> dict[str, list[Row]]:
-    """Rows per ranking (lexical, reference-bm25, and vector and fused when ``embed`` is given)."""
+    """Rows per ranking (lexical, reference-bm25, and vector and fused when ``embed`` is given); ``bars``: as
+    loadtests.progress.progress (None: no progress)."""
     cases = memorybank_cases(users)
     rows: dict[str, list[Row]] = {"lexical": [], "reference-bm25": []}
     if embed is not None:
         rows["vector"], rows["fused"] = [], []
     indexes: dict[str, tuple[BM25Index, list[str], dict[int, list[float]]]] = {}
-    for user, question, relevant in progress(cases, "MemoryBank"):
+    searching = progress(len(cases), "MemoryBank: searching", bars, "questions")
+    for user, question, relevant in cases:
+        searching.advance()
         if user.name not in indexes:
             texts = [page_text(user, i) for i in range(len(user.exchanges))]
             index = BM25Index()
@@ -114,4 +104,5 @@ def evaluate_memorybank(
                                             min_cosine=min_cosine)
             rows["vector"].append(score([i for i, _ in vector], relevant))
             rows["fused"].append(score([i for i, _ in fused], relevant))
+    searching.close()
     return rows
