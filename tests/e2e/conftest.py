@@ -113,6 +113,18 @@ def emulator_and_proxy() -> Iterator[Callable[..., EmulatorAndProxy]]:
         shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def emu(pair: EmulatorAndProxy) -> EmulatorProcess:
+    """The emulator of a module's ``pair`` fixture (one ``emulator_and_proxy()`` pair per module)."""
+    return pair.emulator
+
+
+@pytest.fixture(scope="module")
+def proxy(pair: EmulatorAndProxy) -> ProxyProcess:
+    """The proxy of a module's ``pair`` fixture."""
+    return pair.proxy
+
+
 @pytest.fixture(scope="session")
 def passthrough_proxy(emulator, tmp_path_factory) -> Iterator[ProxyProcess]:
     p = ProxyProcess(emulator.base_url, tmp_path_factory.mktemp("pt"), {"MEMCI_MANAGE_CONTEXT": "false"}).start()

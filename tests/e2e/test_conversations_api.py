@@ -16,16 +16,6 @@ def pair(emulator_and_proxy):
 
 
 @pytest.fixture(scope="module")
-def emu(pair):
-    return pair.emulator
-
-
-@pytest.fixture(scope="module")
-def proxy(pair):
-    return pair.proxy
-
-
-@pytest.fixture(scope="module")
 def conversation(proxy):
     client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-owner", max_retries=0)
     messages: list[dict] = []

@@ -61,11 +61,6 @@ def emulator(pair):
     return pair.emulator
 
 
-@pytest.fixture(scope="module")
-def proxy(pair):
-    return pair.proxy
-
-
 def expected_description(emulator: EmulatorProcess) -> str:
     """The emulator's answers depend on the text of the last user message only: every image gets this one."""
     body = VisionClient(emulator.base_url, VISION_MODEL).request_body(image(0)[0])

@@ -27,16 +27,6 @@ def pair(emulator_and_proxy, slow_model):
     })
 
 
-@pytest.fixture(scope="module")
-def emu(pair):
-    return pair.emulator
-
-
-@pytest.fixture(scope="module")
-def proxy(pair):
-    return pair.proxy
-
-
 def last_user_sent(emu) -> str:
     return emu.requests(1)[0]["body"]["messages"][-1]["content"]
 

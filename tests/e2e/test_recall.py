@@ -20,16 +20,6 @@ def pair(emulator_and_proxy):
     return emulator_and_proxy(4096)
 
 
-@pytest.fixture(scope="module")
-def emu(pair):
-    return pair.emulator
-
-
-@pytest.fixture(scope="module")
-def proxy(pair):
-    return pair.proxy
-
-
 def ask(client, messages, text, **kw):
     messages.append({"role": "user", "content": text})
     raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=200, **kw)
