@@ -5,20 +5,24 @@ from __future__ import annotations
 from litestar import Request, Response, get
 
 from proxy.api.auth import bearer_of, is_admin_key
-from proxy.api.forwarding import error_response, services_of
+from proxy.api.forwarding import services_of
 from proxy.api.services import Services
 from proxy.engine.markup import quote
 from proxy.engine.state import STATUS_NAMES as STATUS_NAMES_BY_CODE
 from proxy.wire.errors import ProxyError
 
 
+def check_admin_key(request: Request, admin_key: str) -> None:
+    """403 while the admin API is off (no admin key set), 401 unless the request carries the admin key."""
+    if not admin_key:
+        raise ProxyError(403, "the admin API is off: set MEMCI_ADMIN_KEY", "permission_error", "admin_disabled")
+    if not is_admin_key(bearer_of(request.headers), admin_key):
+        raise ProxyError(401, "admin key required (Authorization: Bearer <admin key>)", "authentication_error", "invalid_admin_key")
+
+
 def require_admin(request: Request) -> Services:
     services = services_of(request)
-    key = services.settings.admin_key
-    if not key:
-        raise ProxyError(403, "the admin API is off: set MEMCI_ADMIN_KEY", "permission_error", "admin_disabled")
-    if not is_admin_key(bearer_of(request.headers), key):
-        raise ProxyError(401, "admin key required (Authorization: Bearer <admin key>)", "authentication_error", "invalid_admin_key")
+    check_admin_key(request, services.settings.admin_key)
     if services.context is None:
         raise ProxyError(404, "context management is off", "invalid_request_error", "context_off")
     return services
@@ -27,40 +31,37 @@ def require_admin(request: Request) -> Services:
 @get("/memci/conversations/{conversation_id:str}/prompt")
 async def last_prompt(request: Request, conversation_id: str) -> Response:
     """The conversation's last upstream prompt with its block boundaries (B1..B6), and its pages."""
-    try:
-        services = require_admin(request)
-        context = services.context
-        remembered = context.last_prompts.get(conversation_id)
-        state = context.state_of(conversation_id)
-        if state is None:  # another replica's turn: the shared hot copy
-            snapshot = await services.store.hot.get_snapshot(conversation_id)
-            if snapshot is not None:
-                from proxy.engine import ConversationState
+    services = require_admin(request)
+    context = services.context
+    remembered = context.last_prompts.get(conversation_id)
+    state = context.state_of(conversation_id)
+    if state is None:  # another replica's turn: the shared hot copy
+        snapshot = await services.store.hot.get_snapshot(conversation_id)
+        if snapshot is not None:
+            from proxy.engine import ConversationState
 
-                state = ConversationState.from_bytes(snapshot[0])
-        if remembered is None and state is None:
-            raise ProxyError(404, f"no recent prompt for conversation {conversation_id!r} on this replica",
-                             "invalid_request_error", "not_found")
-        pages = []
-        if state is not None:
-            pages = [
-                {"number": p.label, "first_entry": p.start, "last_entry": p.end - 1, "state": STATUS_NAMES_BY_CODE[p.status],
-                 "tokens": p.tokens, "recall_count": p.recall_count}
-                for p in state.pages
-            ]
-        body = {
-            "conversation_id": conversation_id,
-            "epoch": remembered.epoch if remembered else None,
-            "messages": remembered.messages if remembered else None,
-            "blocks": describe_blocks(remembered, state) if remembered else None,
-            # estimated upstream tokens: shed by the turn's epoch, prefilled after its stable prefix, pushed by
-            # proactive recall
-            "accounting": remembered.accounting if remembered else None,
-            "pages": pages,
-        }
-        return Response(content=body)
-    except ProxyError as exc:
-        return error_response(exc)
+            state = ConversationState.from_bytes(snapshot[0])
+    if remembered is None and state is None:
+        raise ProxyError(404, f"no recent prompt for conversation {conversation_id!r} on this replica",
+                         "invalid_request_error", "not_found")
+    pages = []
+    if state is not None:
+        pages = [
+            {"number": p.label, "first_entry": p.start, "last_entry": p.end - 1, "state": STATUS_NAMES_BY_CODE[p.status],
+             "tokens": p.tokens, "recall_count": p.recall_count}
+            for p in state.pages
+        ]
+    body = {
+        "conversation_id": conversation_id,
+        "epoch": remembered.epoch if remembered else None,
+        "messages": remembered.messages if remembered else None,
+        "blocks": describe_blocks(remembered, state) if remembered else None,
+        # estimated upstream tokens: shed by the turn's epoch, prefilled after its stable prefix, pushed by
+        # proactive recall
+        "accounting": remembered.accounting if remembered else None,
+        "pages": pages,
+    }
+    return Response(content=body)
 
 
 def describe_blocks(remembered, state) -> list[dict]:

@@ -12,7 +12,7 @@ from typing import Any
 from litestar import Request, Response, delete, get
 
 from proxy.api.auth import bearer_of, is_admin_key
-from proxy.api.forwarding import error_response, services_of
+from proxy.api.forwarding import services_of
 from proxy.blobs.store import description_blob_name, image_blob_name
 from proxy.api.services import Services
 from proxy.turn.identity import tenant_of
@@ -84,62 +84,53 @@ class _PageOf:
 
 @get("/memci/conversations")
 async def list_conversations(request: Request) -> Response:
-    try:
-        services, tenant = _caller(request)
-        limit = _int_param(request, "limit", 50, 1, MAX_PAGE)
-        rows = await services.store.repo.list_conversations(tenant, limit=limit)
-        return Response(content={"object": "list", "data": [_info_json(r) for r in rows]})
-    except ProxyError as exc:
-        return error_response(exc)
+    services, tenant = _caller(request)
+    limit = _int_param(request, "limit", 50, 1, MAX_PAGE)
+    rows = await services.store.repo.list_conversations(tenant, limit=limit)
+    return Response(content={"object": "list", "data": [_info_json(r) for r in rows]})
 
 
 @get("/memci/conversations/{conversation_id:str}")
 async def conversation_history(request: Request, conversation_id: str) -> Response:
     """The conversation's messages with their page numbers and archive state (`after`/`limit` page through)."""
-    try:
-        services, tenant = _caller(request)
-        info = await _require(services, tenant, conversation_id)
-        after = _int_param(request, "after", -1, -1, 2**31 - 1)
-        limit = _int_param(request, "limit", 200, 1, MAX_PAGE)
-        repo = services.store.repo
-        pages = await repo.load_pages(tenant, conversation_id, ("active", "archived", "evicted"))
-        page_of = _PageOf(pages)
-        entries = await repo.load_entries(tenant, conversation_id, after + 1, after + limit)
-        messages = []
-        for e in entries:
-            page = page_of(e.seq)
-            messages.append({"seq": e.seq, "page": page.number if page else None,
-                             "state": page.state if page else "active", "message": e.message})
-        return Response(content={
-            "conversation": _info_json(info), "pages": [_page_json(p) for p in pages], "messages": messages,
-            "next_after": messages[-1]["seq"] if len(messages) == limit else None,
-        })
-    except ProxyError as exc:
-        return error_response(exc)
+    services, tenant = _caller(request)
+    info = await _require(services, tenant, conversation_id)
+    after = _int_param(request, "after", -1, -1, 2**31 - 1)
+    limit = _int_param(request, "limit", 200, 1, MAX_PAGE)
+    repo = services.store.repo
+    pages = await repo.load_pages(tenant, conversation_id, ("active", "archived", "evicted"))
+    page_of = _PageOf(pages)
+    entries = await repo.load_entries(tenant, conversation_id, after + 1, after + limit)
+    messages = []
+    for e in entries:
+        page = page_of(e.seq)
+        messages.append({"seq": e.seq, "page": page.number if page else None,
+                         "state": page.state if page else "active", "message": e.message})
+    return Response(content={
+        "conversation": _info_json(info), "pages": [_page_json(p) for p in pages], "messages": messages,
+        "next_after": messages[-1]["seq"] if len(messages) == limit else None,
+    })
 
 
 @get("/memci/conversations/{conversation_id:str}/export")
 async def export_conversation(request: Request, conversation_id: str) -> Response:
     """Everything stored about one conversation, as one JSON document."""
-    try:
-        services, tenant = _caller(request)
-        info = await _require(services, tenant, conversation_id)
-        repo = services.store.repo
-        pages = await repo.load_pages(tenant, conversation_id, ("active", "archived", "evicted"))
-        entries = await repo.load_entries(tenant, conversation_id, 0, 2**31 - 1)
-        events = await repo.load_events(tenant, conversation_id, limit=10_000)
-        return Response(
-            content={
-                "conversation": _info_json(info),
-                "pages": [_page_json(p) for p in pages],
-                "messages": [{"seq": e.seq, "hash": e.hash, "message": e.message} for e in entries],
-                "events": [{"kind": ev.kind, "payload": ev.payload,
-                            "created_at": ev.created_at.isoformat() if ev.created_at else None} for ev in events],
-            },
-            headers={"Content-Disposition": f'attachment; filename="{conversation_id}.json"'},
-        )
-    except ProxyError as exc:
-        return error_response(exc)
+    services, tenant = _caller(request)
+    info = await _require(services, tenant, conversation_id)
+    repo = services.store.repo
+    pages = await repo.load_pages(tenant, conversation_id, ("active", "archived", "evicted"))
+    entries = await repo.load_entries(tenant, conversation_id, 0, 2**31 - 1)
+    events = await repo.load_events(tenant, conversation_id, limit=10_000)
+    return Response(
+        content={
+            "conversation": _info_json(info),
+            "pages": [_page_json(p) for p in pages],
+            "messages": [{"seq": e.seq, "hash": e.hash, "message": e.message} for e in entries],
+            "events": [{"kind": ev.kind, "payload": ev.payload,
+                        "created_at": ev.created_at.isoformat() if ev.created_at else None} for ev in events],
+        },
+        headers={"Content-Disposition": f'attachment; filename="{conversation_id}.json"'},
+    )
 
 
 @delete("/memci/conversations/{conversation_id:str}", status_code=200)
@@ -147,28 +138,25 @@ async def delete_conversation(request: Request, conversation_id: str) -> Respons
     """Remove the conversation from every table (page vectors, summaries and profile facts learnt from it
     included), the images only it referenced from the blob store, and the conversation from the hot state and
     from this replica's caches."""
-    try:
-        services, tenant = _caller(request)
-        await _require(services, tenant, conversation_id)
-        context = services.context
-        # Queued writes and per-process caches first: nothing written behind may bring the conversation back.
-        await context.forget(conversation_id)
-        owners = getattr(services.store, "owners", None)
-        body: dict[str, Any] = {"id": conversation_id}
-        if owners is not None:
-            erased = await owners.erase_conversation(tenant, conversation_id, _object_deleter(context.blobs))
-            context.describer.forget(tenant, erased.descriptions_deleted)
-            body.update(deleted=erased.deleted, page_vectors=erased.page_vectors,
-                        images_deleted=len(erased.blobs_deleted), images_kept=len(erased.blob_keys)
-                        - len(erased.blobs_deleted), images_failed=len(erased.blobs_failed))
-        else:
-            body["deleted"] = bool(await services.store.repo.delete_conversation(tenant, conversation_id))
-        await services.store.hot.delete_conversation(conversation_id)
-        if services.memory is not None:
-            services.memory.forget(tenant, conversation_id)
-        return Response(content=body)
-    except ProxyError as exc:
-        return error_response(exc)
+    services, tenant = _caller(request)
+    await _require(services, tenant, conversation_id)
+    context = services.context
+    # Queued writes and per-process caches first: nothing written behind may bring the conversation back.
+    await context.forget(conversation_id)
+    owners = getattr(services.store, "owners", None)
+    body: dict[str, Any] = {"id": conversation_id}
+    if owners is not None:
+        erased = await owners.erase_conversation(tenant, conversation_id, _object_deleter(context.blobs))
+        context.describer.forget(tenant, erased.descriptions_deleted)
+        body.update(deleted=erased.deleted, page_vectors=erased.page_vectors,
+                    images_deleted=len(erased.blobs_deleted), images_kept=len(erased.blob_keys)
+                    - len(erased.blobs_deleted), images_failed=len(erased.blobs_failed))
+    else:
+        body["deleted"] = bool(await services.store.repo.delete_conversation(tenant, conversation_id))
+    await services.store.hot.delete_conversation(conversation_id)
+    if services.memory is not None:
+        services.memory.forget(tenant, conversation_id)
+    return Response(content=body)
 
 
 def _object_deleter(blobs: Any):

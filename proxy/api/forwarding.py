@@ -7,17 +7,10 @@ from litestar.response import Stream
 
 from proxy.api.services import Services
 from proxy.upstream.exchange import Answer
-from proxy.wire.errors import ProxyError
 
 
 def services_of(request: Request) -> Services:
     return request.app.state.services
-
-
-def error_response(exc: ProxyError) -> Response:
-    return Response(
-        content=exc.body(), status_code=exc.status, media_type="application/json", headers=exc.headers or None
-    )
 
 
 def respond(answer: Answer) -> Response:

@@ -12,8 +12,8 @@ from typing import Any
 
 from litestar import Request, Response, delete, get, patch, post
 
-from proxy.api.auth import Authenticator, bearer_of, is_admin_key, virtual_tenant
-from proxy.api.forwarding import error_response
+from proxy.api.admin import check_admin_key
+from proxy.api.auth import Authenticator, virtual_tenant
 from proxy.keys import key_digest, key_hint, new_key_id, new_secret
 from proxy.store.sql.key_queries import KeyRecord
 from proxy.wire.errors import ProxyError, bad_request
@@ -24,11 +24,7 @@ MAX_GRACE_SECONDS = 7 * 24 * 3600
 
 def _admin(request: Request) -> Authenticator:
     auth: Authenticator = request.app.state.authenticator
-    if not auth.admin_key:
-        raise ProxyError(403, "the admin API is off: set MEMCI_ADMIN_KEY", "permission_error", "admin_disabled")
-    if not is_admin_key(bearer_of(request.headers), auth.admin_key):
-        raise ProxyError(401, "admin key required (Authorization: Bearer <admin key>)", "authentication_error",
-                         "invalid_admin_key")
+    check_admin_key(request, auth.admin_key)
     if not auth.keys.persistent:
         raise ProxyError(404, "virtual keys are kept in the database: turn context management on (the keys of "
                          "the virtual_keys setting are the only keys without it)", "invalid_request_error",
@@ -92,85 +88,70 @@ async def _found(auth: Authenticator, key_id: str) -> KeyRecord:
 async def create_key(request: Request) -> Response:
     """A new key for a tenant (by name: keys of one name share conversations). The secret is in this answer
     only."""
-    try:
-        auth = _admin(request)
-        data = parse_json_object(await request.body())
-        tenant = _optional_text(data, "tenant", 256)
-        if not tenant or not tenant.strip():
-            raise bad_request("'tenant' (a tenant name) is required", param="tenant")
-        secret = new_secret()
-        record = await auth.keys.repo.create(
-            new_key_id(), key_digest(secret), key_hint(secret), tenant.strip(),
-            upstream_key=_optional_text(data, "upstream_key") or "", name=_optional_text(data, "name", 256),
-            **_limits(data),
-        )
-        await auth.keys.changed()
-        return Response(content={**key_json(record), "key": secret}, status_code=201)
-    except ProxyError as exc:
-        return error_response(exc)
+    auth = _admin(request)
+    data = parse_json_object(await request.body())
+    tenant = _optional_text(data, "tenant", 256)
+    if not tenant or not tenant.strip():
+        raise bad_request("'tenant' (a tenant name) is required", param="tenant")
+    secret = new_secret()
+    record = await auth.keys.repo.create(
+        new_key_id(), key_digest(secret), key_hint(secret), tenant.strip(),
+        upstream_key=_optional_text(data, "upstream_key") or "", name=_optional_text(data, "name", 256),
+        **_limits(data),
+    )
+    await auth.keys.changed()
+    return Response(content={**key_json(record), "key": secret}, status_code=201)
 
 
 @get("/memci/keys")
 async def list_keys(request: Request) -> Response:
     """Keys, masked, oldest first: ``tenant`` (a name) filters, ``include_revoked=true`` shows revoked ones."""
-    try:
-        auth = _admin(request)
-        tenant = request.query_params.get("tenant")
-        include_revoked = request.query_params.get("include_revoked", "false").lower() in ("1", "true", "yes")
-        records = await auth.keys.repo.list_keys(tenant=tenant, include_revoked=include_revoked)
-        return Response(content={"object": "list", "data": [key_json(r) for r in records]})
-    except ProxyError as exc:
-        return error_response(exc)
+    auth = _admin(request)
+    tenant = request.query_params.get("tenant")
+    include_revoked = request.query_params.get("include_revoked", "false").lower() in ("1", "true", "yes")
+    records = await auth.keys.repo.list_keys(tenant=tenant, include_revoked=include_revoked)
+    return Response(content={"object": "list", "data": [key_json(r) for r in records]})
 
 
 @get("/memci/keys/{key_id:str}")
 async def show_key(request: Request, key_id: str) -> Response:
-    try:
-        return Response(content=key_json(await _found(_admin(request), key_id)))
-    except ProxyError as exc:
-        return error_response(exc)
+    return Response(content=key_json(await _found(_admin(request), key_id)))
 
 
 @patch("/memci/keys/{key_id:str}")
 async def change_key(request: Request, key_id: str) -> Response:
     """Change a key's name, upstream key, rate limit, burst or budget (null: the default / no budget), or reset
     its usage (``used_tokens``)."""
-    try:
-        auth = _admin(request)
-        data = parse_json_object(await request.body())
-        changes: dict[str, Any] = {}
-        for name in ("rate_limit_rps", "rate_limit_burst", "budget_tokens"):
-            if name in data:
-                changes[name] = _limits(data)[name]
-        for name, limit in (("name", 256), ("upstream_key", 4096)):
-            if name in data:
-                changes[name] = _optional_text(data, name, limit) if name == "name" else (
-                    _optional_text(data, name, limit) or "")
-        if "used_tokens" in data:
-            used = _optional_number(data, "used_tokens", integer=True)
-            changes["used_tokens"] = used or 0
-        unknown = set(data) - {"rate_limit_rps", "rate_limit_burst", "budget_tokens", "name", "upstream_key",
-                               "used_tokens"}
-        if unknown:
-            raise bad_request(f"unknown field {sorted(unknown)[0]!r}", param=sorted(unknown)[0])
-        await _found(auth, key_id)
-        record = await auth.keys.repo.update_limits(key_id, changes) if changes else await _found(auth, key_id)
-        await auth.keys.changed()
-        return Response(content=key_json(record))
-    except ProxyError as exc:
-        return error_response(exc)
+    auth = _admin(request)
+    data = parse_json_object(await request.body())
+    changes: dict[str, Any] = {}
+    for name in ("rate_limit_rps", "rate_limit_burst", "budget_tokens"):
+        if name in data:
+            changes[name] = _limits(data)[name]
+    for name, limit in (("name", 256), ("upstream_key", 4096)):
+        if name in data:
+            changes[name] = _optional_text(data, name, limit) if name == "name" else (
+                _optional_text(data, name, limit) or "")
+    if "used_tokens" in data:
+        used = _optional_number(data, "used_tokens", integer=True)
+        changes["used_tokens"] = used or 0
+    unknown = set(data) - {"rate_limit_rps", "rate_limit_burst", "budget_tokens", "name", "upstream_key",
+                           "used_tokens"}
+    if unknown:
+        raise bad_request(f"unknown field {sorted(unknown)[0]!r}", param=sorted(unknown)[0])
+    await _found(auth, key_id)
+    record = await auth.keys.repo.update_limits(key_id, changes) if changes else await _found(auth, key_id)
+    await auth.keys.changed()
+    return Response(content=key_json(record))
 
 
 async def _revoke(request: Request, key_id: str) -> Response:
-    try:
-        auth = _admin(request)
-        record = await auth.keys.repo.revoke(key_id)
-        if record is None:
-            raise ProxyError(404, f"no key {key_id!r}", "invalid_request_error", "not_found")
-        await auth.keys.changed()
-        return Response(content=key_json(record))
-    except ProxyError as exc:
-        return error_response(exc)
+    auth = _admin(request)
+    record = await auth.keys.repo.revoke(key_id)
+    if record is None:
+        raise ProxyError(404, f"no key {key_id!r}", "invalid_request_error", "not_found")
+    await auth.keys.changed()
+    return Response(content=key_json(record))
 
 
 @post("/memci/keys/{key_id:str}/revoke", status_code=200)
@@ -189,24 +170,21 @@ async def delete_key(request: Request, key_id: str) -> Response:
 async def rotate_key(request: Request, key_id: str) -> Response:
     """A new secret for the key (same id, tenant, limits and usage). ``grace_seconds`` (default 0) keeps the
     old secret valid that long, so clients can switch without an outage."""
-    try:
-        auth = _admin(request)
-        body = await request.body()
-        data = parse_json_object(body) if body.strip() else {}
-        grace = _optional_number(data, "grace_seconds", integer=False) or 0
-        if grace > MAX_GRACE_SECONDS:
-            raise bad_request(f"'grace_seconds' must be at most {MAX_GRACE_SECONDS}", param="grace_seconds")
-        record = await _found(auth, key_id)
-        if record.revoked:
-            raise ProxyError(409, f"key {key_id!r} is revoked", "invalid_request_error", "key_revoked")
-        secret = new_secret()
-        record = await auth.keys.repo.rotate(key_id, key_digest(secret), key_hint(secret), float(grace))
-        if record is None:
-            raise ProxyError(409, f"key {key_id!r} is revoked", "invalid_request_error", "key_revoked")
-        await auth.keys.changed()
-        return Response(content={**key_json(record), "key": secret})
-    except ProxyError as exc:
-        return error_response(exc)
+    auth = _admin(request)
+    body = await request.body()
+    data = parse_json_object(body) if body.strip() else {}
+    grace = _optional_number(data, "grace_seconds", integer=False) or 0
+    if grace > MAX_GRACE_SECONDS:
+        raise bad_request(f"'grace_seconds' must be at most {MAX_GRACE_SECONDS}", param="grace_seconds")
+    record = await _found(auth, key_id)
+    if record.revoked:
+        raise ProxyError(409, f"key {key_id!r} is revoked", "invalid_request_error", "key_revoked")
+    secret = new_secret()
+    record = await auth.keys.repo.rotate(key_id, key_digest(secret), key_hint(secret), float(grace))
+    if record is None:
+        raise ProxyError(409, f"key {key_id!r} is revoked", "invalid_request_error", "key_revoked")
+    await auth.keys.changed()
+    return Response(content={**key_json(record), "key": secret})
 
 
 KEY_ROUTES = [create_key, list_keys, show_key, change_key, revoke_key, delete_key, rotate_key]

@@ -6,7 +6,7 @@ import time
 
 from litestar import Request, Response, post
 
-from proxy.api.forwarding import error_response, services_of
+from proxy.api.forwarding import services_of
 from proxy.turn.identity import conversation_id_for_session, tenant_of
 from proxy.engine import ConversationState
 from proxy.engine.state import STATUS_NAMES
@@ -19,44 +19,41 @@ from proxy.wire.validate import parse_json_object
 @post("/memci/search", status_code=200)
 async def search(request: Request) -> Response:
     services = services_of(request)
-    try:
-        context = services.context
-        if context is None or not context.recall_enabled:
-            raise ProxyError(404, "search needs context management and recall on", "invalid_request_error", "search_off")
-        data = parse_json_object(await request.body())
-        query = data.get("query")
-        if not isinstance(query, str) or not query.strip():
-            raise bad_request("'query' is required (text)", param="query")
-        k = data.get("k", 5)
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 100:
-            raise bad_request("'k' must be an integer from 1 to 100", param="k")
-        tenant = tenant_of(request.headers)
-        conversation_id = data.get("conversation_id")
-        session_key = data.get("session_key")
-        if isinstance(session_key, str) and session_key:
-            conversation_id = conversation_id_for_session(tenant, session_key)
-        if not isinstance(conversation_id, str) or not conversation_id:
-            raise bad_request("give 'conversation_id' or 'session_key'", param="conversation_id")
-        stored = await services.store.repo.load_snapshot(tenant, conversation_id)
-        if stored is None or stored[0] is None:
-            raise ProxyError(404, f"no conversation {conversation_id!r} for this key", "invalid_request_error", "not_found")
-        state = ConversationState.from_bytes(stored[0])
-        ctx = RecallContext(tenant, conversation_id, state, None)
-        resolver = context.resolver
-        started = time.perf_counter()
-        hits = await resolver.search(ctx, query, k)
-        elapsed = time.perf_counter() - started
-        services.metrics.recall_search_seconds.observe(elapsed)
-        terms = query_terms(query)
-        out = [
-            {"page": label, "score": round(score, 4), "state": STATUS_NAMES[record.status],
-             "excerpt": excerpt(text, terms)}
-            for label, score, record, text in await resolver.hit_pages(ctx, hits)
-        ]
-        return Response(content={"conversation_id": conversation_id, "query": query, "hits": out,
-                                 "took_ms": round(elapsed * 1000, 3)})
-    except ProxyError as exc:
-        return error_response(exc)
+    context = services.context
+    if context is None or not context.recall_enabled:
+        raise ProxyError(404, "search needs context management and recall on", "invalid_request_error", "search_off")
+    data = parse_json_object(await request.body())
+    query = data.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise bad_request("'query' is required (text)", param="query")
+    k = data.get("k", 5)
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 100:
+        raise bad_request("'k' must be an integer from 1 to 100", param="k")
+    tenant = tenant_of(request.headers)
+    conversation_id = data.get("conversation_id")
+    session_key = data.get("session_key")
+    if isinstance(session_key, str) and session_key:
+        conversation_id = conversation_id_for_session(tenant, session_key)
+    if not isinstance(conversation_id, str) or not conversation_id:
+        raise bad_request("give 'conversation_id' or 'session_key'", param="conversation_id")
+    stored = await services.store.repo.load_snapshot(tenant, conversation_id)
+    if stored is None or stored[0] is None:
+        raise ProxyError(404, f"no conversation {conversation_id!r} for this key", "invalid_request_error", "not_found")
+    state = ConversationState.from_bytes(stored[0])
+    ctx = RecallContext(tenant, conversation_id, state, None)
+    resolver = context.resolver
+    started = time.perf_counter()
+    hits = await resolver.search(ctx, query, k)
+    elapsed = time.perf_counter() - started
+    services.metrics.recall_search_seconds.observe(elapsed)
+    terms = query_terms(query)
+    out = [
+        {"page": label, "score": round(score, 4), "state": STATUS_NAMES[record.status],
+         "excerpt": excerpt(text, terms)}
+        for label, score, record, text in await resolver.hit_pages(ctx, hits)
+    ]
+    return Response(content={"conversation_id": conversation_id, "query": query, "hits": out,
+                             "took_ms": round(elapsed * 1000, 3)})
 
 
 SEARCH_ROUTES = [search]
