@@ -126,6 +126,7 @@ def main() -> int:
     parser.add_argument("--chats", type=int, default=3)
     parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--sort", default="cumulative", help="the profile's order: cumulative or tottime")
     parser.add_argument("--window", type=int, default=32768)
     parser.add_argument("--embeddings-local", default="off", help="the packaged model's name, or off")
     args = parser.parse_args()
@@ -146,7 +147,7 @@ def main() -> int:
         profile.enable()
         asyncio.run(run(args.chats, args.turns))
         profile.disable()
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
+        pstats.Stats(profile).sort_stats(args.sort).print_stats(30)
     return 0
 
 

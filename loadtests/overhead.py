@@ -412,16 +412,22 @@ def merge_rounds(cells: list[Cell]) -> list[Cell]:
 
 
 def group_cpu_seconds(pgid: int) -> float:
-    """User + system CPU seconds of the live processes of a process group (a server and its workers)."""
-    total = 0
+    """User + system CPU seconds of the live processes of a process group (a server and its workers) and of
+    their descendants (PostgreSQL's backends each open a session of their own, so the group alone misses them)."""
+    table: dict[int, tuple[int, int, int]] = {}  # pid -> (parent, group, clock ticks)
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            table[int(stat.parent.name)] = (int(fields[1]), int(fields[2]), int(fields[11]) + int(fields[12]))
+        except (OSError, IndexError, ValueError):
             continue
-        if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    counted = {pid for pid, (_, group, _) in table.items() if group == pgid}
+    grew = True
+    while grew:
+        more = {pid for pid, (parent, _, _) in table.items() if parent in counted and pid not in counted}
+        counted |= more
+        grew = bool(more)
+    return sum(table[pid][2] for pid in counted) / os.sysconf("SC_CLK_TCK")
 
 
 def groups_with(marker: str) -> set[int]:
@@ -599,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     multi.add_argument("--window", type=int, default=0, help="the emulator's context length (default: its own)")
     multi.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE",
                        help="environment of both proxies, e.g. MEMCI_WRITE_BEHIND=false")
-    multi.add_argument("--profile", type=Path, help="record the managed proxy with py-spy into this directory")
+    multi.add_argument("--profile", type=Path, help="record both proxies with py-spy into this directory")
     args = parser.parse_args(argv)
     if args.multi_turn:
         if str(Path(__file__).resolve().parents[1]) not in sys.path:

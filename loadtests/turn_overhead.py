@@ -9,7 +9,7 @@ after target within a round (direct, pass-through, managed), so a drifting machi
 
 Per cell: p50 and p99 per turn, turns/s, and the CPU time of the target's processes per turn (the managed proxy's
 includes its embedded PostgreSQL). Added latency and the turns/s ratio are against the direct and the pass-through
-cells of the same round. ``--profile DIR`` records the managed proxy with py-spy during its cells.
+cells of the same round. ``--profile DIR`` records both proxies with py-spy during their cells.
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ class TurnCell:
     p50_ms: float | None = None
     p99_ms: float | None = None
     cpu_ms_per_turn: float | None = None
+    db_cpu_ms_per_turn: float | None = None
+    upstream_cpu_ms_per_turn: float | None = None
     added_p50_ms: float | None = None
     added_p99_ms: float | None = None
     ratio_to_pass_through: float | None = None
@@ -134,26 +136,32 @@ def run_multi_turn(args: Any) -> int:
         bases = {DIRECT: upstream}
         for target, managed in ((PASS, False), (MANAGED, True)):
             servers[target], bases[target] = _start(args.python, upstream, workdir, managed, extra_env)
-        groups = {DIRECT: {emulator.pid()}, PASS: {servers[PASS].pid()},
-                  MANAGED: {servers[MANAGED].pid()} | groups_with(str(workdir / "home-managed"))}
         for target, base in bases.items():  # warm-up: connections, the embedded database, code paths
             run_async(run_turn_cell(base + "/chat/completions", target, 1, 1, 6, -1))
+        database = groups_with(str(workdir / "home-managed"))  # the managed proxy's embedded PostgreSQL (started
+        # by its first turn: looked up after the warm-up)
+        groups = {DIRECT: {emulator.pid()}, PASS: {servers[PASS].pid()}, MANAGED: {servers[MANAGED].pid()} | database}
+        group_cpu = lambda pgids: sum(group_cpu_seconds(g) for g in pgids)  # noqa: E731
         for round_no in range(args.rounds):
             for clients in args.client_levels:
                 for target, base in bases.items():
-                    if target == MANAGED and args.profile:
-                        profiles.append(_py_spy(servers[MANAGED].pid(), args.profile, f"c{clients}-r{round_no}"))
-                    cpu = lambda: sum(group_cpu_seconds(g) for g in groups[target])  # noqa: E731
-                    before = cpu()
+                    if target in servers and args.profile:
+                        name = "managed" if target == MANAGED else "passthrough"
+                        profiles.append(_py_spy(servers[target].pid(), args.profile, f"{name}-c{clients}-r{round_no}"))
+                    before = [group_cpu(groups[target]), group_cpu(database), group_cpu(groups[DIRECT])]
                     cell = run_async(run_turn_cell(base + "/chat/completions", target, clients, args.conversations,
                                                    args.turns, round_no))
                     if cell.turns:
-                        cell.cpu_ms_per_turn = (cpu() - before) * 1000.0 / cell.turns
+                        after = [group_cpu(groups[target]), group_cpu(database), group_cpu(groups[DIRECT])]
+                        per_turn = [(a - b) * 1000.0 / cell.turns for a, b in zip(after, before)]
+                        cell.cpu_ms_per_turn, cell.upstream_cpu_ms_per_turn = per_turn[0], per_turn[2]
+                        cell.db_cpu_ms_per_turn = per_turn[1] if target == MANAGED else None
                     while profiles:
                         _stop(profiles.pop())
                     cells.append(cell)
                     print(f"  round {round_no} {target:<22} clients={clients:<3} {cell.turns_per_s:7.1f} turns/s "
                           f"p50={_f(cell.p50_ms)} p99={_f(cell.p99_ms)} cpu/turn={_f(cell.cpu_ms_per_turn)} "
+                          f"(database {_f(cell.db_cpu_ms_per_turn)}, upstream {_f(cell.upstream_cpu_ms_per_turn)}) "
                           f"errors={cell.errors}", file=sys.stderr)
     finally:
         for proc in profiles:
@@ -206,7 +214,8 @@ def merge(cells: list[TurnCell]) -> list[TurnCell]:
     for (target, clients), group in groups.items():
         row = TurnCell(target, clients, -1, turns=sum(c.turns for c in group), errors=sum(c.errors for c in group),
                        seconds=sum(c.seconds for c in group))
-        for attr in ("turns_per_s", "p50_ms", "p99_ms", "cpu_ms_per_turn", "added_p50_ms", "added_p99_ms",
+        for attr in ("turns_per_s", "p50_ms", "p99_ms", "cpu_ms_per_turn", "db_cpu_ms_per_turn",
+                     "upstream_cpu_ms_per_turn", "added_p50_ms", "added_p99_ms",
                      "ratio_to_pass_through"):
             values = [getattr(c, attr) for c in group if getattr(c, attr) is not None]
             setattr(row, attr, statistics.median(values) if values else None)
@@ -221,12 +230,13 @@ def _f(v: float | None, digits: int = 2) -> str:
 
 def markdown(rows: list[TurnCell]) -> str:
     head = ("| target | conversations at once | turns | turns/s | p50 ms | p99 ms | added p50 ms | added p99 ms "
-            "| turns/s vs pass-through | CPU ms/turn | errors |")
+            "| turns/s vs pass-through | CPU ms/turn (of it database) | upstream CPU ms/turn | errors |")
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for c in rows:
         lines.append(f"| {c.target} | {c.clients} | {c.turns} | {c.turns_per_s:.1f} | {_f(c.p50_ms)} | {_f(c.p99_ms)} "
                      f"| {_f(c.added_p50_ms)} | {_f(c.added_p99_ms)} | {_f(c.ratio_to_pass_through)} "
-                     f"| {_f(c.cpu_ms_per_turn)} | {c.errors} |")
+                     f"| {_f(c.cpu_ms_per_turn)}{'' if c.db_cpu_ms_per_turn is None else f' ({_f(c.db_cpu_ms_per_turn)})'} "
+                     f"| {_f(c.upstream_cpu_ms_per_turn)} | {c.errors} |")
     return "\n".join(lines)
 
 
@@ -256,7 +266,7 @@ def _py_spy(pid: int, directory: Path, name: str) -> subprocess.Popen:
     directory.mkdir(parents=True, exist_ok=True)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     return subprocess.Popen([spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "500", "--format", "raw",
-                             "--output", str(directory / f"managed-{name}.txt"), "--nonblocking"],
+                             "--output", str(directory / f"{name}.txt"), "--nonblocking"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
