@@ -151,6 +151,20 @@ class Metrics:
             "failed.", ["outcome"], registry=r
         )
 
+        self.embedding_backlog_pages = Gauge(
+            "memci_embedding_backlog_pages", "Archived pages waiting for their vector (background embedding).",
+            registry=r,
+        )
+        self.embedding_backlog_age = Gauge(
+            "memci_embedding_backlog_age_seconds", "How long the oldest page waiting for its vector has waited.",
+            registry=r,
+        )
+        self.page_embedding_lag = Histogram(
+            "memci_page_embedding_lag_seconds", "Time from a page's archive to its stored vector (embedded in the "
+            "background: between turns, or after embeddings_max_lag_s regardless).", buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+
         # proactive recall (the push) and what epochs cost (honest accounting)
         self.recall_pushes = Counter(
             "memci_recall_pushes", "Look-up turns considered for a proactive recall round, by outcome (pushed, "

@@ -271,6 +271,11 @@ class Settings:
     embeddings_cache_mb: int = field(
         default=64, metadata=_doc("Memory bound of the page vectors kept in this process (MB, estimated).", min=1)
     )
+    embeddings_max_lag_s: float = field(
+        default=5.0,
+        metadata=_doc("Seconds an archived page may wait for a moment without turns before it is embedded regardless "
+                      "(background embedding; turns never wait on it).", min=0.0),
+    )
     embeddings_model: str = field(
         default="", metadata=_doc("Embedding model name sent and stored with the vectors (empty: 'default').")
     )

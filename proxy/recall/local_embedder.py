@@ -8,8 +8,8 @@ per process, in a worker thread (``warm``); the forward pass runs in worker thre
 the background) and one for queries, so that a page backlog never delays a recall.
 
 Long texts are cut into chunks of at most ``max_chars`` characters at word boundaries (the encoder averages
-over its tokens, so a very long input blurs what it is about); a text's vector is the normalised mean of its
-chunks' vectors. An empty text (an image-only page without a description) gets a zero vector: its cosine
+over its tokens, so a very long input blurs what it is about; at most ``MAX_CHUNKS``, spread over the text); a
+text's vector is the normalised mean of its chunks' vectors. An empty text (an image-only page without a description) gets a zero vector: its cosine
 with any query is 0, under ``recall_min_cosine``, so it never ranks.
 """
 
@@ -34,7 +34,7 @@ __all__ = ["LocalEmbedder", "MODEL_NAME", "chunk_text", "load_use", "shared_use"
 MODEL_NAME = "use-multilingual-v3"
 DIMENSION = 512
 CHUNK_CHARS = 1200
-MAX_CHUNKS = 24  # a page past CHUNK_CHARS * MAX_CHUNKS characters is embedded from its first chunks
+MAX_CHUNKS = 24  # a page past CHUNK_CHARS * MAX_CHUNKS characters is embedded from chunks spread over all of it
 
 Encode = Callable[[list[str]], Any]  # texts -> array (n, dim)
 
@@ -87,11 +87,12 @@ def _one_blas_thread() -> None:
 
 
 def chunk_text(text: str, max_chars: int = CHUNK_CHARS, max_chunks: int = MAX_CHUNKS) -> list[str]:
-    """Pieces of at most ``max_chars`` characters cut at whitespace (inside a word when it is longer);
-    no piece for a blank text."""
+    """Pieces of at most ``max_chars`` characters cut at whitespace (inside a word when it is longer); no piece
+    for a blank text. A text of more than ``max_chunks`` pieces keeps ``max_chunks`` of them spread evenly over
+    it, the first and the last included (its end counts as much as its beginning)."""
     text = " ".join(text.split())
     chunks: list[str] = []
-    while text and len(chunks) < max_chunks:
+    while text:
         if len(text) <= max_chars:
             chunks.append(text)
             break
@@ -99,7 +100,12 @@ def chunk_text(text: str, max_chars: int = CHUNK_CHARS, max_chunks: int = MAX_CH
         cut = cut if cut > 0 else max_chars
         chunks.append(text[:cut])
         text = text[cut:].lstrip()
-    return chunks
+    if len(chunks) <= max_chunks:
+        return chunks
+    if max_chunks <= 1:
+        return chunks[:max_chunks]
+    step = (len(chunks) - 1) / (max_chunks - 1)
+    return [chunks[round(i * step)] for i in range(max_chunks)]
 
 
 class LocalEmbedder:

@@ -68,6 +68,31 @@ def index_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str, 
     return "\n".join(message_text(m, image_descriptions) for m in messages)
 
 
+def _has_content(message: dict[str, Any], image_descriptions: Mapping[str, str]) -> bool:
+    """Whether the message says anything: text, a described image or a tool call."""
+    if message.get("tool_calls"):
+        return True
+    content = message.get("content")
+    if isinstance(content, str):
+        return bool(content.strip())
+    for part in content if isinstance(content, list) else ():
+        ref = image_reference(part)
+        if ref is not None and image_descriptions.get(ref.key):
+            return True
+        if ref is None and isinstance(part, dict) and str(part.get("text") or "").strip():
+            return True
+    return False
+
+
+def vector_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str, str] | None = None) -> str:
+    """What the page's vector is computed from: its index text, or nothing when no message says anything (empty
+    messages, images without a description): such a page gets a zero vector, which never ranks, instead of the
+    vector of its labels and placeholders."""
+    if any(_has_content(m, image_descriptions or {}) for m in messages):
+        return index_text(messages, image_descriptions)
+    return ""
+
+
 def excerpt(text: str, terms: list[str], limit: int = 300) -> str:
     """About `limit` characters of `text` around the first place a query term occurs."""
     flat = " ".join(text.split())

@@ -14,7 +14,7 @@ from proxy.caches import BoundedLru
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector
-from proxy.recall.pagetext import excerpt, index_text, page_messages_with_hidden, render_page
+from proxy.recall.pagetext import excerpt, index_text, page_messages_with_hidden, render_page, vector_text
 from proxy.recall.text import tokenize
 from proxy.recall.tool import RecallArgs
 from proxy.recall.vector_index import PageVectors, VectorSearchFailed
@@ -99,7 +99,8 @@ class SearchIndexes:
                 continue
             messages = await self.source.messages(ctx, record.start, record.end)
             hidden = page_hidden_messages(ctx.state, record.label)
-            text = index_text(page_messages_with_hidden(messages, record.start, hidden), ctx.image_descriptions)
+            full = page_messages_with_hidden(messages, record.start, hidden)
+            text = index_text(full, ctx.image_descriptions)
             if record.label in entry.starts:
                 entry.index.remove(record.label)
             entry.index.add(record.label, text)
@@ -107,7 +108,7 @@ class SearchIndexes:
             entry.chars[record.label] = len(text)
             grew = True
             if added is not None:
-                added[record.label] = text
+                added[record.label] = vector_text(full, ctx.image_descriptions)
         if grew:
             self._indexes.resize(ctx.conversation_id)  # measured again: may evict others (or this one)
         return entry.index
@@ -201,7 +202,9 @@ class RecallResolver:
         except VectorSearchFailed as failure:
             self._fallback(failure.reason)
             return lexical[:k]
-        vector = [(label, cosine) for label, cosine in nearest if label in index]  # archived pages of this state
+        # archived pages of this state, and only those the query resembles at all (an empty page's zero vector
+        # has cosine 0 with any query, pgvector's NaN)
+        vector = [(label, cosine) for label, cosine in nearest if label in index and cosine > 0]
         return fuse_lexical_and_vector(
             lexical, vector, limit=k, lexical_weight=self.lexical_weight, vector_weight=self.vector_weight,
             min_cosine=self.min_cosine,

@@ -12,8 +12,8 @@ text changed is embedded again; within a process a bounded map digest -> vector 
 The nearest pages come from this process's vectors when it holds every vector of the conversation (an
 exact cosine scan in numpy, bounded in bytes: ``cache_max_bytes``), else from the store (pgvector).
 
-Background embedding waits for a moment without turn starts (``mark_busy``; at most ``max_defer_s``), so that it
-runs between turns rather than beside them.
+Background embedding waits for a moment without turn starts (``mark_busy``), so that it runs between turns rather
+than beside them, but a page never waits longer than ``max_lag_s`` for it (proxy.recall.embedding_backlog).
 
 Pages that could not be embedded (model or endpoint failing) stay pending and are tried again at the next
 search or archive.
@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import xxhash
 
 from proxy.caches import BoundedLru, CacheStats, register
+from proxy.recall.embedding_backlog import EmbeddingBacklog
 from proxy.store.ports import PageVectorStore
 
 log = logging.getLogger("memci.recall")
@@ -119,7 +119,11 @@ class PageVectors:
         create_index: bool = True,
         capacity: int = 1024,
         cache_max_bytes: int = 64 * 2**20,
+        max_lag_s: float = 5.0,
+        metrics: Any = None,
     ) -> None:
+        """``max_lag_s``: a page archived that long ago is embedded even while turns keep coming. ``metrics``: a
+        proxy.metrics.Metrics (the backlog's gauges and the lag histogram)."""
         self.store = store
         self.embedder = embedder
         self.inline_pages = max(0, inline_pages)
@@ -128,9 +132,9 @@ class PageVectors:
         self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
         self._indexed_dims: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._last_busy = float("-inf")
-        self.quiet_s = 0.25
-        self.max_defer_s = 5.0
+        self.backlog = EmbeddingBacklog(max_lag_s=max_lag_s, lag=getattr(metrics, "page_embedding_lag", None))
+        if metrics is not None:
+            self.backlog.expose(metrics.embedding_backlog_pages, metrics.embedding_backlog_age)
         # conversation -> pages not yet compared with the store: bounded like the conversations and in bytes (a
         # conversation dropped here keeps its lexical index; its new pages are embedded when next re-indexed)
         self._arrived: BoundedLru[str, dict[str, str]] = BoundedLru(
@@ -163,8 +167,9 @@ class PageVectors:
         for number, text in (self._arrived.pop(conversation_id) or {}).items():
             if conversation.digests.get(number) != text_digest(text):
                 conversation.pending[number] = text
-            else:
-                conversation.pending.pop(number, None)
+                self.backlog.arrived(conversation_id, [number])
+            elif conversation.pending.pop(number, None) is not None:
+                self.backlog.embedded(conversation_id, [number])
 
     async def nearest(self, tenant: str, conversation_id: str, query: str, k: int) -> list[tuple[str, float]]:
         """(page number, cosine) of the conversation's pages nearest to ``query``, best first. Pages remembered
@@ -208,7 +213,8 @@ class PageVectors:
             conversation = self._conversations.setdefault(conversation_id, _Conversation(digests))
         self._conversations.move_to_end(conversation_id)
         while len(self._conversations) > self.capacity:
-            _, dropped = self._conversations.popitem(last=False)
+            dropped_id, dropped = self._conversations.popitem(last=False)
+            self.backlog.forget(dropped_id)
             if dropped.backlog_task is not None:
                 dropped.backlog_task.cancel()
         return conversation
@@ -227,11 +233,14 @@ class PageVectors:
         except Exception:
             log.exception("could not store page vectors")  # they stay pending: tried again next search
             return
+        done = []
         for (number, text), (_, digest, vector) in zip(pages, rows, strict=True):
             if conversation.pending.get(number) == text:
                 del conversation.pending[number]
+                done.append(number)
             conversation.digests[number] = digest
             self._by_digest.put(digest, vector)
+        self.backlog.embedded(conversation_id, done)
         local = self._local.get(conversation_id)
         if local is None and len(conversation.digests) == len(rows):  # every vector of it is here: kept locally
             local = _LocalVectors()
@@ -259,23 +268,13 @@ class PageVectors:
         task.add_done_callback(self._tasks.discard)
 
     def mark_busy(self) -> None:
-        """A turn started: background embedding waits for a quiet moment (see ``_quiet``)."""
-        self._last_busy = time.monotonic()
-
-    async def _quiet(self) -> None:
-        """Wait until no turn started for ``quiet_s`` (the embedding shares the CPU and the interpreter lock with
-        the turns), but not longer than ``max_defer_s`` (so that a busy process still embeds)."""
-        deadline = time.monotonic() + self.max_defer_s
-        while True:
-            idle = time.monotonic() - self._last_busy
-            if idle >= self.quiet_s or time.monotonic() >= deadline:
-                return
-            await asyncio.sleep(min(self.quiet_s - idle, max(0.0, deadline - time.monotonic())) + 0.001)
+        """A turn started: background embedding waits for a quiet moment (at most ``max_lag_s`` per page)."""
+        self.backlog.mark_busy()
 
     async def _embed_backlog(self, tenant: str, conversation_id: str, conversation: _Conversation) -> None:
         batch = max(1, self.inline_pages or 8)
         while conversation.pending:
-            await self._quiet()
+            await self.backlog.wait_turn(conversation_id)
             pages = list(conversation.pending.items())[:batch]
             known = [self._by_digest.get(text_digest(text)) for _, text in pages]
             missing = [text for (_, text), vector in zip(pages, known, strict=True) if vector is None]
@@ -309,6 +308,7 @@ class PageVectors:
     def forget(self, conversation_id: str) -> None:
         self._arrived.pop(conversation_id)
         self._local.pop(conversation_id)
+        self.backlog.forget(conversation_id)
         dropped = self._conversations.pop(conversation_id, None)
         if dropped is not None and dropped.backlog_task is not None:
             dropped.backlog_task.cancel()
@@ -326,6 +326,7 @@ def build_page_vectors(
     local_weights: str = "",
     metrics: object = None,
     cache_max_bytes: int = 64 * 2**20,
+    max_lag_s: float = 5.0,
 ) -> PageVectors | None:
     """The vector half of the search, or None (lexical only) when neither an endpoint nor the local model is set.
 
@@ -340,7 +341,8 @@ def build_page_vectors(
         url = upstream_url.split(",")[0].strip()
     if url:
         client = EmbeddingsClient(url, model=model, timeout_s=timeout_s, api_key=api_key)
-        return PageVectors(store, client, inline_pages=inline_pages, cache_max_bytes=cache_max_bytes)
+        return PageVectors(store, client, inline_pages=inline_pages, cache_max_bytes=cache_max_bytes,
+                           max_lag_s=max_lag_s, metrics=metrics)
     name = local_model.strip().lower()
     if name in ("", "off", "none"):
         return None
@@ -348,4 +350,5 @@ def build_page_vectors(
         log.warning("unknown embedding model %r (the packaged one is %s): recall search is lexical only",
                     local_model, MODEL_NAME)
     embedder = LocalEmbedder(local_weights if name == MODEL_NAME else "/nonexistent/" + name, metrics=metrics)
-    return PageVectors(store, embedder, inline_pages=inline_pages, cache_max_bytes=cache_max_bytes)
+    return PageVectors(store, embedder, inline_pages=inline_pages, cache_max_bytes=cache_max_bytes,
+                       max_lag_s=max_lag_s, metrics=metrics)

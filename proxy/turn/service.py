@@ -70,7 +70,8 @@ class TurnService:
         vectors = build_page_vectors(store.repo, s.embeddings_url, s.upstream_url, s.embeddings_model,
                                      s.embeddings_api_key, s.embeddings_timeout, local_model=s.embeddings_local,
                                      local_weights=s.embeddings_local_weights, metrics=metrics,
-                                     cache_max_bytes=s.embeddings_cache_mb * 2**20)
+                                     cache_max_bytes=s.embeddings_cache_mb * 2**20,
+                                     max_lag_s=s.embeddings_max_lag_s)
         self.resolver = RecallResolver(
             store.repo, self.counter, s.recall_max_tokens, vectors=vectors, metrics=metrics,
             lexical_weight=s.recall_lexical_weight, vector_weight=s.recall_vector_weight, min_cosine=s.recall_min_cosine,

@@ -160,25 +160,3 @@ def test_the_packaged_model_finds_a_paraphrase() -> None:
     query = np.asarray(vectors[-1])
     scores = [float(np.dot(query, v)) for v in vectors[:-1]]
     assert max(range(3), key=scores.__getitem__) == 1
-
-
-async def test_background_embedding_waits_for_a_moment_without_turns() -> None:
-    import asyncio
-
-    embedder, model = _embedder()
-    embedder._model()
-    vectors = PageVectors(MemoryVectorStore(), embedder, inline_pages=0)
-    vectors.quiet_s, vectors.max_defer_s = 0.3, 5.0
-    resolver = RecallResolver(None, EstimateCounter(), 2048, vectors=vectors, metrics=Metrics())
-    vectors.mark_busy()  # a turn just started
-    await resolver.prepare(_context(PAGES))
-    await asyncio.sleep(0.1)
-    assert model.inputs == []  # deferred while turns run
-    await vectors.drain()
-    assert len(model.inputs) == 1  # then embedded
-    vectors.quiet_s, vectors.max_defer_s = 60.0, 0.1
-    vectors.mark_busy()
-    await resolver.prepare(_context({**PAGES, 5: "A new page about the rail."}))
-    await vectors.drain()
-    assert len(model.inputs) == 2  # a process busy for longer than max_defer_s still embeds
-    await vectors.close()

@@ -57,12 +57,15 @@ async def test_a_look_up_gets_a_recall_round_kept_for_later_turns(stream: bool) 
     await service.close()
 
 
-async def test_a_search_that_finds_nothing_adds_no_round_and_is_counted() -> None:
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_search_that_finds_nothing_adds_no_round_and_is_counted(stream: bool) -> None:
     upstream = ChatUpstream()
     service = make_service(upstream)
     chat = Chat(service)
     await _past_an_epoch(chat)
-    await chat.send("Remind me what I said about zebra4242?")
+    out = await chat.send("Remind me what I said about zebra4242?", stream=stream)
+    text = b"".join(out).decode() if stream else json.dumps(out)
+    assert '"tool_calls"' not in text and "stop" in text  # an ordinary answer
     assert upstream.requests[-1]["messages"][-1]["role"] == "user"
     assert _pushes(service, "no_hits") == 1 and _pushes(service, "pushed") == 0
     recent = next(m["content"] for m in reversed(chat.messages) if m["role"] == "user" and "w" in m["content"])
