@@ -317,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vector-query", choices=VECTOR_QUERIES, default="context", help="text embedded as the query")
     parser.add_argument("--entity-boost", type=float, default=2.0,
                         help="weight of proper nouns, numbers and codes in the BM25 query (the proxy's default)")
+    parser.add_argument("--no-dates", action="store_true",
+                        help="MemoryBank: pages of the days a question names do not climb (the proxy's default: they do)")
     parser.add_argument("--memorybank", action="store_true", help="print MemoryBank probing-question results")
     add_progress_argument(parser)
     args = parser.parse_args(argv)
@@ -376,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     for position, vector_weight in enumerate(args.vector_weight if embed is not None else [1.0]):
         rows = evaluate_memorybank(users, embed, score_ranking, vector_weight=vector_weight,
                                    min_cosine=args.min_cosine, entity_boost=args.entity_boost,
-                                   bars=bars_wanted(args.progress))
+                                   bars=bars_wanted(args.progress), dates=not args.no_dates)
         for name, values in rows.items():
             if position and name != "fused":
                 continue

@@ -3,11 +3,13 @@ the project does not use for its own search), the packaged embedding model as an
 and MemoryBank's labelled probing questions (loadtests/memorybank_evidence.json).
 
 MemoryBank protocol: each exchange (the user's message and the answer) of a user's dated history is a page;
-each labelled probing question is a query, asked as written; the relevant pages are the labelled ones.
+each labelled probing question is a query, asked as written, on the day of the history's last exchange (what
+"on May 2nd" refers to: proxy.recall.dates); the relevant pages are the labelled ones.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 from loadtests.evaldata import MemoryBankUser
 from loadtests.progress import progress
 from proxy.recall.bm25 import BM25Index
+from proxy.recall.dates import asked_days, prefer_days
 from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
 from proxy.recall.text import tokenize
@@ -75,9 +78,11 @@ def evaluate_memorybank(
     min_cosine: float | None = 0.2,
     entity_boost: float = 1.0,
     bars: bool | None = None,
+    dates: bool = True,
 ) -> dict[str, list[Row]]:
     """Rows per ranking (lexical, reference-bm25, and vector and fused when ``embed`` is given); ``bars``: as
-    loadtests.progress.progress (None: no progress)."""
+    loadtests.progress.progress (None: no progress); ``dates``: the pages of the days a question names climb the
+    lexical and fused rankings, as in the proxy's search."""
     cases = memorybank_cases(users)
     rows: dict[str, list[Row]] = {"lexical": [], "reference-bm25": []}
     if embed is not None:
@@ -96,12 +101,18 @@ def evaluate_memorybank(
         index, texts, vectors = indexes[user.name]
         weights = boosted_query(dict.fromkeys(tokenize(question), 1.0), question, entity_boost)
         lexical = [(int(i), s) for i, s in index.search_weighted(weights, k=len(texts))]
+        days = {i: dt.date.fromisoformat(e.date) for i, e in enumerate(user.exchanges)}
+        span = asked_days(question, max(days.values())) if dates else None
+        if span is not None:
+            lexical = prefer_days(lexical, days.get, span, keep_scores=True)
         rows["lexical"].append(score([i for i, _ in lexical], relevant))
         rows["reference-bm25"].append(score(reference_ranking(texts, tokenize(question)), relevant))
         if embed is not None:
             vector = rank_by_cosine(embed([question])[0], vectors, k=len(vectors))
             fused = fuse_lexical_and_vector(lexical, vector, limit=len(texts), vector_weight=vector_weight,
                                             min_cosine=min_cosine)
+            if span is not None:
+                fused = prefer_days(fused, days.get, span)
             rows["vector"].append(score([i for i, _ in vector], relevant))
             rows["fused"].append(score([i for i, _ in fused], relevant))
     searching.close()

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 import time
 from dataclasses import dataclass, field
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from proxy.engine import ACTIVE, ConversationState, PageRecord, TokenCounter, page_entry_range, page_hidden_messages
+from proxy.engine.contents import utc_date
 from proxy.engine.state import STATUS_NAMES, find_page
 from proxy.caches import BoundedLru
 from proxy.recall.bm25 import BM25Index
+from proxy.recall.dates import DaySpan, asked_days, day_of, prefer_days
 from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector
-from proxy.recall.pagetext import excerpt, index_text, page_messages_with_hidden, render_page, vector_text
+from proxy.recall.neighbours import part_after, part_before
+from proxy.recall.pagetext import excerpt, index_text, message_text, page_messages_with_hidden, render_page, vector_text
 from proxy.recall.text import tokenize
 from proxy.recall.tool import RecallArgs
 from proxy.recall.vector_index import PageVectors, VectorSearchFailed
@@ -135,13 +139,16 @@ class RecallResolver:
         min_cosine: float | None = None,
         index_max_bytes: int = 128 * 2**20,
         entity_boost: float = 1.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """``vectors``: the vector half of the search (None: lexical only). ``metrics``: a proxy.metrics.Metrics
         (``recall_fallbacks`` counts searches that went lexical only). The weights and ``min_cosine`` tune the
         fusion (proxy.recall.fusion.fuse_lexical_and_vector). ``index_max_bytes``: bound of this process's
         search indexes (estimated). ``entity_boost``: weight of the query's proper nouns, numbers and codes in
-        the BM25 half (proxy.recall.entities)."""
+        the BM25 half (proxy.recall.entities). ``clock``: the time now, which dates "yesterday" or "May 2nd" in a
+        query (proxy.recall.dates)."""
         self.entity_boost = entity_boost
+        self.clock = clock
         self.source = PageSource(repo)
         self.indexes = SearchIndexes(self.source, max_bytes=index_max_bytes)
         self.counter = counter
@@ -179,16 +186,21 @@ class RecallResolver:
         self, ctx: RecallContext, query: str, k: int, use_vectors: bool = True
     ) -> list[tuple[str, float]]:
         """Best-first (page label, score): BM25 scores when lexical only, reciprocal-rank-fusion scores when
-        fused with the vector ranking. Each page at most once."""
+        fused with the vector ranking. Each page at most once. When the query names days ("yesterday", "on May
+        2nd"), the pages of those days climb the ranking (proxy.recall.dates.prefer_days; lexical scores are kept,
+        the floors of the push and of memory injection compare them)."""
         added: dict[str, str] = {}
         index = await self.indexes.index_for(ctx, added)
         if self.vectors is not None:
             self.vectors.remember(ctx.conversation_id, added)
+        span = asked_days(query, day_of(self.clock()))
+        candidates = max(k * FUSION_CANDIDATES, k)
         if self.vectors is None or not use_vectors:
             if self.vectors is None and use_vectors:
                 self._fallback("not_configured")
-            return self._lexical(index, query, k)
-        candidates = max(k * FUSION_CANDIDATES, k)
+            if span is None:
+                return self._lexical(index, query, k)
+            return self._on_days(ctx, self._lexical(index, query, candidates), span, keep_scores=True)[:k]
         # The query is embedded (a worker thread) while BM25 runs here: started first, awaited after.
         vector_task = asyncio.ensure_future(self.vectors.nearest(ctx.tenant, ctx.conversation_id, query, candidates))
         try:
@@ -201,14 +213,21 @@ class RecallResolver:
             nearest = await vector_task
         except VectorSearchFailed as failure:
             self._fallback(failure.reason)
-            return lexical[:k]
+            return (lexical if span is None else self._on_days(ctx, lexical, span, keep_scores=True))[:k]
         # archived pages of this state, and only those the query resembles at all (an empty page's zero vector
         # has cosine 0 with any query, pgvector's NaN)
         vector = [(label, cosine) for label, cosine in nearest if label in index and cosine > 0]
-        return fuse_lexical_and_vector(
-            lexical, vector, limit=k, lexical_weight=self.lexical_weight, vector_weight=self.vector_weight,
+        fused = fuse_lexical_and_vector(
+            lexical, vector, limit=candidates, lexical_weight=self.lexical_weight, vector_weight=self.vector_weight,
             min_cosine=self.min_cosine,
         )
+        return (fused if span is None else self._on_days(ctx, fused, span))[:k]
+
+    @staticmethod
+    def _on_days(ctx: RecallContext, ranking: list[tuple[str, float]], span: DaySpan, keep_scores: bool = False
+                 ) -> list[tuple[str, float]]:
+        days: dict[str, _dt.date] = {p.label: day_of(p.first_seen) for p in ctx.state.pages if p.status != ACTIVE}
+        return prefer_days(ranking, days.get, span, keep_scores)
 
     def _lexical(self, index: BM25Index, query: str, k: int) -> list[tuple[str, float]]:
         weights = boosted_query(dict.fromkeys(tokenize(query), 1.0), query, self.entity_boost)
@@ -260,9 +279,26 @@ class RecallResolver:
             return f"No archived page matches {query!r}."
         terms = query_terms(query)
         lines = [f"Archived pages matching {query!r} (best first; recall a page by number to read it in full):"]
-        for label, score, _record, text in await self.hit_pages(ctx, hits):
-            lines.append(f"[Page {label}] score {score:.2f}: {excerpt(text, terms)}")
+        shown = {label for label, _ in hits}
+        for label, score, record, text in await self.hit_pages(ctx, hits):
+            lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: {excerpt(text, terms)}")
+            beside = [n for n in await self._neighbours(ctx, record, terms) if n not in shown]
+            shown.update(beside)
+            for neighbour, _score, other, other_text in await self.hit_pages(ctx, [(n, 0.0) for n in beside]):
+                lines.append(f"[Page {neighbour}] {utc_date(other.first_seen)}, the same turn as page {label}: "
+                             f"{excerpt(other_text, terms)}")
         return "\n".join(lines)
+
+    async def _neighbours(self, ctx: RecallContext, record: PageRecord, terms: list[str]) -> list[str]:
+        """The parts of the hit's user turn to show beside it (proxy.recall.neighbours): the part before a
+        continuation page; the part after, when a query term sits in the hit's last message."""
+        beside = [label for label in (part_before(ctx.state, record.label),) if label is not None]
+        after = part_after(ctx.state, record.label)
+        if after is not None and record.end > record.start:
+            (last,) = await self.source.messages(ctx, record.end - 1, record.end)
+            if not set(terms).isdisjoint(tokenize(message_text(last))):
+                beside.append(after)
+        return beside
 
     async def hit_pages(
         self, ctx: RecallContext, hits: list[tuple[str, float]]

@@ -1,0 +1,87 @@
+"""The days a recall query names, and the search that lets the pages of those days climb."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from proxy.engine import EstimateCounter
+from proxy.engine.state import ARCHIVED, ConversationState, PageRecord
+from proxy.recall.dates import DaySpan, asked_days, day_of, prefer_days
+from proxy.recall.resolver import RecallContext, RecallResolver
+from proxy.recall.tool import RecallArgs
+
+TODAY = dt.date(2023, 5, 6)  # a Saturday
+D = dt.date
+
+
+@pytest.mark.parametrize("text, first, last", [
+    ("On May 2nd, I went to the museum", D(2023, 5, 2), D(2023, 5, 2)),
+    ("what did I say on April 27th?", D(2023, 4, 27), D(2023, 4, 27)),
+    ("the 3rd of Dec. please", D(2022, 12, 3), D(2022, 12, 3)),  # no year: the latest one before today
+    ("Sept 9, 2021 meeting", D(2021, 9, 9), D(2021, 9, 9)),
+    ("log of 2023-04-30", D(2023, 4, 30), D(2023, 4, 30)),
+    ("我5月2号说了什么", D(2023, 5, 2), D(2023, 5, 2)),
+    ("what did we decide yesterday", D(2023, 5, 5), D(2023, 5, 5)),
+    ("the day before yesterday", D(2023, 5, 4), D(2023, 5, 4)),
+    ("three days ago I told you", D(2023, 5, 3), D(2023, 5, 3)),
+    ("我前天说的", D(2023, 5, 4), D(2023, 5, 4)),
+    ("last week's plan", D(2023, 4, 24), D(2023, 4, 30)),
+    ("this week", D(2023, 5, 1), D(2023, 5, 6)),
+    ("last month", D(2023, 4, 1), D(2023, 4, 30)),
+    ("上个月", D(2023, 4, 1), D(2023, 4, 30)),
+    ("on May 2nd and yesterday", D(2023, 5, 2), D(2023, 5, 5)),  # several: the span covering them
+])
+def test_named_days(text: str, first: dt.date, last: dt.date) -> None:
+    assert asked_days(text, TODAY) == DaySpan(first, last)
+
+
+@pytest.mark.parametrize("text", ["a few days ago I said", "recently", "what may 2 people do", "April 31st", "the 40th",
+                                  "my cat", ""])
+def test_no_day_or_a_vague_one(text: str) -> None:
+    assert asked_days(text, TODAY) is None
+
+
+def test_pages_of_the_day_climb_but_no_page_joins() -> None:
+    days = {"a": D(2023, 5, 1), "b": D(2023, 5, 2), "c": D(2023, 5, 1), "d": D(2023, 5, 2)}
+    ranking = [("a", 9.0), ("c", 5.0), ("b", 4.0)]
+    span = DaySpan(D(2023, 5, 2), D(2023, 5, 2))
+    preferred = prefer_days(ranking, days.get, span)
+    assert [label for label, _ in preferred] == ["b", "a", "c"]  # "d" was not found: it stays out
+    assert [score for _, score in prefer_days(ranking, days.get, span, keep_scores=True)] == [4.0, 9.0, 5.0]
+    assert prefer_days(ranking, days.get, DaySpan(D(2023, 6, 1), D(2023, 6, 1))) == ranking
+
+
+def _dated_context(pages: dict[int, tuple[str, str]]) -> RecallContext:
+    def stamp(day: str) -> float:
+        return dt.datetime.fromisoformat(day).replace(hour=12, tzinfo=dt.timezone.utc).timestamp()
+
+    messages = [{"role": "user", "content": text} for text, _ in pages.values()]
+    records = [PageRecord(number=n, part=1, start=i, end=i + 1, tokens=20, status=ARCHIVED, first_seen=stamp(day))
+               for i, (n, (_, day)) in enumerate(pages.items())]
+    return RecallContext("t1", "c1", ConversationState(pages=records), messages)
+
+
+PAGES = {1: ("I ran in the park for an hour, a long run.", "2023-05-01"),
+         2: ("A short run today.", "2023-05-02"),
+         3: ("Park run, a very long run in the park, the best run.", "2023-05-03"),
+         4: ("Dinner plans with Anna.", "2023-05-02"), 5: ("A new phone.", "2023-05-04"), 6: ("Tax forms.", "2023-05-05")}
+
+
+async def test_the_search_prefers_the_asked_day_and_shows_the_dates() -> None:
+    now = dt.datetime(2023, 5, 6, 9, tzinfo=dt.timezone.utc).timestamp()
+    resolver = RecallResolver(None, EstimateCounter(), 2048, clock=lambda: now)
+    ctx = _dated_context(PAGES)
+    undated = await resolver.search(ctx, "long run park", 3)
+    assert undated[0][0] != "2"
+    dated = await resolver.search(ctx, "long run park on May 2nd", 3)
+    assert dated[0][0] == "2"
+    assert {label: score for label, score in dated} == {label: score for label, score in
+                                                        await resolver.search(ctx, "long run park May 2nd", 3)}
+    # lexical scores are kept (the push's floor compares them), only the order changes
+    assert sorted(score for _, score in dated) == sorted(score for _, score in await resolver.search(
+        ctx, "long run park on the 2nd of March", 3))
+    assert day_of(now) == TODAY
+    outcome = await resolver.resolve(ctx, RecallArgs(query="run park yesterday"))
+    assert "[Page 2] 2023-05-02, score" in outcome.text  # the page's day beside each hit
