@@ -53,6 +53,8 @@ _BACK = [  # (pattern, days back) of single days
     (re.compile(r"\btoday\b|今天", re.IGNORECASE), 0),
 ]
 _WEEK = re.compile(r"\b(?P<which>this|last|past)\s+week\b|(?P<zh>这周|本周|这个星期|上周|上个星期|上星期)", re.IGNORECASE)
+# Every form read holds a digit or one of these: most queries are turned away by this one scan.
+_MAY_NAME_A_DAY = re.compile(r"\d|today|yesterday|ago|week|month|[今昨前天周月]|星期", re.IGNORECASE)
 _MONTH_SPAN = re.compile(r"\b(?P<which>this|last|past)\s+month\b|(?P<zh>这个月|本月|上个月|上月)", re.IGNORECASE)
 
 
@@ -137,6 +139,8 @@ def _calendar_spans(text: str, today: _dt.date) -> list[DaySpan]:
 
 def asked_days(text: str, today: _dt.date) -> DaySpan | None:
     """The days ``text`` asks about (module docstring), or None when it names no time."""
+    if _MAY_NAME_A_DAY.search(text) is None:
+        return None
     spans = [DaySpan(day, day) for day in _calendar_days(text, today)]
     spans += _spans_back(text, today) + _calendar_spans(text, today)
     if not spans:
