@@ -12,6 +12,8 @@ Usage::
     python loadtests/bench_search.py --fused --pages 1000 --queries 200   # the default search: BM25 fused with
         # the packaged embedding model, the query embedded at each search (pages embedded beforehand, as the
         # proxy does after the turn that archived them); vectors in process memory
+    python loadtests/bench_search.py --fused --model wordllama-l2-256 --model use-multilingual-v3
+        # several packaged models, one after the other in the same run (compare their ratios)
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from proxy.recall.bm25 import BM25Index
+from proxy.recall.packaged_models import DEFAULT_MODEL
 
 _SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "i", "o", "u", "ai", "ou")]
 
@@ -102,7 +105,7 @@ def english_vocabulary(size: int) -> list[str]:
     return sorted(set(words))
 
 
-def fused_bench(pages: list[str], queries: list[str], k: int) -> None:
+def fused_bench(pages: list[str], queries: list[str], k: int, model: str) -> None:
     """p50 of RecallResolver.search (BM25 + query embedding + vector ranking + fusion) over the pages."""
     import asyncio
 
@@ -123,7 +126,7 @@ def fused_bench(pages: list[str], queries: list[str], k: int) -> None:
             return ""
 
     async def run() -> None:
-        embedder = LocalEmbedder()
+        embedder = LocalEmbedder(model)
         vectors = PageVectors(NoStore(), embedder, inline_pages=0, cache_max_bytes=512 * 2**20)  # type: ignore[arg-type]
         resolver = RecallResolver(None, EstimateCounter(), 2048, vectors=vectors)  # type: ignore[arg-type]
         messages = [{"role": "user", "content": text} for text in pages]
@@ -133,7 +136,11 @@ def fused_bench(pages: list[str], queries: list[str], k: int) -> None:
         started = time.perf_counter()
         await resolver.prepare(ctx)
         await vectors.drain()
-        print(f"pages embedded in the background: {len(pages)} in {time.perf_counter() - started:.1f} s")
+        seconds = time.perf_counter() - started
+        if not embedder.ready:
+            raise SystemExit(f"the packaged model {model} did not load: {embedder.last_failure}")
+        print(f"[{model}] pages embedded in the background: {len(pages)} in {seconds:.1f} s "
+              f"({seconds / len(pages) * 1000:.1f} ms per page)")
         await resolver.search(ctx, queries[0], k)  # builds the vector matrix once
         latencies_ms, cpu_ms, embed_ms = [], [], []
         for query in queries[1:]:
@@ -163,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--max-terms", type=int, default=16, help="term cap for the capped long-query run")
     parser.add_argument("--fused", action="store_true", help="time the default fused search (packaged model)")
+    parser.add_argument("--model", action="append", default=None,
+                        help="packaged model(s) of the fused run (proxy.recall.packaged_models; default: the default)")
     args = parser.parse_args(argv)
 
     rng = random.Random(args.seed)
@@ -171,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.fused:  # real words (a subword model cuts made-up words into many pieces): the model's own vocabulary
         words = english_vocabulary(args.vocabulary)
         pages = make_pages(args.pages, words, rng)
-        fused_bench(pages, make_queries(pages, args.queries, rng), args.k)
+        queries = make_queries(pages, args.queries, rng)
+        for model in args.model or [DEFAULT_MODEL]:
+            fused_bench(pages, queries, args.k, model)
         return 0
     long_queries = make_queries(pages, max(args.queries // 5, 1), rng, shortest=24, longest=40)
 

@@ -131,9 +131,9 @@ def main() -> int:
     parser.add_argument("--embeddings-local", default="off", help="the packaged model's name, or off")
     args = parser.parse_args()
     if args.embeddings_local != "off":
-        from proxy.recall.local_embedder import shared_use
+        from proxy.recall.packaged_models import packaged_model, shared_encoder
 
-        shared_use()  # loaded before the timed runs (a proxy loads it once, at start)
+        shared_encoder(packaged_model(args.embeddings_local))  # loaded before the timed runs (as a proxy, at start)
     asyncio.run(run(1, args.turns, args.window, args.embeddings_local))  # warm-up
     parse, handle = asyncio.run(run(args.chats, args.turns, args.window, args.embeddings_local))
     ms = lambda values, q: 1000 * statistics.quantiles(values, n=100)[q - 1]  # noqa: E731

@@ -16,6 +16,7 @@ Usage::
 
     python loadtests/eval_recall.py                       # MADial-Bench and MemoryBank: fused with the packaged
                                                           # model, lexical, and rank_bm25's BM25, side by side
+    python loadtests/eval_recall.py --local-model wordllama-l2-256   # another packaged model
     python loadtests/eval_recall.py --lexical-only --strategy all   # lexical, every query strategy
     python loadtests/eval_recall.py --strategy weighted   # one strategy
     python loadtests/eval_recall.py --embeddings-url http://127.0.0.1:8011   # adds vector and fused runs
@@ -53,6 +54,7 @@ from loadtests.progress import bars_wanted, progress
 from proxy.recall.bm25 import DEFAULT_MIN_SCORE, BM25Index
 from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
+from proxy.recall.packaged_models import DEFAULT_MODEL, MODELS
 from proxy.recall.text import tokenize
 
 __all__ = [
@@ -309,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embeddings-url", default=None,
                         help="OpenAI-compatible base URL serving /v1/embeddings (default: the packaged model)")
     parser.add_argument("--embeddings-model", default="embedding")
+    parser.add_argument("--local-model", default=DEFAULT_MODEL, choices=sorted(MODELS),
+                        help="packaged model of the vector half when no --embeddings-url")
     parser.add_argument("--lexical-only", action="store_true", help="no vector half (no embedding model)")
     parser.add_argument("--vector-weight", type=float, nargs="+", default=[1.0],
                         help="weight(s) of the vector ranking in the fusion (several: one fused run each)")
@@ -342,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.embeddings_url:
         embed, source = caching(http_embedder(args.embeddings_url, model=args.embeddings_model)), args.embeddings_url
     else:
-        embed, source = caching(local_embed()), "packaged use-multilingual-v3"
+        embed, source = caching(local_embed(args.local_model)), f"packaged {args.local_model}"
     strategies = STRATEGIES if args.strategy == "all" else (args.strategy,)
     print(
         f"MADial-Bench en ({args.split}): {len(bench.dialogues)} dialogues, {len(bench.memories)} memories, "

@@ -1,5 +1,5 @@
 """Pieces of loadtests/eval_recall.py shared by its data sets: the reference BM25 (``rank_bm25``, a library
-the project does not use for its own search), the packaged embedding model as an EmbedFn, a progress line,
+the project does not use for its own search), a packaged embedding model as an EmbedFn, a progress line,
 and MemoryBank's labelled probing questions (loadtests/memorybank_evidence.json).
 
 MemoryBank protocol: each exchange (the user's message and the answer) of a user's dated history is a page;
@@ -20,6 +20,7 @@ from proxy.recall.bm25 import BM25Index
 from proxy.recall.dates import asked_days, prefer_days
 from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
+from proxy.recall.packaged_models import DEFAULT_MODEL
 from proxy.recall.text import tokenize
 
 __all__ = ["EVIDENCE_FILE", "reference_ranking", "local_embed", "memorybank_cases",
@@ -40,11 +41,11 @@ def reference_ranking(documents: Sequence[str], query_terms: Sequence[str]) -> l
     return [i for i in order if scores[i] > 0]
 
 
-def local_embed() -> Callable[[list[str]], list[list[float]]]:
-    """An EmbedFn over the packaged model, as the proxy runs it (chunking included)."""
+def local_embed(model: str = DEFAULT_MODEL) -> Callable[[list[str]], list[list[float]]]:
+    """An EmbedFn over a packaged model (proxy.recall.packaged_models), as the proxy runs it (chunking included)."""
     from proxy.recall.local_embedder import LocalEmbedder
 
-    embedder = LocalEmbedder()
+    embedder = LocalEmbedder(model)
 
     def embed(texts: list[str]) -> list[list[float]]:
         got = embedder._embed_now(texts)

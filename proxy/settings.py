@@ -262,7 +262,8 @@ class Settings:
         default="use-multilingual-v3",
         metadata=_doc(
             "Packaged embedding model of the recall search when embeddings_url is empty (in-process, CPU, nothing "
-            "downloaded): 'use-multilingual-v3', or 'off' for lexical search only."
+            "downloaded): 'use-multilingual-v3' (multilingual), 'wordllama-l2-256' (English, faster; extra "
+            "memci-proxy[wordllama]), or 'off' for lexical search only."
         ),
     )
     embeddings_local_weights: str = field(

