@@ -1,0 +1,60 @@
+"""A search does not re-check every page when nothing changed, yet sees every change: a page record replaced in
+place is indexed again, and vectors stored after the last search are in the in-process scan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.engine import EstimateCounter
+from proxy.engine.state import ARCHIVED, PageRecord
+from proxy.recall.resolver import RecallResolver
+from proxy.recall.vector_index import PageVectors
+from tests.unit.recall.test_embeddings_fusion import PAGES, MemoryVectorStore, TopicEmbedder, _context
+
+
+class CountingSource:
+    """The messages of ctx, counting the pages read."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def messages(self, ctx: Any, start: int, end: int) -> list[dict[str, Any]]:
+        self.reads += 1
+        return ctx.messages[start:end]
+
+
+async def test_unchanged_pages_are_not_read_again_and_a_replaced_record_is_reindexed() -> None:
+    resolver = RecallResolver(None, EstimateCounter(), 2048)
+    source = CountingSource()
+    resolver.indexes.source = source  # type: ignore[assignment]
+    ctx = _context(PAGES)
+    assert [label for label, _ in await resolver.search(ctx, "wedding suit", 1)] == ["2"]
+    assert source.reads == len(PAGES)
+    await resolver.search(ctx, "train", 1)
+    assert source.reads == len(PAGES)  # nothing changed: nothing read
+    # Page 2 now starts at a new message (the list is the same object, one record replaced).
+    ctx.messages.append({"role": "user", "content": "The wedding moved to a castle; the suit is grey now."})
+    ctx.state.pages[1] = PageRecord(number=2, part=1, start=len(ctx.messages) - 1, end=len(ctx.messages),
+                                    tokens=20, status=ARCHIVED)
+    hits = await resolver.search(ctx, "castle", 1)
+    assert [label for label, _ in hits] == ["2"] and source.reads == len(PAGES) + 1
+
+
+async def test_vectors_stored_after_a_search_are_in_the_next_scan() -> None:
+    store = MemoryVectorStore()
+    vectors = PageVectors(store, TopicEmbedder(), inline_pages=0)
+    resolver = RecallResolver(None, EstimateCounter(), 2048, vectors=vectors)
+    ctx = _context(PAGES)
+    await resolver.prepare(ctx)
+    await vectors.drain()
+    assert "5" not in dict(await vectors.nearest("t1", "c1", "rail", 5))
+    grown = _context({**PAGES, 5: "A new page about the rail strike."})
+    await resolver.prepare(grown)
+    await vectors.drain()
+
+    async def no_store(*_a: Any, **_kw: Any) -> list[tuple[str, float]]:
+        raise AssertionError("every vector is in this process: the store is not asked")
+
+    store.nearest_pages = no_store  # type: ignore[method-assign]
+    assert "5" in dict(await vectors.nearest("t1", "c1", "rail", 5))
+    await vectors.close()
