@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from proxy.engine import EstimateCounter
+from proxy.metrics import Metrics
 from proxy.recall.local_embedder import LocalEmbedder
 from proxy.recall.packaged_models import MODELS, USE, WORDLLAMA, PackagedModel, packaged_model, shared_encoder
 from proxy.recall.resolver import RecallResolver
@@ -78,7 +79,7 @@ def test_an_unknown_name_is_a_model_that_is_absent() -> None:
 
 
 async def test_an_absent_model_leaves_the_search_lexical_and_is_counted() -> None:
-    metrics = FakeMetrics()
+    metrics = Metrics()
     vectors = build_page_vectors(MemoryVectorStore(), "", local_model="no-such-model", metrics=metrics)
     assert vectors is not None
     resolver = RecallResolver(None, EstimateCounter(), 2048, vectors=vectors, metrics=metrics)
@@ -86,7 +87,7 @@ async def test_an_absent_model_leaves_the_search_lexical_and_is_counted() -> Non
     ctx = _context(PAGES)
     assert vectors.embedder._model() is None  # type: ignore[attr-defined]  # what warm() runs at start-up
     assert await resolver.search(ctx, "train to Lyon", 3) == await lexical.search(ctx, "train to Lyon", 3)
-    assert metrics.count("model_absent") == 1
+    assert metrics.recall_fallbacks.labels("model_absent")._value.get() == 1
     await vectors.close()
 
 
@@ -113,3 +114,24 @@ def test_the_process_loads_a_model_once() -> None:
     model = PackagedModel("counted", 4, lambda path: loads.append(path) or (lambda texts: None))
     assert shared_encoder(model) is shared_encoder(model)
     assert loads == [""]
+
+
+CHINESE_PAGES = ["我们订了去里昂的火车票，三月份去开会。", "我家的小猫米索很害羞，总是躲在沙发底下。", "季度报告下周五之前必须交上去。",
+                 "我姐姐六月份结婚，我得买一套蓝色西装。", "医生说我的血压有点高，要少吃盐。", "我们打算暑假带孩子去海边度假。"]
+CHINESE_QUERIES = [("我的宠物叫什么名字？", 1), ("婚礼那天我穿什么？", 3), ("出差的交通怎么安排的？", 0), ("工作文件的截止日期是哪天？", 2),
+                   ("体检结果怎么样？", 4), ("假期有什么旅行计划？", 5)]
+ENGLISH_QUERIES = [("What is my pet's name?", 1), ("What should I wear to the wedding?", 3),
+                   ("When is the work document due?", 2), ("What did the doctor say about my health?", 4)]
+
+
+def _top1(name: str, queries: list[tuple[str, int]]) -> int:
+    encode = shared_encoder(MODELS[name])
+    pages, asked = np.asarray(encode(CHINESE_PAGES)), np.asarray(encode([q for q, _ in queries]))
+    return sum(int(np.argmax(row)) == want for row, (_, want) in zip(asked @ pages.T, queries, strict=True))
+
+
+@pytest.mark.parametrize(("name", "chinese", "english"), [(USE.name, 6, 4), (WORDLLAMA.name, 1, 1)])
+def test_chinese_pages_are_found_by_the_multilingual_model_only(name: str, chinese: int, english: int) -> None:
+    """docs/memory.md ("Why this model"): why USE stays the default while the proxy serves Chinese chats."""
+    pytest.importorskip(PACKAGES[name])
+    assert (_top1(name, CHINESE_QUERIES), _top1(name, ENGLISH_QUERIES)) == (chinese, english)
