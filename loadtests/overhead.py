@@ -366,7 +366,9 @@ def start_servers(plan: Plan, python: str, upstream: str, workdir: Path) -> dict
             wanted.append(("LiteLLM proxy", cmd, f"http://127.0.0.1:{port}", env))
     started: dict[str, tuple[Server, str]] = {}
     for target, cmd, root, env in wanted:
-        health = root + ("/health/liveliness" if target.startswith("LiteLLM") else "/health")
+        # the proxies once ready (database up, packaged embedding model loaded): the steady state is measured
+        health = root + ("/health/liveliness" if target.startswith("LiteLLM") else "/ready" if "proxy" in target
+                         else "/health")
         server = Server(re.sub(r"\W+", "-", target).strip("-"), cmd, health, env, workdir)
         print(f"starting {target}", file=sys.stderr)
         try:

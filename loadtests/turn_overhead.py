@@ -115,8 +115,8 @@ def _start(python: str, upstream: str, workdir: Path, managed: bool, env: dict[s
     if not managed:
         server_env["MEMCI_MANAGE_CONTEXT"] = "false"
     server = Server(name, [python, "-m", "proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-                           "--upstream", upstream], f"http://127.0.0.1:{port}/health", server_env, workdir)
-    server.start(timeout=180)
+                           "--upstream", upstream], f"http://127.0.0.1:{port}/ready", server_env, workdir)
+    server.start(timeout=180)  # ready: the database up and the packaged embedding model loaded (steady state)
     return server, f"http://127.0.0.1:{port}/v1"
 
 

@@ -86,6 +86,9 @@ async def ready(request: Request) -> Response:
     except ProxyError:
         upstream_ok = False
     checks["upstream"] = {"ok": upstream_ok, "url": services.upstream.base_url()}
+    embeddings = services.context.embeddings_status() if services.context is not None else None
+    if embeddings is not None:
+        checks["embeddings"] = embeddings
     ok = all(bool(c["ok"]) for c in checks.values())
     return Response(content={"status": "ready" if ok else "not ready", "checks": checks}, status_code=200 if ok else 503)
 

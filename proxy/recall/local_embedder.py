@@ -99,6 +99,16 @@ class LocalEmbedder:
     def ready(self) -> bool:
         return self._encode is not None
 
+    @property
+    def loading(self) -> bool:
+        """The model is neither loaded nor failed (a search meanwhile is lexical)."""
+        return self._encode is None and not self._failed
+
+    def status(self) -> dict[str, object]:
+        """For /ready: ok once the model is loaded or has failed for good (search then lexical, not waiting)."""
+        state = "loaded" if self.ready else "loading" if self.loading else f"failed ({self.last_failure}): lexical search"
+        return {"ok": not self.loading, "model": self.model.name, "state": state}
+
     def warm(self) -> None:
         """Load the model in the background (a search meanwhile is lexical, counted as 'loading')."""
         self._pages.submit(self._model)

@@ -97,6 +97,11 @@ class TurnService:
         if warm is not None and self.recall_enabled:
             warm()  # the packaged model loads in a worker thread
 
+    def embeddings_status(self) -> dict[str, object] | None:
+        """The packaged embedding model's state for /ready (None: an embeddings server, or no vector search)."""
+        status = getattr(self.resolver.vectors.embedder, "status", None) if self.resolver.vectors else None
+        return status() if status is not None and self.recall_enabled else None
+
     async def close(self) -> None:
         """Finish the turns still running their after-answer step, write everything queued, close clients."""
         if self._finishing:

@@ -50,6 +50,18 @@ def _metric(proxy, name: str) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in re.finditer(name + r'\{[a-z]+="([^"]+)"\} ([0-9.e+]+)', text)}
 
 
+def _ready(proxy) -> dict:
+    """/ready once the packaged model is no longer loading (503 meanwhile)."""
+    deadline = time.monotonic() + 60
+    while True:
+        r = httpx.get(proxy.url + "/ready", timeout=10)
+        body = r.json()
+        if body["checks"]["embeddings"]["state"] != "loading" or time.monotonic() > deadline:
+            return {**body, "http": r.status_code}
+        assert r.status_code == 503
+        time.sleep(0.2)
+
+
 def _page_of_fact(hits: list[dict]) -> bool:
     return bool(hits) and hits[0]["page"] == "3"
 
@@ -60,6 +72,8 @@ def test_default_search_finds_a_paraphrase_that_lexical_misses(emulator_and_prox
     assert not _page_of_fact(_search(lexical.proxy, conversation, PARAPHRASE))
 
     default = emulator_and_proxy(emulator=lexical.emulator, env={"MEMCI_EMBEDDINGS_LOCAL": Settings().embeddings_local})
+    ready = _ready(default.proxy)
+    assert ready["http"] == 200 and ready["checks"]["embeddings"]["state"] == "loaded", ready
     conversation = _conversation(default.proxy)
     deadline = time.monotonic() + 30  # pages are embedded in the background after their turn
     while True:
@@ -80,6 +94,8 @@ def test_broken_model_falls_back_to_lexical_counted_without_5xx(emulator_and_pro
     weights.write_bytes(b"not a weights file")
     pair = emulator_and_proxy(window=2048, env={"MEMCI_EMBEDDINGS_LOCAL": Settings().embeddings_local,
                                                   "MEMCI_EMBEDDINGS_LOCAL_WEIGHTS": str(weights)})
+    ready = _ready(pair.proxy)  # a model that cannot load does not hold readiness back: search is lexical
+    assert ready["http"] == 200 and "failed (model_error)" in ready["checks"]["embeddings"]["state"], ready
     conversation = _conversation(pair.proxy)  # every turn answered 200 (asserted inside)
     hits = _search(pair.proxy, conversation, "kitten Miso")
     assert _page_of_fact(hits)

@@ -88,8 +88,10 @@ async def test_a_model_that_cannot_load_fails_once_with_its_reason(error: Except
         raise error
 
     embedder = LocalEmbedder(loader=loader)
+    assert embedder.status()["ok"] is False and embedder.status()["state"] == "loading"
     assert await embedder.embed(["a page"]) is None
     assert embedder.last_failure == reason
+    assert embedder.status()["ok"] is True and reason in str(embedder.status()["state"])  # lexical: not waited for
     assert await embedder.embed_query("a query") is None
     assert len(loads) == 1  # not tried again at every search
     await embedder.close()
@@ -100,6 +102,7 @@ async def test_queries_wait_for_the_model_and_are_cached() -> None:
     assert await embedder.embed_query("where is my cat") is None  # not loaded yet: lexical meanwhile
     assert embedder.last_failure == "loading"
     embedder._pages.submit(lambda: None).result()  # the load started by the query is done
+    assert embedder.status() == {"ok": True, "model": embedder.model_name, "state": "loaded"}
     first = await embedder.embed_query("where is my cat")
     again = await embedder.embed_query("where is my cat")
     assert first is not None and first == again
