@@ -93,6 +93,7 @@ class Row:
     job_prompt: int = 0
     job_hit_rate: float | None = None
     turn_hit_rate: float | None = None  # the client's turns alone (recall rounds included)
+    counting: dict[str, float] = field(default_factory=dict)  # the proxy's estimate error and /tokenize requests
     records: list[RequestRecord] = field(default_factory=list, repr=False)
 
 
@@ -265,6 +266,28 @@ def settle(upstream: Upstream, quiet_s: float, limit_s: float = 300.0) -> None:
             return
 
 
+def counting_of(proxy_url: str) -> dict[str, float]:
+    """From the proxy's /metrics: the mean of (estimated - reported) / reported prompt tokens, the share of
+    requests estimated below what the upstream reported, and the /tokenize requests sent."""
+    values: dict[str, float] = {}
+    try:
+        text = httpx.get(proxy_url.rstrip("/").removesuffix("/v1") + "/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return values
+    error = "memci_token_estimate_error_ratio"
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name in (f"{error}_sum", f"{error}_count", f'{error}_bucket{{le="0.0"}}'):
+            values[name.removeprefix(error + "_")] = float(value)
+        elif name.startswith("memci_tokenize_requests_total"):
+            values["tokenize_requests"] = values.get("tokenize_requests", 0.0) + float(value)
+    count = values.pop("count", 0.0)
+    if count:
+        values["error_mean"] = values.pop("sum", 0.0) / count
+        values["under_share"] = values.pop('bucket{le="0.0"}', 0.0) / count
+    return values
+
+
 def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir: Path,
                  variant: ProxyVariant = ProxyVariant()) -> Row:
     budget = budget_of(args.window, workload.max_tokens)
@@ -280,6 +303,7 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
             with proxy_server(upstream.base_url, home, env, variant.src) as proxy_url, bar:
                 records = Run(workload, None, upstream, proxy_url, budget, model=args.model, progress=bar).play()
                 settle(upstream, args.settle)  # the summary jobs of the last epochs
+                counting = counting_of(proxy_url)
         else:
             with bar:
                 records = Run(workload, strategy, upstream, upstream.base_url, budget, not args.raw_estimate,
@@ -288,6 +312,8 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
         totals = upstream.totals()
     row = summarise(variant.name() if key == "proxy" else strategy.name if strategy else key, records, budget,
                     elapsed, key == "proxy")
+    if key == "proxy":
+        row.counting = counting
     if totals and totals.get("prompt_tokens"):
         row.hit_rate = totals["cached_tokens"] / totals["prompt_tokens"]
         ok = [r for r in records if not r.error]
@@ -411,6 +437,11 @@ def main(argv: list[str] | None = None) -> int:
                 for variant in (proxy_variants(args) if key == "proxy" else [ProxyVariant()]):
                     rows.append(run_strategy(key, workload, args, Path(tmp), variant))
             print(markdown(workload, rows, args.window), flush=True)
+            for row in rows:
+                if row.counting:
+                    print(f"{row.strategy}: estimate error mean {row.counting.get('error_mean', 0):+.4f}, "
+                          f"under-estimated {100 * row.counting.get('under_share', 0):.1f}% of requests, "
+                          f"/tokenize requests {row.counting.get('tokenize_requests', 0):.0f}", flush=True)
             if args.plots != "none":
                 png = plot_workload(Path(args.plots) / f"cache_bench-{kind}.png",
                                     f"{workload.name}: {len(workload.turns)} turns, window {args.window:,}", rows,

@@ -33,7 +33,8 @@ class TurnCounts:
         if not settings.tokenizer_file and settings.upstream_tokenize:
             self.tokenizer = UpstreamTokenCounter(upstream, settings.tokenize_cache_entries,
                                                   settings.tokenize_timeout_s, metrics,
-                                                  wait_min_chars=settings.tokenize_wait_min_chars)
+                                                  wait_min_chars=settings.tokenize_wait_min_chars,
+                                                  min_chars=settings.tokenize_min_chars)
         self.base: TokenCounter = make_counter(settings.tokenizer_file)
         if self.tokenizer is not None:  # not `or`: an empty cache has len() 0
             self.base = self.tokenizer
