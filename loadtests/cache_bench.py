@@ -267,24 +267,25 @@ def settle(upstream: Upstream, quiet_s: float, limit_s: float = 300.0) -> None:
 
 
 def counting_of(proxy_url: str) -> dict[str, float]:
-    """From the proxy's /metrics: the mean of (estimated - reported) / reported prompt tokens, the share of
-    requests estimated below what the upstream reported, and the /tokenize requests sent."""
+    """From the proxy's /metrics: the shares of requests whose estimate was below what the upstream reported, within
+    5% of it and more than 10% above it (memci_token_estimate_error_ratio), and the /tokenize requests sent."""
     values: dict[str, float] = {}
     try:
         text = httpx.get(proxy_url.rstrip("/").removesuffix("/v1") + "/metrics", timeout=10).text
     except httpx.HTTPError:
         return values
-    error = "memci_token_estimate_error_ratio"
+    buckets: dict[str, float] = {}
     for line in text.splitlines():
         name, _, value = line.rpartition(" ")
-        if name in (f"{error}_sum", f"{error}_count", f'{error}_bucket{{le="0.0"}}'):
-            values[name.removeprefix(error + "_")] = float(value)
+        if name.startswith('memci_token_estimate_error_ratio_bucket{le="'):
+            buckets[name.split('"')[1]] = float(value)
         elif name.startswith("memci_tokenize_requests_total"):
             values["tokenize_requests"] = values.get("tokenize_requests", 0.0) + float(value)
-    count = values.pop("count", 0.0)
+    count = buckets.get("+Inf", 0.0)
     if count:
-        values["error_mean"] = values.pop("sum", 0.0) / count
-        values["under_share"] = values.pop('bucket{le="0.0"}', 0.0) / count
+        values["under_share"] = buckets["0.0"] / count
+        values["within_5_share"] = (buckets["0.05"] - buckets["-0.05"]) / count
+        values["over_10_share"] = 1 - buckets["0.1"] / count
     return values
 
 
@@ -439,9 +440,11 @@ def main(argv: list[str] | None = None) -> int:
             print(markdown(workload, rows, args.window), flush=True)
             for row in rows:
                 if row.counting:
-                    print(f"{row.strategy}: estimate error mean {row.counting.get('error_mean', 0):+.4f}, "
-                          f"under-estimated {100 * row.counting.get('under_share', 0):.1f}% of requests, "
-                          f"/tokenize requests {row.counting.get('tokenize_requests', 0):.0f}", flush=True)
+                    shares = {k: f"{100 * row.counting.get(k, 0):.1f}%" for k in
+                              ("under_share", "within_5_share", "over_10_share")}
+                    print(f"{row.strategy}: estimates below the reported prompt {shares['under_share']}, within 5% "
+                          f"{shares['within_5_share']}, over 10% above {shares['over_10_share']}; /tokenize requests "
+                          f"{row.counting.get('tokenize_requests', 0):.0f}", flush=True)
             if args.plots != "none":
                 png = plot_workload(Path(args.plots) / f"cache_bench-{kind}.png",
                                     f"{workload.name}: {len(workload.turns)} turns, window {args.window:,}", rows,

@@ -216,7 +216,7 @@ class TurnService:
             log.warning("could not create conversation %s in the database: %s", conversation_id, exc)
             raise StoreUnavailable(str(exc)) from exc
         if not fresh:
-            self.metrics.conversations.labels(how).inc()
+            self.metrics.child(self.metrics.conversations, how).inc()
         state = known.state
         config = self._config(await self.window.tokens())
         data = call.data

@@ -217,7 +217,7 @@ class UpstreamTokenCounter:
 
     def _outcome(self, outcome: str) -> None:
         if self.metrics is not None:
-            self.metrics.tokenize_requests.labels(outcome).inc()
+            self.metrics.child(self.metrics.tokenize_requests, outcome).inc()
 
     async def close(self) -> None:
         for task in list(self._inflight.values()):
