@@ -332,7 +332,10 @@ class TurnService:
         it is handed over (or before, when write-behind is off)."""
         if answer.events is not None:
             answer.events = self._finish_after(answer.events, turn, release)
-        elif not self.settings.write_behind:
+            return answer
+        if answer.status == 200 and (turn.record is None or turn.record.rounds == 0):
+            self.counts.answered(answer.body)  # one round: its completion tokens count the answer's text
+        if not self.settings.write_behind:
             await self._finish(turn, release)
         else:
             task = asyncio.get_running_loop().create_task(self._finish(turn, release))

@@ -104,6 +104,14 @@ class UpstreamTokenCounter:
         return MESSAGE_OVERHEAD + others * IMAGE_TOKENS + sum(self.count_text(t) for t in texts)
 
     # -- filling the cache ---------------------------------------------------------------------------------------
+    def remember(self, text: str, count: int) -> None:
+        """A text the upstream counted otherwise (an answer's completion tokens): cached like a /tokenize count,
+        so the text is not asked for when the client sends it back."""
+        if len(text) >= self.min_chars and count >= 0:
+            key = self._key(text)
+            if key not in self._cache:
+                self._cache.put(key, count)
+
     @property
     def available(self) -> bool:
         return self.clock() >= self._off_until

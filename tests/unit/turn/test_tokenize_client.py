@@ -163,3 +163,54 @@ async def test_texts_below_min_chars_are_estimated_and_not_asked():
     assert [b["prompt"] for b in server.bodies] == [long_text]
     assert counter.lookup(TEXT) is None and counter.lookup(long_text) == 14
     assert counter.count_text(TEXT) == math.ceil(EstimateCounter().count_text(TEXT) * counter.ratio)
+
+
+def test_an_answers_completion_tokens_count_its_text_when_it_is_one_plain_message():
+    from proxy.turn.counting import answer_text_count
+
+    def body(message, finish="stop", n=1, **usage):
+        return json.dumps({"choices": [{"index": i, "message": message, "finish_reason": finish} for i in range(n)],
+                           "usage": {"prompt_tokens": 50, "completion_tokens": 9, **usage}}).encode()
+
+    plain = {"role": "assistant", "content": TEXT}
+    assert answer_text_count(body(plain)) == (TEXT, 9)
+    assert answer_text_count(body(plain, "length")) == (TEXT, 9)
+    assert answer_text_count(body(plain, n=2)) is None  # whose text would the count be?
+    assert answer_text_count(body(plain, "tool_calls")) is None
+    assert answer_text_count(body({**plain, "tool_calls": [{"id": "c"}]})) is None
+    assert answer_text_count(body({**plain, "reasoning_content": "hm"})) is None
+    assert answer_text_count(body(plain, completion_tokens_details={"reasoning_tokens": 4})) is None
+    assert answer_text_count(body(plain, completion_tokens=0)) is None
+    assert answer_text_count(b"not json") is None
+
+
+async def test_the_answer_sent_back_is_not_asked_for_again():
+    from turn_fakes import call_of, make_service
+
+    answer = "A plain answer, long enough to be counted."
+    prompts: list = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
+        body = json.loads(request.content)
+        if request.url.path == "/tokenize":
+            asked = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+            prompts.extend(asked)
+            return httpx.Response(200, json={"count": [len(p.split()) for p in asked] if isinstance(
+                body["prompt"], list) else len(body["prompt"].split())})
+        return httpx.Response(200, json={"choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
+                                                      "finish_reason": "stop"}],
+                                         "usage": {"prompt_tokens": 40, "completion_tokens": 11}})
+
+    service = make_service(upstream)
+    messages = [{"role": "user", "content": "The first question of this conversation."}]
+    await service.handle(call_of(messages))
+    await asyncio.sleep(0.05)  # counted behind the turn
+    assert service.counts.tokenizer.lookup(answer) == 11  # from the answer's completion tokens
+    messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": "And the second question?"}]
+    await service.handle(call_of(messages))
+    await asyncio.sleep(0.05)
+    assert "The first question of this conversation." in prompts and "And the second question?" in prompts
+    assert answer not in prompts
+    await service.close()
