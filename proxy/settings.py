@@ -203,7 +203,7 @@ class Settings:
                       "the answer for the next turns (0: always wait).", min=0),
     )
     tokenize_min_chars: int = field(
-        default=16,
+        default=256,
         metadata=_doc("Texts shorter than this are not sent to /tokenize: they are estimated (times the exact/estimate "
                       "ratio seen so far), their error a few tokens that the learned costs absorb (at least 16).",
                       min=16),

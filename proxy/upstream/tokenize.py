@@ -105,12 +105,12 @@ class UpstreamTokenCounter:
 
     # -- filling the cache ---------------------------------------------------------------------------------------
     def remember(self, text: str, count: int) -> None:
-        """A text the upstream counted otherwise (an answer's completion tokens): cached like a /tokenize count,
-        so the text is not asked for when the client sends it back."""
+        """A text the upstream counted otherwise (an answer's completion tokens): cached, and taken into the
+        exact/estimate ratio, like a /tokenize count, so the text is not asked for when the client sends it back."""
         if len(text) >= self.min_chars and count >= 0:
             key = self._key(text)
             if key not in self._cache:
-                self._cache.put(key, count)
+                self._counted(key, text, count)
 
     @property
     def available(self) -> bool:

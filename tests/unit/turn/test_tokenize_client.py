@@ -203,7 +203,7 @@ async def test_the_answer_sent_back_is_not_asked_for_again():
                                                       "finish_reason": "stop"}],
                                          "usage": {"prompt_tokens": 40, "completion_tokens": 11}})
 
-    service = make_service(upstream)
+    service = make_service(upstream, tokenize_min_chars=16)  # the short questions asked too
     messages = [{"role": "user", "content": "The first question of this conversation."}]
     await service.handle(call_of(messages))
     await asyncio.sleep(0.05)  # counted behind the turn
