@@ -46,8 +46,11 @@ class _Answer:
     headers = {"Content-Type": "application/json"}
     content = _Body()
 
+    def __init__(self, body: bytes = ANSWER) -> None:
+        self.body = body
+
     async def read(self) -> bytes:
-        return ANSWER
+        return self.body
 
     def release(self) -> None:
         pass
@@ -56,8 +59,18 @@ class _Answer:
         pass
 
 
+def _tokenized(body: bytes) -> bytes:
+    """SGLang's /tokenize answer (a text or a list of texts): one token per 4 characters."""
+    prompt = json.loads(body)["prompt"]
+    count = [len(p) // 4 for p in prompt] if isinstance(prompt, list) else len(prompt) // 4
+    return json.dumps({"count": count, "max_model_len": 32768}).encode()
+
+
 class InstantUpstream:
-    """proxy.upstream.port.Upstream answering every request at once."""
+    """proxy.upstream.port.Upstream answering every request at once (/tokenize too, counted)."""
+
+    def __init__(self) -> None:
+        self.tokenize_requests = 0
 
     def url(self, path: str, query: str = "", route_key: str | None = None) -> str:
         return "http://upstream/v1" + path
@@ -66,10 +79,13 @@ class InstantUpstream:
         return dict(headers)
 
     async def send(self, method, url, headers, body):
+        if url.endswith("/tokenize"):
+            self.tokenize_requests += 1
+            return _Answer(_tokenized(body)), 0.0
         return _Answer(), 0.0
 
     async def read_body(self, response) -> bytes:
-        return ANSWER
+        return response.body
 
 
 class VectorRepository(MemoryRepository):
@@ -99,12 +115,15 @@ async def run(chats: int, turns: int, window: int = 32768, local: str = "off") -
     repo = VectorRepository() if local != "off" else MemoryRepository()
     store = Store(repo=repo, hot=InProcessHotState(), kind_db="memory", kind_hot="in-process",
                   database_url="")
+    upstream = InstantUpstream()
     service = TurnService(settings(context_window=window, embeddings_local=local), metrics,
-                          Exchange(InstantUpstream(), metrics), store)
+                          Exchange(upstream, metrics), store)
     service.start()
     parse, handle = [], []
-    for chat in range(chats):
-        for body in chat_bodies(f"chat {chat} {time.time_ns()}", turns):
+    chat_requests = [chat_bodies(f"chat {chat} {time.time_ns()}", turns) for chat in range(chats)]
+    cpu = time.process_time()
+    for bodies in chat_requests:
+        for body in bodies:
             started = time.perf_counter()
             data, raw = parse_chat_body(body)
             validate_chat_request(data)
@@ -115,9 +134,12 @@ async def run(chats: int, turns: int, window: int = 32768, local: str = "off") -
             await asyncio.sleep(0)
             parse.append(parsed - started)
             handle.append(time.perf_counter() - parsed)
+    await service.close()  # the turns' after-answer work and the writes behind them finished
+    cpu = time.process_time() - cpu
     embedded = len(repo.vectors) if isinstance(repo, VectorRepository) else 0
-    print(f"pages archived: {int(metrics.pages_archived._value.get())}, embedded in the background: {embedded}")
-    await service.close()
+    print(f"pages archived: {int(metrics.pages_archived._value.get())}, embedded in the background: {embedded}, "
+          f"/tokenize requests per turn: {upstream.tokenize_requests / len(handle):.2f}, "
+          f"CPU per turn {1000 * cpu / len(handle):.3f} ms (all of it: body parsed, turn, after the answer, writes)")
     return parse, handle
 
 

@@ -93,6 +93,7 @@ class Row:
     job_prompt: int = 0
     job_hit_rate: float | None = None
     turn_hit_rate: float | None = None  # the client's turns alone (recall rounds included)
+    counting: dict[str, float] = field(default_factory=dict)  # the proxy's estimate error and /tokenize requests
     records: list[RequestRecord] = field(default_factory=list, repr=False)
 
 
@@ -265,6 +266,29 @@ def settle(upstream: Upstream, quiet_s: float, limit_s: float = 300.0) -> None:
             return
 
 
+def counting_of(proxy_url: str) -> dict[str, float]:
+    """From the proxy's /metrics: the shares of requests whose estimate was below what the upstream reported, within
+    5% of it and more than 10% above it (memci_token_estimate_error_ratio), and the /tokenize requests sent."""
+    values: dict[str, float] = {}
+    try:
+        text = httpx.get(proxy_url.rstrip("/").removesuffix("/v1") + "/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return values
+    buckets: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name.startswith('memci_token_estimate_error_ratio_bucket{le="'):
+            buckets[name.split('"')[1]] = float(value)
+        elif name.startswith("memci_tokenize_requests_total"):
+            values["tokenize_requests"] = values.get("tokenize_requests", 0.0) + float(value)
+    count = buckets.get("+Inf", 0.0)
+    if count:
+        values["under_share"] = buckets["0.0"] / count
+        values["within_5_share"] = (buckets["0.05"] - buckets["-0.05"]) / count
+        values["over_10_share"] = 1 - buckets["0.1"] / count
+    return values
+
+
 def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir: Path,
                  variant: ProxyVariant = ProxyVariant()) -> Row:
     budget = budget_of(args.window, workload.max_tokens)
@@ -280,6 +304,7 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
             with proxy_server(upstream.base_url, home, env, variant.src) as proxy_url, bar:
                 records = Run(workload, None, upstream, proxy_url, budget, model=args.model, progress=bar).play()
                 settle(upstream, args.settle)  # the summary jobs of the last epochs
+                counting = counting_of(proxy_url)
         else:
             with bar:
                 records = Run(workload, strategy, upstream, upstream.base_url, budget, not args.raw_estimate,
@@ -288,6 +313,8 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
         totals = upstream.totals()
     row = summarise(variant.name() if key == "proxy" else strategy.name if strategy else key, records, budget,
                     elapsed, key == "proxy")
+    if key == "proxy":
+        row.counting = counting
     if totals and totals.get("prompt_tokens"):
         row.hit_rate = totals["cached_tokens"] / totals["prompt_tokens"]
         ok = [r for r in records if not r.error]
@@ -411,6 +438,13 @@ def main(argv: list[str] | None = None) -> int:
                 for variant in (proxy_variants(args) if key == "proxy" else [ProxyVariant()]):
                     rows.append(run_strategy(key, workload, args, Path(tmp), variant))
             print(markdown(workload, rows, args.window), flush=True)
+            for row in rows:
+                if row.counting:
+                    shares = {k: f"{100 * row.counting.get(k, 0):.1f}%" for k in
+                              ("under_share", "within_5_share", "over_10_share")}
+                    print(f"{row.strategy}: estimates below the reported prompt {shares['under_share']}, within 5% "
+                          f"{shares['within_5_share']}, over 10% above {shares['over_10_share']}; /tokenize requests "
+                          f"{row.counting.get('tokenize_requests', 0):.0f}", flush=True)
             if args.plots != "none":
                 png = plot_workload(Path(args.plots) / f"cache_bench-{kind}.png",
                                     f"{workload.name}: {len(workload.turns)} turns, window {args.window:,}", rows,

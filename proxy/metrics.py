@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -17,6 +19,7 @@ _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
+        self._children: dict[tuple[str, ...], Any] = {}  # labelled children, see `child`
         # memci_cache_*: every bounded per-process cache (proxy.caches)
         r.register(CacheCollector())
         self.requests = Counter("memci_requests", "Requests answered, by route and status.", ["route", "status"], registry=r)
@@ -185,6 +188,14 @@ class Metrics:
             "(what the upstream prefills again).", buckets=(0, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536),
             registry=r,
         )
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once per process (``labels`` costs more than the count itself)."""
+        key = (metric._name, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def observe_usage(self, usage: object) -> None:
         if not isinstance(usage, dict):

@@ -202,6 +202,12 @@ class Settings:
                       "(a tool result, a pasted file); shorter ones are planned with the estimate and counted behind "
                       "the answer for the next turns (0: always wait).", min=0),
     )
+    tokenize_min_chars: int = field(
+        default=256,
+        metadata=_doc("Texts shorter than this are not sent to /tokenize: they are estimated (times the exact/estimate "
+                      "ratio seen so far), their error a few tokens that the learned costs absorb (at least 16).",
+                      min=16),
+    )
     tokenize_cache_entries: int = field(
         default=20000, metadata=_doc("Texts whose /tokenize counts are cached per process (by xxh3 hash).", min=1)
     )

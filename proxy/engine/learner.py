@@ -68,15 +68,16 @@ def request_features(messages: list[dict[str, Any]], tools_json: str = "",
                      base: TokenCounter | None = None) -> Features:
     """The features of a request as sent upstream: base counts (estimated and exact apart), images and messages."""
     base = base or EstimateCounter()
+    lookup, count_text = getattr(base, "lookup", None), base.count_text  # as split_count, looked up once
     text = exact = images = 0
     for message in messages:
         texts, others = message_texts(message)
         for t in texts:
-            count, is_exact = split_count(base, t)
-            if is_exact:
+            count = lookup(t) if lookup is not None else None
+            if count is not None:
                 exact += count
             else:
-                text += count
+                text += count_text(t)
         images += others
     tools = split_count(base, tools_json)[0] if tools_json else 0  # schema: one cost, exact or not
     return Features(text, images, tools, len(messages), exact)

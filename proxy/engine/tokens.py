@@ -24,9 +24,11 @@ class TokenCounter(Protocol):
 
 def message_texts(message: dict[str, Any]) -> tuple[list[str], int]:
     """The texts of a message that reach the model, and the number of non-text content parts."""
+    content = message.get("content")
+    if len(message) == 2 and type(content) is str and "role" in message:
+        return [content], 0  # the common chat message: {"role", "content": "..."}
     texts: list[str] = []
     others = 0
-    content = message.get("content")
     if isinstance(content, str):
         texts.append(content)
     elif isinstance(content, list):

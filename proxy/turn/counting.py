@@ -4,11 +4,18 @@ The base count is `tokenizer_file` when set, else the upstream's `/tokenize` (ca
 `proxy.upstream.tokenize`) when enabled, else the estimate. Per model, `proxy.engine.learner` learns the costs of
 text, images, the tools' schema and the chat template from each answer's reported `prompt_tokens`; once it has
 seen a few answers, the turn plans with them (a safety margin included).
+
+An answer's text is counted by the upstream already: when the answer is one plain assistant message (no tool
+calls, no reasoning), its `completion_tokens` (the end-of-turn token included where the upstream counts it: the
+safe side) stand for the text's count, and the client's next request, which sends the text back, asks
+`/tokenize` for its own new texts only.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import msgspec
 
 from proxy.engine import Plan, TokenCounter
 from proxy.engine.learner import LearnedCounter, ModelCounts, request_features
@@ -16,6 +23,33 @@ from proxy.engine.tokens import make_counter, message_texts
 from proxy.metrics import Metrics
 from proxy.settings import Settings
 from proxy.upstream.tokenize import UpstreamTokenCounter
+
+
+_decode = msgspec.json.Decoder().decode
+
+
+def answer_text_count(body: bytes) -> tuple[str, int] | None:
+    """The text of a whole (not streamed) answer and its completion tokens, when the answer is one plain assistant
+    message whose completion tokens are its text's count; None otherwise."""
+    try:
+        data = _decode(body)
+    except msgspec.DecodeError:
+        return None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict) or not isinstance(
+            usage, dict):
+        return None
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict) or choice.get("finish_reason") not in ("stop", "length"):
+        return None
+    content, count = message.get("content"), usage.get("completion_tokens")
+    details = usage.get("completion_tokens_details")
+    if (not isinstance(content, str) or message.get("tool_calls") or message.get("reasoning_content")
+            or (isinstance(details, dict) and details.get("reasoning_tokens"))):
+        return None
+    return (content, count) if isinstance(count, int) and count > 0 else None
 
 
 def new_texts(system: list[dict[str, Any]], messages: list[dict[str, Any]], known: int) -> list[str]:
@@ -33,7 +67,8 @@ class TurnCounts:
         if not settings.tokenizer_file and settings.upstream_tokenize:
             self.tokenizer = UpstreamTokenCounter(upstream, settings.tokenize_cache_entries,
                                                   settings.tokenize_timeout_s, metrics,
-                                                  wait_min_chars=settings.tokenize_wait_min_chars)
+                                                  wait_min_chars=settings.tokenize_wait_min_chars,
+                                                  min_chars=settings.tokenize_min_chars)
         self.base: TokenCounter = make_counter(settings.tokenizer_file)
         if self.tokenizer is not None:  # not `or`: an empty cache has len() 0
             self.base = self.tokenizer
@@ -46,6 +81,13 @@ class TurnCounts:
         if self.tokenizer is not None:
             await self.tokenizer.prefetch(new_texts(system, messages, known_prefix), model)
         return self.models.counter(model, self.base) if self.learning else self.base
+
+    def answered(self, body: bytes) -> None:
+        """A whole answer of one round: its text's count, from its completion tokens, kept for the next turn."""
+        if self.tokenizer is not None:
+            counted = answer_text_count(body)
+            if counted is not None:
+                self.tokenizer.remember(*counted)
 
     @staticmethod
     def tools_tokens(counter: TokenCounter, tools_json: str) -> int:

@@ -221,7 +221,7 @@ class TurnService:
             log.warning("could not create conversation %s in the database: %s", conversation_id, exc)
             raise StoreUnavailable(str(exc)) from exc
         if not fresh:
-            self.metrics.conversations.labels(how).inc()
+            self.metrics.child(self.metrics.conversations, how).inc()
         state = known.state
         config = self._config(await self.window.tokens())
         data = call.data
@@ -337,7 +337,10 @@ class TurnService:
         it is handed over (or before, when write-behind is off)."""
         if answer.events is not None:
             answer.events = self._finish_after(answer.events, turn, release)
-        elif not self.settings.write_behind:
+            return answer
+        if answer.status == 200 and (turn.record is None or turn.record.rounds == 0):
+            self.counts.answered(answer.body)  # one round: its completion tokens count the answer's text
+        if not self.settings.write_behind:
             await self._finish(turn, release)
         else:
             task = asyncio.get_running_loop().create_task(self._finish(turn, release))

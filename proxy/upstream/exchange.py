@@ -79,14 +79,6 @@ class Exchange:
     def __init__(self, client: Upstream, metrics: Metrics) -> None:
         self.client = client
         self.metrics = metrics
-        self._children: dict[tuple[str, ...], Any] = {}  # labelled metrics, looked up once
-
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (metric._name, *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
 
     def _upstream_headers(self, out: Outgoing) -> dict[str, str]:
         headers = self.client.forward_headers(out.headers)
@@ -104,7 +96,7 @@ class Exchange:
         headers, content_type = self._headers(response, out)
         if out.stream and response.status == 200 and content_type.startswith(SSE):
             sent_at = time.perf_counter() - waited
-            self._child(m.proxy_overhead, out.route).observe(max(0.0, sent_at - out.started))
+            m.child(m.proxy_overhead, out.route).observe(max(0.0, sent_at - out.started))
 
             def first_byte() -> None:
                 m.upstream_ttft.observe(time.perf_counter() - sent_at)
@@ -126,7 +118,7 @@ class Exchange:
                 if on_usage is not None:
                     on_usage(usage)
         total = time.perf_counter() - out.started
-        self._child(m.proxy_overhead, out.route).observe(max(0.0, total - upstream_time))
+        m.child(m.proxy_overhead, out.route).observe(max(0.0, total - upstream_time))
         self._done(out, response.status, total)
         return Answer(response.status, headers, content_type or None, content)
 
@@ -143,7 +135,7 @@ class Exchange:
             response, _ = await client.send("POST", url, upstream_headers, _encode(round_body))
             return response
 
-        self._child(m.proxy_overhead, out.route).observe(max(0.0, time.perf_counter() - out.started))
+        m.child(m.proxy_overhead, out.route).observe(max(0.0, time.perf_counter() - out.started))
         first, waited = await client.send("POST", url, upstream_headers, out.body or _encode(body))
         headers, content_type = self._headers(first, out)
         if first.status != 200 or (cfg.stream_upstream and not content_type.startswith(SSE)):
@@ -204,8 +196,8 @@ class Exchange:
 
     def _done(self, out: Outgoing, status: int, total: float | None = None) -> None:
         m = self.metrics
-        self._child(m.request_duration, out.route).observe(time.perf_counter() - out.started if total is None else total)
-        self._child(m.requests, out.route, str(status)).inc()
+        m.child(m.request_duration, out.route).observe(time.perf_counter() - out.started if total is None else total)
+        m.child(m.requests, out.route, str(status)).inc()
 
 
 async def _close(events: AsyncIterator[bytes]) -> None:

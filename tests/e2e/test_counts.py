@@ -37,7 +37,8 @@ def metric(text: str, name: str) -> float:
 
 @pytest.fixture(scope="module")
 def pair(emulator_and_proxy):
-    return emulator_and_proxy(WINDOW, {"MEMCI_SESSION_AFFINITY_HEADER": AFFINITY})
+    # the turns' short questions are counted by /tokenize too (by default only texts of 256 characters and more)
+    return emulator_and_proxy(WINDOW, {"MEMCI_SESSION_AFFINITY_HEADER": AFFINITY, "MEMCI_TOKENIZE_MIN_CHARS": "16"})
 
 
 def test_prompt_cache_key_and_affinity_header_carry_the_conversation_id(pair, client_for):

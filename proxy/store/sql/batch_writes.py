@@ -1,4 +1,4 @@
-"""Several conversations' turns stored in one round trip: the function memci_save_turns (migration 0005) called
+"""The hot writes on the driver's connection. Several conversations' turns stored in one round trip: the function memci_save_turns (migration 0005) called
 with one array per column, on the driver's connection (no ORM work per row, no BEGIN/COMMIT round trips: one
 statement is one transaction)."""
 
@@ -12,6 +12,8 @@ from proxy.store.ports import BEHIND, NOT_FOUND, REPLAYED, SAVED, STALE, TurnWri
 
 _json = msgspec.json.Encoder()
 
+CREATE = ("INSERT INTO conversations (id, tenant, session_key) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING "
+          "RETURNING id")
 SAVE_TURNS = "SELECT memci_save_turns(" + ", ".join(f"${i}" for i in range(1, 38)) + ")"
 CURRENT = "SELECT id, tenant, state_version, md5(state) AS digest FROM conversations WHERE id = ANY($1::text[])"
 
@@ -50,6 +52,11 @@ def arguments(writes: list[TurnWrite]) -> list[list[Any]]:
             for column, value in zip(columns[33:37], (ev.tenant, cid, ev.kind, _text(ev.payload))):
                 column.append(value)
     return columns
+
+
+async def create_conversation(connection: Any, tenant: str, conversation_id: str, session_key: str | None) -> bool:
+    """A new conversation (not a fork) in one statement; False when the id or the session key exists already."""
+    return await connection.fetchval(CREATE, conversation_id, tenant, session_key) is not None
 
 
 async def save_turns(connection: Any, writes: list[TurnWrite]) -> list[str]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import msgspec
 from sqlalchemy import ARRAY, Text, any_, bindparam, delete, exists, func, literal, select, text, update
@@ -32,6 +32,8 @@ from proxy.store.sql.models import BlobRef, Conversation, Entry, Event, Fingerpr
 from proxy.store.sql.search_queries import PageSearchQueries
 from proxy.store.sql.urls import to_async_url
 from proxy.store.sql.vector_queries import PageVectorQueries
+
+T = TypeVar("T")
 
 _json_encoder = msgspec.json.Encoder()
 
@@ -118,6 +120,8 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
         parent_id: str | None = None,
         forked_at: int | None = None,
     ) -> None:
+        if parent_id is None and await self._created(tenant, conversation_id, session_key):
+            return  # the common case, one statement on the driver's connection
         stmt = (
             insert(conv)
             .values(
@@ -139,6 +143,19 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
         if row is not None:
             raise ConversationConflict(f"conversation id {conversation_id!r} is already in use")
         raise ConversationConflict(f"session key {session_key!r} belongs to another conversation")
+
+    async def _created(self, tenant: str, conversation_id: str, session_key: str | None) -> bool:
+        return await self._on_driver(
+            lambda raw: batch_writes.create_conversation(raw, tenant, conversation_id, session_key))
+
+    async def _on_driver(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """``work`` on a write connection's asyncpg connection."""
+        async with self.write_engine.connect() as connection:
+            try:
+                return await work((await connection.get_raw_connection()).driver_connection)
+            except BaseException:
+                await connection.invalidate()  # the driver's own error: the pool cannot tell a broken connection
+                raise
 
     @staticmethod
     async def _inherit_prefix(
@@ -255,13 +272,7 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
             for w in writes:
                 outcomes += await self.save_turns([w])
             return outcomes
-        async with self.write_engine.connect() as connection:
-            try:
-                raw = (await connection.get_raw_connection()).driver_connection
-                return await batch_writes.save_turns(raw, writes)
-            except BaseException:
-                await connection.invalidate()  # the driver's own error: the pool cannot tell a broken connection
-                raise
+        return await self._on_driver(lambda raw: batch_writes.save_turns(raw, writes))
 
     # --- reads --------------------------------------------------------------------------------
     async def load_snapshot(self, tenant: str, conversation_id: str) -> tuple[bytes, int] | None:

@@ -27,6 +27,16 @@ def test_message_counts_content_parts_tool_calls_and_overhead() -> None:
     assert c.count_message(reasoning) >= 100
 
 
+def test_message_texts_of_plain_and_fuller_messages() -> None:
+    from proxy.engine.tokens import message_texts
+
+    assert message_texts({"role": "user", "content": "abcd"}) == (["abcd"], 0)
+    assert message_texts({"role": "user", "content": "abcd", "name": "ann"}) == (["abcd", "ann"], 0)
+    assert message_texts({"content": "abcd", "tool_call_id": "t1"}) == (["abcd", "t1"], 0)  # no role: not the plain kind
+    assert message_texts({"role": "tool", "content": "ok", "tool_call_id": "t1"}) == (["ok", "t1"], 0)
+    assert message_texts({"role": "user", "content": [{"type": "text", "text": "a"}]}) == (["a"], 0)
+
+
 def test_counters_satisfy_the_protocol() -> None:
     assert isinstance(EstimateCounter(), TokenCounter)
     assert isinstance(make_counter(""), EstimateCounter)

@@ -17,10 +17,11 @@ TEXT = "The quick brown fox jumps over the lazy dog, twice."
 
 
 class Tokenizer:
-    """An SGLang/vLLM-like /tokenize: one token per word; can be slow or missing."""
+    """An SGLang-like /tokenize (a list of texts too; vLLM-like with lists=False): one token per word; can be slow
+    or missing."""
 
-    def __init__(self, status: int = 200, delay: float = 0.0) -> None:
-        self.status, self.delay, self.bodies = status, delay, []
+    def __init__(self, status: int = 200, delay: float = 0.0, lists: bool = True) -> None:
+        self.status, self.delay, self.lists, self.bodies = status, delay, lists, []
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/tokenize", request.url  # at the server root, not under /v1
@@ -30,7 +31,13 @@ class Tokenizer:
             await asyncio.sleep(self.delay)
         if self.status != 200:
             return httpx.Response(self.status, json={"detail": "Not Found"})
-        tokens = list(range(len(body["prompt"].split())))
+        prompt = body["prompt"]
+        if isinstance(prompt, list):
+            if not self.lists:
+                return httpx.Response(400, json={"detail": "prompt: Input should be a valid string"})
+            tokens = [list(range(len(p.split()))) for p in prompt]
+            return httpx.Response(200, json={"tokens": tokens, "count": [len(t) for t in tokens], "max_model_len": 8192})
+        tokens = list(range(len(prompt.split())))
         return httpx.Response(200, json={"tokens": tokens, "count": len(tokens), "max_model_len": 8192})
 
 
@@ -122,3 +129,88 @@ async def test_short_new_texts_are_counted_behind_the_turn_and_long_ones_waited_
     await counter.prefetch([long_text])  # 500 characters: worth the wait
     assert counter.lookup(long_text) == 100
     await counter.close()
+
+
+async def test_a_turns_new_texts_go_in_one_request():
+    server = Tokenizer()
+    counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0)
+    texts = [f"{TEXT} number {i}" for i in range(3)]
+    await counter.prefetch([*texts, texts[0]], model="m")
+    assert server.bodies == [{"prompt": texts, "add_special_tokens": False, "model": "m"}]  # each text once
+    assert [counter.lookup(t) for t in texts] == [12, 12, 12]
+    await counter.prefetch([texts[1], TEXT])
+    assert server.bodies[1]["prompt"] == TEXT  # only what is not counted yet; a single text as a string
+
+
+async def test_an_upstream_refusing_lists_is_asked_one_text_per_request():
+    server = Tokenizer(lists=False)
+    counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0)
+    texts = [f"{TEXT} number {i}" for i in range(2)]
+    await counter.prefetch(texts)
+    assert counter.available and [counter.lookup(t) for t in texts] == [12, 12]
+    assert [b["prompt"] for b in server.bodies] == [texts, *texts]
+    more = [f"{TEXT} more {i}" for i in range(2)]
+    await counter.prefetch(more)
+    assert [b["prompt"] for b in server.bodies[3:]] == more  # no list again
+    assert [counter.lookup(t) for t in more] == [12, 12]
+
+
+async def test_texts_below_min_chars_are_estimated_and_not_asked():
+    server = Tokenizer()
+    counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0, min_chars=60)
+    long_text = TEXT + " and then it rests"
+    await counter.prefetch([TEXT, long_text])
+    assert [b["prompt"] for b in server.bodies] == [long_text]
+    assert counter.lookup(TEXT) is None and counter.lookup(long_text) == 14
+    assert counter.count_text(TEXT) == math.ceil(EstimateCounter().count_text(TEXT) * counter.ratio)
+
+
+def test_an_answers_completion_tokens_count_its_text_when_it_is_one_plain_message():
+    from proxy.turn.counting import answer_text_count
+
+    def body(message, finish="stop", n=1, **usage):
+        return json.dumps({"choices": [{"index": i, "message": message, "finish_reason": finish} for i in range(n)],
+                           "usage": {"prompt_tokens": 50, "completion_tokens": 9, **usage}}).encode()
+
+    plain = {"role": "assistant", "content": TEXT}
+    assert answer_text_count(body(plain)) == (TEXT, 9)
+    assert answer_text_count(body(plain, "length")) == (TEXT, 9)
+    assert answer_text_count(body(plain, n=2)) is None  # whose text would the count be?
+    assert answer_text_count(body(plain, "tool_calls")) is None
+    assert answer_text_count(body({**plain, "tool_calls": [{"id": "c"}]})) is None
+    assert answer_text_count(body({**plain, "reasoning_content": "hm"})) is None
+    assert answer_text_count(body(plain, completion_tokens_details={"reasoning_tokens": 4})) is None
+    assert answer_text_count(body(plain, completion_tokens=0)) is None
+    assert answer_text_count(b"not json") is None
+
+
+async def test_the_answer_sent_back_is_not_asked_for_again():
+    from turn_fakes import call_of, make_service
+
+    answer = "A plain answer, long enough to be counted."
+    prompts: list = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
+        body = json.loads(request.content)
+        if request.url.path == "/tokenize":
+            asked = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+            prompts.extend(asked)
+            return httpx.Response(200, json={"count": [len(p.split()) for p in asked] if isinstance(
+                body["prompt"], list) else len(body["prompt"].split())})
+        return httpx.Response(200, json={"choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
+                                                      "finish_reason": "stop"}],
+                                         "usage": {"prompt_tokens": 40, "completion_tokens": 11}})
+
+    service = make_service(upstream, tokenize_min_chars=16)  # the short questions asked too
+    messages = [{"role": "user", "content": "The first question of this conversation."}]
+    await service.handle(call_of(messages))
+    await asyncio.sleep(0.05)  # counted behind the turn
+    assert service.counts.tokenizer.lookup(answer) == 11  # from the answer's completion tokens
+    messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": "And the second question?"}]
+    await service.handle(call_of(messages))
+    await asyncio.sleep(0.05)
+    assert "The first question of this conversation." in prompts and "And the second question?" in prompts
+    assert answer not in prompts
+    await service.close()
