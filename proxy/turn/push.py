@@ -3,11 +3,15 @@ proxy.recall.proactive, answered within the room the plan left, kept as hidden m
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any
 
+from proxy.engine.config import EngineConfig
 from proxy.engine.intent import message_text
+from proxy.engine.state import ConversationState
 from proxy.metrics import Metrics
 from proxy.recall.proactive import content_words, decide, is_look_up, missing_terms, push_call, push_query, recall_round
 from proxy.recall.resolver import SEARCH_HITS, RecallResolver
@@ -19,6 +23,30 @@ from proxy.turn.volatile import VolatileContext
 
 log = logging.getLogger("memci.turn")
 MIN_RESULT_TOKENS = 64  # below this the resolver answers "no room": not worth a round
+# A look-up for something the active pages lack plans under this ceiling (fraction of the budget) instead of the
+# high watermark, so that the pushed round has room (the push stays under 0.90 of the budget): near the top of the
+# budget the epoch comes on the look-up's turn, a few turns early, instead of the look-up going without its round.
+PUSH_HIGH_WATERMARK = 0.85
+
+
+def push_wanted(state: ConversationState | None, messages: Sequence[dict[str, Any]]) -> bool:
+    """Before planning: the latest message looks up words that the active pages do not hold and the conversation
+    has archived pages (the push then needs room; whether it fires is decided after the plan)."""
+    if state is None or state.first_active_page == 0 or not messages or messages[-1].get("role") != "user":
+        return False
+    text = message_text(messages[-1])
+    if not is_look_up(text):
+        return False
+    start = min(state.active_start_entry(), len(messages) - 1)
+    return bool(missing_terms(content_words(text), (message_text(m) for m in messages[start:-1])))
+
+
+def with_push_room(config: EngineConfig) -> EngineConfig:
+    """The turn's engine config with the high watermark lowered to leave the pushed round its room."""
+    ceiling = max(PUSH_HIGH_WATERMARK, config.low_watermark + 0.05)  # an epoch still has somewhere to go
+    if config.high_watermark <= ceiling:
+        return config
+    return dataclasses.replace(config, high_watermark=ceiling)
 
 
 class ProactivePush:

@@ -41,7 +41,7 @@ from proxy.turn.recall_rounds import TurnRecall, recall_room
 from proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
 from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
 from proxy.turn.turn import Redo, Release, Turn
-from proxy.turn.push import ProactivePush
+from proxy.turn.push import ProactivePush, push_wanted, with_push_room
 from proxy.turn.volatile import VolatileContext, push_on
 from proxy.turn.window import ContextWindow
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
@@ -224,6 +224,8 @@ class TurnService:
             self.metrics.child(self.metrics.conversations, how).inc()
         state = known.state
         config = self._config(await self.window.tokens())
+        if self.recall_enabled and push_on(self.settings, call.memory_mode) and push_wanted(state, messages):
+            config = with_push_room(config)  # the round it may push needs room: an epoch now rather than no round
         data = call.data
         tools = list(data.get("tools") or [])
         if self.recall_enabled:

@@ -119,3 +119,55 @@ async def test_epochs_are_accounted_in_metrics_and_the_admin_view() -> None:
     assert registry.get_sample_value("memci_epoch_tokens_shed_sum") == epoch["tokens_shed"]
     assert registry.get_sample_value("memci_epoch_tokens_prefilled_sum") == epoch["tokens_prefilled"]
     await service.close()
+
+
+def test_push_room_is_planned_only_for_look_ups_of_what_the_active_pages_lack() -> None:
+    from proxy.engine.config import EngineConfig
+    from proxy.turn.push import PUSH_HIGH_WATERMARK, push_wanted, with_push_room
+
+    state = ConversationState()
+    asked = [{"role": "user", "content": "We chose the blue logo."}, {"role": "assistant", "content": "Noted."},
+             {"role": "user", "content": "Remind me what I said about the budget?"}]
+    assert not push_wanted(state, asked)  # nothing archived yet
+    state.first_active_page = 1
+    assert push_wanted(state, asked)
+    assert not push_wanted(state, [*asked[:-1], {"role": "user", "content": "What should I cook tonight?"}])
+    # the words it looks up are in the active pages: the prompt answers it, no round to make room for
+    assert not push_wanted(state, [*asked[:-1], {"role": "user", "content": "Remind me what I said about the logo?"}])
+    config = EngineConfig()
+    assert with_push_room(config).high_watermark == PUSH_HIGH_WATERMARK < config.high_watermark
+    assert with_push_room(config).low_watermark == config.low_watermark
+    high_floor = EngineConfig(low_watermark=0.85, high_watermark=0.95)
+    assert with_push_room(high_floor).high_watermark == pytest.approx(0.90)  # still above where an epoch goes
+
+
+async def test_a_look_up_near_the_top_of_the_budget_gets_an_epoch_and_its_round() -> None:
+    """Without the room planned for it the push would answer "no room" until the next epoch."""
+    from proxy.turn.push import PUSH_HIGH_WATERMARK
+
+    upstream = ChatUpstream()
+    service = make_service(upstream, MemoryRepository())
+    plans = []
+    plan_once = service._plan_once
+
+    async def recording(*args, **kwargs):
+        turn = await plan_once(*args, **kwargs)
+        plans.append(turn.plan)
+        return turn
+
+    service._plan_once = recording
+    chat = Chat(service)
+    await _past_an_epoch(chat)
+    turn = 1000
+    # up to where the prompt is above the push's ceiling and below the high watermark, with no epoch
+    while plans[-1].estimated_tokens <= (PUSH_HIGH_WATERMARK + 0.03) * plans[-1].budget:
+        await chat.send(chat.user_text(turn))
+        turn += 1
+        assert turn < 1100
+    assert not plans[-1].epoch and plans[-1].estimated_tokens < 0.95 * plans[-1].budget
+    await chat.send("Remind me what I said about code0000?")
+    assert plans[-1].epoch and chat.last_headers["X-Memci-Epoch"] == "true"
+    sent = upstream.requests[-1]["messages"]
+    assert [m["role"] for m in sent[-3:]] == ["user", "assistant", "tool"] and "code0000" in sent[-1]["content"]
+    assert _pushes(service, "pushed") == 1 and _pushes(service, "no_room") == 0
+    await service.close()
