@@ -9,7 +9,8 @@ after target within a round (direct, pass-through, managed), so a drifting machi
 
 Per cell: p50 and p99 per turn, turns/s, and the CPU time of the target's processes per turn (the managed proxy's
 includes its embedded PostgreSQL). Added latency and the turns/s ratio are against the direct and the pass-through
-cells of the same round. ``--profile DIR`` records both proxies with py-spy during their cells.
+cells of the same round. ``--profile DIR`` records both proxies with py-spy during their cells (samples of the thread holding the GIL:
+the Python work, not the waits).
 """
 
 from __future__ import annotations
@@ -265,7 +266,7 @@ def target_checks(rows: list[TurnCell]) -> list[str]:
 def _py_spy(pid: int, directory: Path, name: str) -> subprocess.Popen:
     directory.mkdir(parents=True, exist_ok=True)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    return subprocess.Popen([spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "500", "--format", "raw",
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "500", "--gil", "--format", "raw",
                              "--output", str(directory / f"{name}.txt"), "--nonblocking"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
