@@ -11,16 +11,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from proxy.store.hot.redis import RedisHotState
 from proxy.store.hot.resilient import ResilientHotState
 from proxy.store.ports import HotState, LockTimeout
+from tests.manual_clock import ManualClock
 
 CID = "conversation-1"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def closed_port() -> int:
@@ -70,7 +63,7 @@ async def test_two_replicas_exclude_each_other_through_redis(redis_url: str) -> 
 async def test_an_outage_is_retried_after_a_while_and_recovers(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = FakeClock()
+    clock = ManualClock(1000.0)
     primary = RedisHotState(redis_url)
     hot = ResilientHotState(primary, retry_after_s=5.0, clock=clock)
     calls = 0
@@ -96,7 +89,7 @@ async def test_an_outage_is_retried_after_a_while_and_recovers(
 
 
 async def test_lock_stays_exclusive_within_a_replica_while_redis_goes_down(redis_url: str) -> None:
-    clock = FakeClock()
+    clock = ManualClock(1000.0)
     hot = ResilientHotState(RedisHotState(redis_url), clock=clock)
     try:
         async with hot.lock(CID, timeout_s=1, lease_s=5):  # held on Redis and in-process
@@ -112,7 +105,7 @@ async def test_lock_stays_exclusive_within_a_replica_while_redis_goes_down(redis
 async def test_a_snapshot_written_during_an_outage_wins_over_the_older_redis_copy(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = FakeClock()
+    clock = ManualClock(1000.0)
     primary = RedisHotState(redis_url)
     hot = ResilientHotState(primary, retry_after_s=5.0, clock=clock)
 

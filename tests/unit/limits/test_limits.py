@@ -7,14 +7,7 @@ import pytest
 from proxy.api.limits import Limits, LocalBuckets, UpstreamGate, bucket_size, take_token
 from proxy.settings import Settings
 from proxy.wire.errors import ProxyError
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.manual_clock import ManualClock
 
 
 def test_take_token_refills_at_the_rate_up_to_the_burst():
@@ -31,7 +24,7 @@ def test_bucket_size_defaults_to_the_rate_rounded_up():
 
 
 def test_local_buckets_burst_then_rate_per_tenant():
-    clock = Clock()
+    clock = ManualClock(1000.0)
     buckets = LocalBuckets(rate=1.0, burst=3.0, clock=clock)
     assert [buckets.take("a")[0] for _ in range(4)] == [True, True, True, False]
     assert buckets.take("b")[0]  # another tenant has its own bucket
@@ -42,7 +35,7 @@ def test_local_buckets_burst_then_rate_per_tenant():
 
 
 async def test_rate_limit_raises_429_with_retry_after():
-    clock = Clock()
+    clock = ManualClock(1000.0)
     limits = Limits(Settings(rate_limit_rps=0.5, rate_limit_burst=1), clock=clock)
     await limits.check_rate("t")
     with pytest.raises(ProxyError) as info:

@@ -2,16 +2,9 @@
 
 from proxy.turn.identity import pass_through_route_key
 from proxy.upstream.routing import WorkerRouter, rendezvous_order
+from tests.manual_clock import ManualClock
 
 WORKERS = [f"http://10.0.0.{i}:30000/v1" for i in range(1, 5)]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_rendezvous_is_deterministic_and_spreads_keys():
@@ -42,7 +35,7 @@ def test_removing_a_worker_moves_only_its_keys():
 
 
 def test_a_connection_failure_skips_the_worker_until_the_cool_down_ends():
-    clock = Clock()
+    clock = ManualClock()
     router = WorkerRouter(WORKERS, down_after=3, down_seconds=10, clock=clock)
     key = "conv-7"
     first, second = router.candidates(key)[:2]
@@ -57,7 +50,7 @@ def test_a_connection_failure_skips_the_worker_until_the_cool_down_ends():
 
 
 def test_a_burst_of_server_errors_marks_down_and_a_success_resets():
-    clock = Clock()
+    clock = ManualClock()
     router = WorkerRouter(WORKERS, down_after=3, down_seconds=10, clock=clock)
     w = WORKERS[0]
     router.record(w, "server_error")
@@ -71,7 +64,7 @@ def test_a_burst_of_server_errors_marks_down_and_a_success_resets():
 
 
 def test_every_worker_down_still_gives_every_worker_in_rank_order():
-    router = WorkerRouter(WORKERS, down_after=1, down_seconds=10, clock=Clock())
+    router = WorkerRouter(WORKERS, down_after=1, down_seconds=10, clock=ManualClock())
     for w in WORKERS:
         router.record(w, "connect_error")
     assert router.candidates("k") == rendezvous_order("k", WORKERS)

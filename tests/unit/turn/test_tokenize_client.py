@@ -12,6 +12,7 @@ from turn_fakes import MockUpstream
 
 from proxy.engine.tokens import EstimateCounter
 from proxy.upstream.tokenize import RETRY_AFTER_S, UpstreamTokenCounter, tokenize_url
+from tests.manual_clock import ManualClock
 
 TEXT = "The quick brown fox jumps over the lazy dog, twice."
 
@@ -39,14 +40,6 @@ class Tokenizer:
             return httpx.Response(200, json={"tokens": tokens, "count": [len(t) for t in tokens], "max_model_len": 8192})
         tokens = list(range(len(prompt.split())))
         return httpx.Response(200, json={"tokens": tokens, "count": len(tokens), "max_model_len": 8192})
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_tokenize_url_is_at_the_root():
@@ -77,7 +70,7 @@ async def test_a_slow_tokenizer_does_not_hold_the_turn():
 
 
 async def test_an_upstream_without_tokenize_falls_back_and_retries_later():
-    server, clock = Tokenizer(status=404), Clock()
+    server, clock = Tokenizer(status=404), ManualClock()
     counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0, clock=clock)
     await counter.prefetch([TEXT])
     assert not counter.available and counter.count_text(TEXT) == EstimateCounter().count_text(TEXT)
