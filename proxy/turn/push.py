@@ -29,16 +29,22 @@ MIN_RESULT_TOKENS = 64  # below this the resolver answers "no room": not worth a
 PUSH_HIGH_WATERMARK = 0.85
 
 
-def push_wanted(state: ConversationState | None, messages: Sequence[dict[str, Any]]) -> bool:
-    """Before planning: the latest message looks up words that the active pages do not hold and the conversation
-    has archived pages (the push then needs room; whether it fires is decided after the plan)."""
-    if state is None or state.first_active_page == 0 or not messages or messages[-1].get("role") != "user":
-        return False
+def look_up_text(messages: Sequence[dict[str, Any]]) -> str | None:
+    """The latest message's text when it is the user's and looks something up (None otherwise): read once a turn,
+    for the plan's room and for the push."""
+    if not messages or messages[-1].get("role") != "user":
+        return None
     text = message_text(messages[-1])
-    if not is_look_up(text):
+    return text if is_look_up(text) else None
+
+
+def push_wanted(state: ConversationState | None, messages: Sequence[dict[str, Any]], look_up: str | None) -> bool:
+    """Before planning: the look-up (``look_up_text``) asks for words that the active pages do not hold and the
+    conversation has archived pages (the push then needs room; whether it fires is decided after the plan)."""
+    if look_up is None or state is None or state.first_active_page == 0:
         return False
     start = min(state.active_start_entry(), len(messages) - 1)
-    return bool(missing_terms(content_words(text), (message_text(m) for m in messages[start:-1])))
+    return bool(missing_terms(content_words(look_up), (message_text(m) for m in messages[start:-1])))
 
 
 def with_push_room(config: EngineConfig) -> EngineConfig:
@@ -59,11 +65,8 @@ class ProactivePush:
 
     async def exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str) -> list[dict[str, Any]]:
         """The round to append after the latest user message ([] when none is due). Searches only on look-ups."""
-        messages = turn.redo.input.messages
-        if turn.plan.over_budget or not messages or messages[-1].get("role") != "user":
-            return []
-        text = message_text(messages[-1])
-        if not is_look_up(text):
+        messages, text = turn.redo.input.messages, turn.look_up
+        if turn.plan.over_budget or text is None:
             return []
         if any(g.after == turn.redo.last_index for g in turn.state.hidden):
             # a retry of this message: the round it got is spliced back already

@@ -41,7 +41,7 @@ from proxy.turn.recall_rounds import TurnRecall, recall_room
 from proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
 from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
 from proxy.turn.turn import Redo, Release, Turn
-from proxy.turn.push import ProactivePush, push_wanted, with_push_room
+from proxy.turn.push import ProactivePush, look_up_text, push_wanted, with_push_room
 from proxy.turn.volatile import VolatileContext, push_on
 from proxy.turn.window import ContextWindow
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
@@ -224,7 +224,8 @@ class TurnService:
             self.metrics.child(self.metrics.conversations, how).inc()
         state = known.state
         config = self._config(await self.window.tokens())
-        if self.recall_enabled and push_on(self.settings, call.memory_mode) and push_wanted(state, messages):
+        look_up = look_up_text(messages) if self.recall_enabled and push_on(self.settings, call.memory_mode) else None
+        if push_wanted(state, messages, look_up):
             config = with_push_room(config)  # the round it may push needs room: an epoch now rather than no round
         data = call.data
         tools = list(data.get("tools") or [])
@@ -255,7 +256,8 @@ class TurnService:
         redo = Redo(turn_input, config, fingerprints, len(messages) - 1, counter=counter)
         rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints)
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
-                    tools_json=tools_json, learned=isinstance(counter, LearnedCounter), accounting=accounting)
+                    tools_json=tools_json, learned=isinstance(counter, LearnedCounter), accounting=accounting,
+                    look_up=look_up)
 
     async def _intake_images(self, result: Plan, tenant: str, conversation_id: str) -> None:
         """New messages' data: images to the blob store (once per hash), descriptions started; the entries

@@ -123,17 +123,22 @@ async def test_epochs_are_accounted_in_metrics_and_the_admin_view() -> None:
 
 def test_push_room_is_planned_only_for_look_ups_of_what_the_active_pages_lack() -> None:
     from proxy.engine.config import EngineConfig
-    from proxy.turn.push import PUSH_HIGH_WATERMARK, push_wanted, with_push_room
+    from proxy.turn.push import PUSH_HIGH_WATERMARK, look_up_text, push_wanted, with_push_room
+
+    def wanted(state: ConversationState, messages: list[dict]) -> bool:
+        return push_wanted(state, messages, look_up_text(messages))
 
     state = ConversationState()
     asked = [{"role": "user", "content": "We chose the blue logo."}, {"role": "assistant", "content": "Noted."},
              {"role": "user", "content": "Remind me what I said about the budget?"}]
-    assert not push_wanted(state, asked)  # nothing archived yet
+    assert look_up_text(asked) == asked[-1]["content"]
+    assert look_up_text([*asked, {"role": "assistant", "content": "Remind me what I said about it?"}]) is None
+    assert not wanted(state, asked)  # nothing archived yet
     state.first_active_page = 1
-    assert push_wanted(state, asked)
-    assert not push_wanted(state, [*asked[:-1], {"role": "user", "content": "What should I cook tonight?"}])
+    assert wanted(state, asked)
+    assert not wanted(state, [*asked[:-1], {"role": "user", "content": "What should I cook tonight?"}])
     # the words it looks up are in the active pages: the prompt answers it, no round to make room for
-    assert not push_wanted(state, [*asked[:-1], {"role": "user", "content": "Remind me what I said about the logo?"}])
+    assert not wanted(state, [*asked[:-1], {"role": "user", "content": "Remind me what I said about the logo?"}])
     config = EngineConfig()
     assert with_push_room(config).high_watermark == PUSH_HIGH_WATERMARK < config.high_watermark
     assert with_push_room(config).low_watermark == config.low_watermark
