@@ -19,7 +19,7 @@ _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
-        self._children: dict[tuple[str, ...], Any] = {}  # labelled children, see `child`
+        self._children: dict[tuple[Any, ...], Any] = {}  # labelled children, see `child`
         # memci_cache_*: every bounded per-process cache (proxy.caches)
         r.register(CacheCollector())
         self.requests = Counter("memci_requests", "Requests answered, by route and status.", ["route", "status"], registry=r)
@@ -191,7 +191,7 @@ class Metrics:
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, looked up once per process (``labels`` costs more than the count itself)."""
-        key = (metric._name, *labels)
+        key = (metric, *labels)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*labels)

@@ -129,7 +129,7 @@ class UpstreamTokenCounter:
             return
         if model:
             self.model = model
-        tasks: dict[int, asyncio.Task[None]] = {}
+        tasks: set[asyncio.Task[None]] = set()
         asked: dict[int, str] = {}
         uncounted = 0
         for text in texts:
@@ -142,13 +142,13 @@ class UpstreamTokenCounter:
             if task is None:
                 asked[key] = text
             else:
-                tasks[id(task)] = task
+                tasks.add(task)
             uncounted += len(text)
         keys = list(asked)
         for i in range(0, len(keys), MAX_BATCH):
             batch = {key: asked[key] for key in keys[i: i + MAX_BATCH]}
             task = asyncio.get_running_loop().create_task(self._fetch(batch))
-            tasks[id(task)] = task
+            tasks.add(task)
             for key in batch:
                 self._inflight[key] = task
             task.add_done_callback(lambda _t, done=tuple(batch): self._landed(done))
@@ -156,7 +156,7 @@ class UpstreamTokenCounter:
             return  # short new texts: counted behind the turn (an explicit timeout always waits)
         wait = self.timeout if timeout is None else timeout
         if wait > 0:
-            await asyncio.wait(tasks.values(), timeout=wait)
+            await asyncio.wait(tasks, timeout=wait)
 
     def _landed(self, keys: tuple[int, ...]) -> None:
         for key in keys:

@@ -1,6 +1,6 @@
-"""The hot writes on the driver's connection. Several conversations' turns stored in one round trip: the function memci_save_turns (migration 0005) called
-with one array per column, on the driver's connection (no ORM work per row, no BEGIN/COMMIT round trips: one
-statement is one transaction)."""
+"""The hot writes, on the driver's connection: a new conversation in one statement, and several conversations'
+turns stored in one round trip by the function memci_save_turns (migration 0005), called with one array per column
+(no ORM work per row, no BEGIN/COMMIT round trips: one statement is one transaction)."""
 
 from __future__ import annotations
 
