@@ -72,8 +72,13 @@ def page_entry_body(
     return "\n".join("  - " + summary_line(m, limit, image_descriptions) for m in messages)
 
 
+def utc_day(timestamp: float) -> _dt.date:
+    """The UTC day of a Unix timestamp (the day the contents page shows for a page)."""
+    return _dt.datetime.fromtimestamp(timestamp, tz=_dt.timezone.utc).date()
+
+
 def utc_date(timestamp: float) -> str:
-    return _dt.datetime.fromtimestamp(timestamp, tz=_dt.timezone.utc).date().isoformat()
+    return utc_day(timestamp).isoformat()
 
 
 def entry_header(record: PageRecord) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from proxy.engine.contents import utc_day as day_of  # the day a page is dated by, on the contents page too
 from proxy.recall.fusion import reciprocal_rank_fusion
 
 __all__ = ["DaySpan", "asked_days", "day_of", "prefer_days"]
@@ -70,11 +71,6 @@ class DaySpan:
 
     def cover(self, other: DaySpan) -> DaySpan:
         return DaySpan(min(self.first, other.first), max(self.last, other.last))
-
-
-def day_of(timestamp: float) -> _dt.date:
-    """The UTC day of a Unix timestamp (the day the contents page shows for a page)."""
-    return _dt.datetime.fromtimestamp(timestamp, tz=_dt.timezone.utc).date()
 
 
 def _calendar_day(year: str | None, month: int, day: int, today: _dt.date) -> _dt.date | None:
