@@ -217,6 +217,8 @@ class TurnService:
             elif known.state is None:
                 await repo.create_conversation(tenant, conversation_id, parent_id=None, forked_at=None,
                                                session_key=conversation_id if how == "session_key" else None)
+                if self.memory is not None:
+                    self.memory.created(tenant, conversation_id)
         except Exception as exc:
             log.warning("could not create conversation %s in the database: %s", conversation_id, exc)
             raise StoreUnavailable(str(exc)) from exc

@@ -121,6 +121,11 @@ class MemoryWorker:
         await self.queue.put(Job(PROFILE_JOB, tenant, conversation_id))
         await self.queue.put(Job(ARCHIVE_JOB, tenant, conversation_id))
 
+    def created(self, tenant: str, conversation_id: str) -> None:
+        """A conversation this process just created has no summary: its next turns need not ask the database (until
+        the cache's time to live has passed, as for any cached summary, or a summary job here writes one)."""
+        self._summaries.put((tenant, conversation_id), (time.monotonic(), ""))
+
     async def latest_summary(self, tenant: str, conversation_id: str) -> str:
         """The conversation's summary by the model, '' until one exists (the contents lines serve meanwhile)."""
         key = (tenant, conversation_id)

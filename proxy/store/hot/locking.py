@@ -99,7 +99,11 @@ async def hold_lease(
         yield
     finally:
         renewer.cancel()
+        release_now = getattr(backend, "release_now", None)  # an in-process backend: nothing to wait for
         try:
-            await asyncio.shield(backend.release(conversation_id, token))
+            if release_now is not None:
+                release_now(conversation_id, token)
+            else:
+                await asyncio.shield(backend.release(conversation_id, token))
         except Exception:  # noqa: BLE001 - the lease expires by itself
             logger.warning("conversation %s: lock release failed; it expires in %.3gs", conversation_id, lease_s)

@@ -150,6 +150,10 @@ class InProcessHotState:
         return True
 
     async def release(self, conversation_id: str, token: str) -> bool:
+        return self.release_now(conversation_id, token)
+
+    def release_now(self, conversation_id: str, token: str) -> bool:
+        """``release`` without a wait (hold_lease calls it directly: no task to shield)."""
         lease = self._leases.get(conversation_id)
         if lease is None or lease.token != token:
             return False

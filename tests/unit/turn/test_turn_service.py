@@ -284,3 +284,33 @@ async def test_without_write_behind_every_turn_is_stored_before_its_answer():
         await chat.send(chat.user_text(i))
         assert repo.user_texts(chat.conversation_id) == [chat.user_text(j) for j in range(i + 1)]
     await service.close()
+
+
+async def test_a_new_conversation_is_told_to_the_memory_workers_so_its_summary_is_not_read():
+    class Memory:
+        def __init__(self) -> None:
+            self.new: list[str] = []
+            self.summary_reads: list[str] = []
+
+        def created(self, tenant: str, cid: str) -> None:
+            self.new.append(cid)
+
+        async def latest_summary(self, tenant: str, cid: str) -> str:
+            self.summary_reads.append(cid)
+            return ""
+
+        async def latest_profile(self, tenant: str) -> str:
+            return ""
+
+        def touch(self, tenant: str, cid: str) -> None: ...
+
+        async def notify(self, tenant: str, cid: str) -> None: ...
+
+        def keep_base(self, *args) -> None: ...
+
+    service = make_service(ChatUpstream())
+    service.memory = memory = Memory()
+    chat = Chat(service)
+    await chat.send(chat.user_text(0))
+    assert memory.new == [chat.conversation_id] and memory.summary_reads == []
+    await service.close()
