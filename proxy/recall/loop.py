@@ -121,6 +121,8 @@ async def complete_json(
         calls = message.get("tool_calls") or []
         recall = [_to_call(c) for c in calls if _call_name(c) == cfg.recall_name]
         if not recall:
+            if round_no == 0:
+                return 200, headers, raw  # no round ran: the upstream's answer byte for byte
             return 200, headers, _encode(_final(first_data, data, contents, record))
         client_calls = [c for c in calls if _call_name(c) != cfg.recall_name]
         results = await _answer_calls(recall, resolve)

@@ -30,6 +30,8 @@ class RecordingMemory:
     def touch(self, tenant: str, conversation_id: str) -> None:
         self.touched += 1
 
+    def created(self, tenant: str, conversation_id: str) -> None: ...
+
     async def notify(self, tenant: str, conversation_id: str) -> None:
         self.notified.append(conversation_id)
 

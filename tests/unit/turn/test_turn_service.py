@@ -314,3 +314,20 @@ async def test_a_new_conversation_is_told_to_the_memory_workers_so_its_summary_i
     await chat.send(chat.user_text(0))
     assert memory.new == [chat.conversation_id] and memory.summary_reads == []
     await service.close()
+
+
+async def test_an_answer_without_recall_rounds_reaches_the_client_byte_for_byte():
+    import httpx
+
+    answer = (b'{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
+              b'"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],'
+              b'"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10,'
+              b'"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0}},"system_fingerprint":"fp"}')
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=answer, headers={"Content-Type": "application/json"})
+
+    service = make_service(upstream)
+    got = await service.handle(call_of([{"role": "user", "content": "hello"}]))
+    assert got.status == 200 and got.body == answer  # usage details the proxy does not know are kept too
+    await service.close()
