@@ -218,6 +218,8 @@ class _StreamRound:
         self.finish: str | None = None
         self.template: dict[str, Any] | None = None
         self.error: bytes | None = None
+        self.text: list[str] = []  # the content's pieces
+        self.plain = True  # nothing but content (no reasoning, no other fields)
 
     def feed(self, chunk: dict[str, Any], record: LoopRecord) -> dict[str, Any] | None:
         if "error" in chunk:
@@ -244,6 +246,10 @@ class _StreamRound:
                     out["tool_calls"] = forwarded
             elif value is not None and value != "":
                 out[key] = value
+                if key == "content" and isinstance(value, str):
+                    self.text.append(value)
+                else:
+                    self.plain = False
         if choice.get("finish_reason"):
             self.finish = choice["finish_reason"]
         if not out:
@@ -348,6 +354,8 @@ async def stream_rounds(
             if not rnd.client and round_no < cfg.max_rounds:
                 messages.extend(exchange)
                 continue
+        if round_no == 0 and not recall and not rnd.client and rnd.plain and rnd.finish in ("stop", "length"):
+            record.streamed_text = "".join(rnd.text)
         finish = "tool_calls" if rnd.client else ("stop" if rnd.finish == "tool_calls" else rnd.finish)
         yield encode_data(_encode(rnd.closing(finish)))
         if cfg.client_wants_usage and record.usage is not None:

@@ -46,6 +46,8 @@ class LoopRecord:
     search_seconds: list[float] = field(default_factory=list)
     first_usage: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
+    streamed_text: str | None = None  # a streamed answer of one round, one plain message: its text (counted by
+    # the round's completion tokens)
 
     def observe_usage(self, usage: dict[str, Any] | None) -> None:
         if isinstance(usage, dict):

@@ -6,7 +6,7 @@ text, images, the tools' schema and the chat template from each answer's reporte
 seen a few answers, the turn plans with them (a safety margin included).
 
 An answer's text is counted by the upstream already: when the answer is one plain assistant message (no tool
-calls, no reasoning), its `completion_tokens` (the end-of-turn token included where the upstream counts it: the
+calls, no reasoning; whole or streamed), its `completion_tokens` (the end-of-turn token included where the upstream counts it: the
 safe side) stand for the text's count, and the client's next request, which sends the text back, asks
 `/tokenize` for its own new texts only.
 """
@@ -44,12 +44,20 @@ def answer_text_count(body: bytes) -> tuple[str, int] | None:
     message = choice.get("message")
     if not isinstance(message, dict) or choice.get("finish_reason") not in ("stop", "length"):
         return None
-    content, count = message.get("content"), usage.get("completion_tokens")
-    details = usage.get("completion_tokens_details")
-    if (not isinstance(content, str) or message.get("tool_calls") or message.get("reasoning_content")
-            or (isinstance(details, dict) and details.get("reasoning_tokens"))):
+    content = message.get("content")
+    if not isinstance(content, str) or message.get("tool_calls") or message.get("reasoning_content"):
         return None
-    return (content, count) if isinstance(count, int) and count > 0 else None
+    return text_count(content, usage)
+
+
+def text_count(text: str, usage: dict[str, Any] | None) -> tuple[str, int] | None:
+    """A plain answer's text and its completion tokens, unless the upstream counted reasoning tokens in them."""
+    if not isinstance(usage, dict):
+        return None
+    count, details = usage.get("completion_tokens"), usage.get("completion_tokens_details")
+    if isinstance(details, dict) and details.get("reasoning_tokens"):
+        return None
+    return (text, count) if isinstance(count, int) and count > 0 else None
 
 
 def new_texts(system: list[dict[str, Any]], messages: list[dict[str, Any]], known: int) -> list[str]:
@@ -86,6 +94,13 @@ class TurnCounts:
         """A whole answer of one round: its text's count, from its completion tokens, kept for the next turn."""
         if self.tokenizer is not None:
             counted = answer_text_count(body)
+            if counted is not None:
+                self.tokenizer.remember(*counted)
+
+    def answered_stream(self, text: str, usage: dict[str, Any] | None) -> None:
+        """A streamed answer of one round (its text as relayed): counted by its completion tokens, as a whole one."""
+        if self.tokenizer is not None:
+            counted = text_count(text, usage)
             if counted is not None:
                 self.tokenizer.remember(*counted)
 

@@ -368,6 +368,8 @@ class TurnService:
             state, record, usage = turn.state, turn.record, turn.usage
             if record is not None:
                 usage = record.first_usage
+                if record.streamed_text is not None and record.rounds == 0:
+                    self.counts.answered_stream(record.streamed_text, usage)
                 if record.pages_recalled:
                     recalled = list(dict.fromkeys(record.pages_recalled))
                     state = record_recall(state, recalled)

@@ -207,3 +207,40 @@ async def test_the_answer_sent_back_is_not_asked_for_again():
     assert "The first question of this conversation." in prompts and "And the second question?" in prompts
     assert answer not in prompts
     await service.close()
+
+
+async def test_a_streamed_answer_sent_back_is_not_asked_for_again():
+    from turn_fakes import answer_of, call_of, make_service
+
+    pieces = ["A streamed ", "plain answer, ", "long enough to be counted."]
+    answer = "".join(pieces)
+    prompts: list = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
+        body = json.loads(request.content)
+        if request.url.path == "/tokenize":
+            asked = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+            prompts.extend(asked)
+            return httpx.Response(200, json={"count": [len(p.split()) for p in asked] if isinstance(
+                body["prompt"], list) else len(body["prompt"].split())})
+        assert body["stream"] is True and body["stream_options"]["include_usage"] is True
+        base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+        chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+        chunks += [{**base, "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in pieces]
+        chunks += [{**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                   {**base, "choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 12}}]
+        sse = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+        return httpx.Response(200, content=sse, headers={"Content-Type": "text/event-stream"})
+
+    service = make_service(upstream, tokenize_min_chars=16)
+    messages = [{"role": "user", "content": "The first question of this conversation."}]
+    await answer_of(await service.handle(call_of(messages, stream=True)))  # the whole stream read
+    await asyncio.sleep(0.05)
+    assert service.counts.tokenizer.lookup(answer) == 12  # from the stream's completion tokens
+    messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": "And the second question?"}]
+    await answer_of(await service.handle(call_of(messages, stream=True)))
+    await asyncio.sleep(0.05)
+    assert "And the second question?" in prompts and answer not in prompts
+    await service.close()
