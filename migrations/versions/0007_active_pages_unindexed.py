@@ -5,6 +5,8 @@ tsvector (jsonb_to_tsvector over its entries) and its GIN entry on every turn wa
 database's CPU per turn. The tsvector is now computed when a page is stored non-active or leaves 'active', and
 recomputed as before when a non-active page's summary or range changes or when memci_entries_touch_pages (0002)
 sets its tsv to NULL after an entry edit. A non-active page found without a tsvector gets one on its next update.
+An upsert of a stored page no longer computes a tsvector for its proposed row (BEFORE INSERT fires for it too, and
+that value was thrown away): re-sending unchanged archived pages (every page at an epoch) computed one per page.
 
 Upgrade: the active pages' tsvectors are removed (and with them their GIN entries).
 Downgrade: 0001's function again, and the active pages get their tsvectors back.
@@ -39,6 +41,10 @@ PAGE_TSV = f"""setweight(to_tsvector('{TSV_CONFIG}', coalesce(NEW.summary, '')),
               AND e.seq BETWEEN NEW.first_seq AND NEW.last_seq
         ), ''::tsvector), 'B')"""
 
+# INSERT ... ON CONFLICT DO UPDATE fires BEFORE INSERT for every proposed row, conflicting or not: a page re-sent
+# unchanged (every page at an epoch, recall counts) computed a tsvector that was thrown away. A proposed row whose
+# key is stored is left alone (a page is deleted only with its conversation, and then the insert fails on its
+# foreign key).
 # Kept as is: an update of a non-active page that had a tsvector and keeps its state's content (summary, range,
 # tsv) -- a recall-count update, archived -> evicted. Anything else of a non-active page computes: its insert, its
 # leaving 'active' (OLD.tsv and NEW.tsv are both NULL then), a new summary or range, tsv set NULL by an entry edit.
@@ -48,6 +54,10 @@ BEGIN
     IF NEW.state = 'active' THEN
         NEW.tsv := NULL;
         RETURN NEW;
+    END IF;
+    IF TG_OP = 'INSERT' AND EXISTS (
+        SELECT 1 FROM pages p WHERE p.conversation_id = NEW.conversation_id AND p.number = NEW.number) THEN
+        RETURN NEW;  -- an upsert of a stored page: the BEFORE UPDATE firing decides, this row's tsv is not kept
     END IF;
     IF TG_OP = 'UPDATE'
        AND OLD.state <> 'active'

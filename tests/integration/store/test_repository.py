@@ -242,7 +242,7 @@ async def page_tsv(repo: SqlConversationRepository, conversation_id: str) -> dic
 
 async def test_an_active_page_is_indexed_once_it_leaves_the_prompt(repo: SqlConversationRepository) -> None:
     async def found(query: str) -> list[str]:
-        return [p.number for p, _ in await repo.search_pages(TENANT, "c1", query, states=("active", "archived"))]
+        return [p.number for p, _ in await repo.search_pages(TENANT, "c1", query, states=("active", "archived", "evicted"))]
 
     await repo.create_conversation(TENANT, "c1")
     await save(repo, "c1")  # two active pages
@@ -272,6 +272,11 @@ async def test_an_active_page_is_indexed_once_it_leaves_the_prompt(repo: SqlConv
                for p in make_pages(2)]
     await save(repo, "c1", entries=[], pages=evicted, version=5, snapshot=b"v5")
     assert await page_tsv(repo, "c1") == tsv
+
+    # A stored page's range changes: its tsvector follows.
+    await save(repo, "c1", entries=[], pages=[PageRow("1", 0, 2, "evicted", 21, "summary of page 1")], version=6,
+               snapshot=b"v6")
+    assert sorted(await found("topic2")) == ["1", "2"]
 
 
 async def test_other_tenants_see_nothing(repo: SqlConversationRepository) -> None:
