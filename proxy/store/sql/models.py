@@ -124,7 +124,7 @@ class Page(Base):
     last_recalled_turn: Mapped[int | None] = mapped_column(Integer)
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _created_at()
-    # Maintained by the trigger pages_tsv (summary weight A, message text weight B).
+    # Maintained by the trigger pages_tsv (summary weight A, message text weight B); NULL while the page is active.
     tsv: Mapped[Any | None] = mapped_column(TSVECTOR)
 
     __table_args__ = (

@@ -1,4 +1,5 @@
-"""Full-text search over a conversation's pages (pages.tsv: summary weight A, message text weight B)."""
+"""Full-text search over a conversation's archived and evicted pages (pages.tsv: summary weight A, message text
+weight B; NULL while a page is active, migration 0007)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ class PageSearchQueries:
     ) -> list[tuple[PageRow, float]]:
         """Pages matching ``query`` (web-search syntax: words, "phrases", -exclusions, OR), best
         first, with their rank (ts_rank_cd, normalised by length). Lexical: no stemming
-        (configuration "simple"), so it works the same for every language."""
+        (configuration "simple"), so it works the same for every language. Active pages are not indexed
+        (their tsv stays NULL: they are in the prompt), so ``states`` including 'active' finds no active page;
+        a page becomes searchable when it is archived or evicted."""
         tsquery = func.websearch_to_tsquery(literal_column(f"'{TSV_CONFIG}'::regconfig"), cast(literal(query), Text))
         rank = func.ts_rank_cd(pages_t.c.tsv, tsquery, 1).label("rank")
         stmt = (

@@ -96,3 +96,32 @@ def test_alembic_command_line_takes_database_url(empty_db_url: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert current_revision(empty_db_url) == head_revision()
+
+
+def test_active_pages_lose_their_tsvector_in_0007_and_get_it_back_on_downgrade(empty_db_url: str) -> None:
+    def tsv_by_page() -> dict[str, bool]:
+        with psycopg.connect(to_libpq_url(empty_db_url)) as conn:
+            rows = conn.execute("SELECT number, tsv IS NOT NULL FROM pages ORDER BY number").fetchall()
+        return dict(rows)
+
+    run_migrations(empty_db_url, "0006_blob_refs_and_virtual_keys")
+    with psycopg.connect(to_libpq_url(empty_db_url)) as conn:
+        conn.execute("INSERT INTO conversations (id, tenant) VALUES ('c', 't')")
+        conn.execute(
+            "INSERT INTO entries (conversation_id, seq, hash, role, message, tokens) VALUES "
+            "('c', 0, 'a', 'user', '{\"content\": \"kyoto\"}', 1), ('c', 1, 'b', 'user', '{\"content\": \"osaka\"}', 1)"
+        )
+        conn.execute(
+            "INSERT INTO pages (conversation_id, number, first_seq, last_seq, state, tokens) VALUES "
+            "('c', '1', 0, 0, 'archived', 1), ('c', '2', 1, 1, 'active', 1)"
+        )
+    assert tsv_by_page() == {"1": True, "2": True}
+
+    run_migrations(empty_db_url)
+    assert tsv_by_page() == {"1": True, "2": False}
+
+    downgrade(empty_db_url, "0006_blob_refs_and_virtual_keys")
+    assert tsv_by_page() == {"1": True, "2": True}
+    with psycopg.connect(to_libpq_url(empty_db_url)) as conn:
+        found = conn.execute("SELECT number FROM pages WHERE tsv @@ to_tsquery('simple', 'osaka')").fetchall()
+    assert found == [("2",)]

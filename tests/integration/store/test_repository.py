@@ -225,13 +225,58 @@ async def test_contents_and_hidden_messages_are_upserted(repo: SqlConversationRe
 
 async def test_page_text_is_searchable(repo: SqlConversationRepository) -> None:
     await repo.create_conversation(TENANT, "c1")
-    await save(repo, "c1")
+    await save(repo, "c1", pages=make_pages(2, "archived"))
     query = text("SELECT number FROM pages WHERE tsv @@ to_tsquery('simple', :q) ORDER BY number")
     async with repo.engine.connect() as connection:
         by_message = (await connection.execute(query, {"q": "topic3"})).scalars().all()
         by_summary = (await connection.execute(query, {"q": "summary & 1"})).scalars().all()
     assert by_message == ["2"]
     assert by_summary == ["1"]
+
+
+async def page_tsv(repo: SqlConversationRepository, conversation_id: str) -> dict[str, str | None]:
+    query = text("SELECT number, tsv::text FROM pages WHERE conversation_id = :c ORDER BY number")
+    async with repo.engine.connect() as connection:
+        return {number: tsv for number, tsv in (await connection.execute(query, {"c": conversation_id})).all()}
+
+
+async def test_an_active_page_is_indexed_once_it_leaves_the_prompt(repo: SqlConversationRepository) -> None:
+    async def found(query: str) -> list[str]:
+        return [p.number for p, _ in await repo.search_pages(TENANT, "c1", query, states=("active", "archived", "evicted"))]
+
+    await repo.create_conversation(TENANT, "c1")
+    await save(repo, "c1")  # two active pages
+    assert await page_tsv(repo, "c1") == {"1": None, "2": None}
+    assert await found("topic1") == []
+
+    # An entry of the active page 2 is edited: still no tsvector while the page is active.
+    edited = EntryRow(3, "m3b", "assistant", {"role": "assistant", "content": "hiking in Hokkaido"}, 7)
+    await save(repo, "c1", entries=[edited], pages=[], version=2, snapshot=b"v2")
+    assert await page_tsv(repo, "c1") == {"1": None, "2": None}
+
+    # Both pages archived, ranges unchanged: searchable, page 2 by its edited text.
+    await save(repo, "c1", entries=[], pages=make_pages(2, "archived"), version=3, snapshot=b"v3")
+    assert await found("topic1") == ["1"]
+    assert await found("hokkaido") == ["2"]
+    assert await found("topic3") == []
+
+    # An entry of the archived page 1 is edited in place: its tsvector follows.
+    edited = EntryRow(1, "m1b", "assistant", {"role": "assistant", "content": "sushi in Osaka"}, 7)
+    await save(repo, "c1", entries=[edited], pages=[], version=4, snapshot=b"v4")
+    assert await found("osaka") == ["1"]
+    assert await found("topic1") == []
+
+    # Evicted, then a recall count: the tsvector is kept.
+    tsv = await page_tsv(repo, "c1")
+    evicted = [PageRow(p.number, p.first_seq, p.last_seq, "evicted", p.tokens, p.summary, recall_count=2)
+               for p in make_pages(2)]
+    await save(repo, "c1", entries=[], pages=evicted, version=5, snapshot=b"v5")
+    assert await page_tsv(repo, "c1") == tsv
+
+    # A stored page's range changes: its tsvector follows.
+    await save(repo, "c1", entries=[], pages=[PageRow("1", 0, 2, "evicted", 21, "summary of page 1")], version=6,
+               snapshot=b"v6")
+    assert sorted(await found("topic2")) == ["1", "2"]
 
 
 async def test_other_tenants_see_nothing(repo: SqlConversationRepository) -> None:
