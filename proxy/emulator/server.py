@@ -217,6 +217,7 @@ class EmulatorApp:
             count = [len(t) for t in tokens]
         else:
             raise bad_request("'prompt' must be a string or a list of strings", param="prompt")
+        self.state.totals.tokenized_texts += 1 if isinstance(prompt, str) else len(prompt)
         await _send_json(send, 200, {"tokens": tokens, "count": count, "max_model_len": self.config.max_model_len})
 
     # --- information and inspection -------------------------------------------------------------

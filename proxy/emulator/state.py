@@ -20,6 +20,7 @@ class Totals:
     generation_tokens: int = 0
     errors: int = 0  # error replies, injected ones included
     embeddings: int = 0
+    tokenized_texts: int = 0  # texts counted by POST /tokenize
 
 
 class EmulatorState:
@@ -67,6 +68,7 @@ class EmulatorState:
             "requests": totals.requests,
             "errors": totals.errors,
             "embeddings": totals.embeddings,
+            "tokenized_texts": totals.tokenized_texts,
             "prompt_tokens": totals.prompt_tokens,
             "cached_tokens": totals.cached_tokens,
             "generation_tokens": totals.generation_tokens,

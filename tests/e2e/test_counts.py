@@ -91,3 +91,20 @@ def test_images_conversation_stays_in_budget_with_learned_counts(pair, client_fo
     assert metric(text, "memci_token_estimate_error_ratio_count") >= 60
     # with the images' real cost learned, the prompt fills the budget instead of leaving most of it unused
     assert max(prompts[30:]) > 0.6 * budget()
+
+
+def test_streamed_answers_sent_back_are_not_tokenized_again(pair, client_for):
+    """A streamed answer is counted by its completion tokens (the usage chunk the proxy asks for): the next turns
+    ask /tokenize for their new questions only, not for the answers the client sends back."""
+    client = client_for(pair.proxy)
+    messages = [{"role": "user", "content": "Streamed turn 0: tell me about the old harbour. [[len:40]]"}]
+    before = pair.emulator.stats()["tokenized_texts"]
+    turns = 8
+    for turn in range(turns):
+        stream = client.chat.completions.create(model="m", messages=messages, max_tokens=MAX_TOKENS, stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert len(text) > 16
+        messages += [{"role": "assistant", "content": text},
+                     {"role": "user", "content": f"Streamed turn {turn + 1}: and what happened next? [[len:40]]"}]
+    asked = pair.emulator.stats()["tokenized_texts"] - before
+    assert 1 <= asked <= turns  # the questions (some counted behind the turn); 2 x turns - 1 if answers were asked
