@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.wire.errors import ProxyError
 from proxy.wire.validate import parse_json_object, validate_chat_request
@@ -59,3 +61,24 @@ def test_deeply_nested_bodies_are_a_400_at_any_depth(depth):
     with pytest.raises(ProxyError) as info:
         parse_json_object(body)
     assert info.value.status == 400 and "levels deep" in info.value.message
+
+
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+_json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+                            lambda children: st.lists(children, max_size=3)
+                            | st.dictionaries(st.text(max_size=2), children, max_size=3), max_leaves=40)
+
+
+@given(value=_json_values, limit=st.integers(min_value=1, max_value=8))
+def test_the_depth_check_agrees_with_the_nesting_depth(value, limit):
+    from proxy.wire.validate import _too_deep
+
+    if isinstance(value, (dict, list)):
+        assert _too_deep(value, limit) == (_depth(value) > limit)
