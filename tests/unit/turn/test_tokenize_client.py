@@ -177,6 +177,19 @@ def test_an_answers_completion_tokens_count_its_text_when_it_is_one_plain_messag
     assert answer_text_count(b"not json") is None
 
 
+def models_or_tokenize(request: httpx.Request, prompts: list) -> httpx.Response | None:
+    """An upstream's /models and /tokenize (one token per word; the texts asked are kept in ``prompts``)."""
+    if request.url.path.endswith("/models"):
+        return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
+    if request.url.path != "/tokenize":
+        return None
+    prompt = json.loads(request.content)["prompt"]
+    asked = prompt if isinstance(prompt, list) else [prompt]
+    prompts.extend(asked)
+    counts = [len(p.split()) for p in asked]
+    return httpx.Response(200, json={"count": counts if isinstance(prompt, list) else counts[0]})
+
+
 async def test_the_answer_sent_back_is_not_asked_for_again():
     from turn_fakes import call_of, make_service
 
@@ -184,14 +197,9 @@ async def test_the_answer_sent_back_is_not_asked_for_again():
     prompts: list = []
 
     def upstream(request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/models"):
-            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
-        body = json.loads(request.content)
-        if request.url.path == "/tokenize":
-            asked = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
-            prompts.extend(asked)
-            return httpx.Response(200, json={"count": [len(p.split()) for p in asked] if isinstance(
-                body["prompt"], list) else len(body["prompt"].split())})
+        reply = models_or_tokenize(request, prompts)
+        if reply is not None:
+            return reply
         return httpx.Response(200, json={"choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
                                                       "finish_reason": "stop"}],
                                          "usage": {"prompt_tokens": 40, "completion_tokens": 11}})
@@ -217,14 +225,10 @@ async def test_a_streamed_answer_sent_back_is_not_asked_for_again():
     prompts: list = []
 
     def upstream(request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/models"):
-            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
+        reply = models_or_tokenize(request, prompts)
+        if reply is not None:
+            return reply
         body = json.loads(request.content)
-        if request.url.path == "/tokenize":
-            asked = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
-            prompts.extend(asked)
-            return httpx.Response(200, json={"count": [len(p.split()) for p in asked] if isinstance(
-                body["prompt"], list) else len(body["prompt"].split())})
         assert body["stream"] is True and body["stream_options"]["include_usage"] is True
         base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
         chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
