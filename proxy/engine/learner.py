@@ -22,8 +22,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD, EstimateCounter, TokenCounter, message_texts
 
 FEATURES = ("text", "exact", "images", "tools", "messages", "bias")
@@ -40,9 +38,6 @@ SETTLED_EVERY = 8
 MARGIN_BASE = 0.03  # the least safety margin on a learned count
 MARGIN_MAX = 0.5
 UNDER_DECAY = 0.9  # the remembered worst under-estimate fades by 10% per observation
-_PRIOR_WEIGHTS = np.diag([PRIOR_STRENGTH * t * t for t in _TYPICAL])  # the prior, as pseudo-observations
-_PRIOR_RHS = _PRIOR_WEIGHTS @ np.array(PRIOR)
-_LOWER, _UPPER = np.array([lo for lo, _ in BOUNDS]), np.array([hi for _, hi in BOUNDS])
 
 
 @dataclass(frozen=True)
@@ -88,13 +83,33 @@ def request_features(messages: list[dict[str, Any]], tools_json: str = "",
     return Features(text, images, tools, len(messages), exact)
 
 
+def _solve(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; None when singular."""
+    n = len(rhs)
+    a = [row[:] + [rhs[i]] for i, row in enumerate(matrix)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        if abs(a[pivot][col]) < 1e-12:
+            return None
+        a[col], a[pivot] = a[pivot], a[col]
+        for r in range(col + 1, n):
+            f = a[r][col] / a[col][col]
+            if f:
+                for c in range(col, n + 1):
+                    a[r][c] -= f * a[col][c]
+    out = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        out[r] = (a[r][n] - sum(a[r][c] * out[c] for c in range(r + 1, n))) / a[r][r]
+    return out
+
+
 class CountLearner:
     """The learned costs of one model (see the module docstring)."""
 
     def __init__(self) -> None:
         n = len(FEATURES)
-        self._xx = np.zeros((n, n))  # the forgetful sums of x x^T and x y (least squares' normal equations)
-        self._xy = np.zeros(n)
+        self._xx = [[0.0] * n for _ in range(n)]
+        self._xy = [0.0] * n
         self.observations = 0
         self.answers = 0  # answers offered (`wants`), learnt from or not
         self.coefficients: tuple[float, ...] = PRIOR
@@ -120,16 +135,20 @@ class CountLearner:
             predicted = self.predict(features) * (1.0 + self.margin)
             error = (predicted - reported) / reported
             self.under = max(self.under * UNDER_DECAY, (reported - self.predict(features)) / reported)
-        x = np.array(features.vector())
-        self._xy = FORGETTING * self._xy + x * reported
-        self._xx = FORGETTING * self._xx + np.outer(x, x)
+        x = features.vector()
+        n = len(x)
+        for i in range(n):
+            self._xy[i] = FORGETTING * self._xy[i] + x[i] * reported
+            row = self._xx[i]
+            for j in range(n):
+                row[j] = FORGETTING * row[j] + x[i] * x[j]
         self.observations += 1
-        try:  # the prior on the diagonal keeps the system positive definite; a failure keeps the last fit
-            solved = np.linalg.solve(self._xx + _PRIOR_WEIGHTS, self._xy + _PRIOR_RHS)
-        except np.linalg.LinAlgError:
-            return error
-        if np.isfinite(solved).all():
-            self.coefficients = tuple(float(v) for v in np.clip(solved, _LOWER, _UPPER))
+        weights = [PRIOR_STRENGTH * t * t for t in _TYPICAL]
+        matrix = [[self._xx[i][j] + (weights[i] if i == j else 0.0) for j in range(n)] for i in range(n)]
+        rhs = [self._xy[i] + weights[i] * PRIOR[i] for i in range(n)]
+        solved = _solve(matrix, rhs)
+        if solved is not None and all(math.isfinite(v) for v in solved):
+            self.coefficients = tuple(min(hi, max(lo, v)) for v, (lo, hi) in zip(solved, BOUNDS))
         return error
 
     def counter(self, base: TokenCounter | None = None) -> "LearnedCounter":
