@@ -4,6 +4,7 @@ it: pages embedded in the background, the query alone on the recall path, vector
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ class FakeModel:
         out = np.zeros((len(texts), DIMENSION), dtype=np.float32)
         for row, text in enumerate(texts):
             for word in text.lower().split():
-                out[row, hash(word.strip(".,;")) % DIMENSION] += 1.0
+                out[row, zlib.crc32(word.strip(".,;").encode()) % DIMENSION] += 1.0  # not hash(): per process
             out[row] /= max(float(np.linalg.norm(out[row])), 1e-9)
         return out
 
