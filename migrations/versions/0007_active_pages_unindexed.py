@@ -13,7 +13,7 @@ Downgrade: 0001's function again, and the active pages get their tsvectors back.
 
 Revision ID: 0007_active_pages_unindexed
 Revises: 0006_blob_refs_and_virtual_keys
-Create Date: 2026-12-02
+Create Date: 2026-11-23
 """
 
 from __future__ import annotations

@@ -368,7 +368,7 @@ class TurnService:
             state, record, usage = turn.state, turn.record, turn.usage
             if record is not None:
                 usage = record.first_usage
-                if record.streamed_text is not None and record.rounds == 0:
+                if record.streamed_text is not None:  # set only for an answer of one round
                     self.counts.answered_stream(record.streamed_text, usage)
                 if record.pages_recalled:
                     recalled = list(dict.fromkeys(record.pages_recalled))
