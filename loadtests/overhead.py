@@ -12,6 +12,8 @@ Python client itself saturates. Prints a markdown table; --json writes the figur
     /work/venv/bin/python loadtests/overhead.py --quick       # CI smoke (~20 s)
     /work/venv/bin/python loadtests/overhead.py --multi-turn  # a 60-turn chat per conversation, 1 and 8 at once
                                                               # (see loadtests/turn_overhead.py)
+    /work/venv/bin/python loadtests/overhead.py --multi-turn --baseline-tree ../before
+                                                              # + a managed proxy from another checkout, interleaved
 """
 
 from __future__ import annotations
@@ -140,8 +142,8 @@ class Server:
     """A server subprocess in its own process group, stopped by its id."""
 
     def __init__(self, name: str, cmd: list[str], health_url: str, env: dict[str, str] | None = None,
-                 log_dir: Path | None = None) -> None:
-        self.name, self.cmd, self.health_url = name, cmd, health_url
+                 log_dir: Path | None = None, cwd: Path | None = None) -> None:
+        self.name, self.cmd, self.health_url, self.cwd = name, cmd, health_url, cwd
         self.env = {**os.environ, **(env or {})}
         self.log_path = (log_dir or Path(tempfile.gettempdir())) / f"overhead-{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -149,7 +151,7 @@ class Server:
     def start(self, timeout: float) -> None:
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.cwd)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -608,6 +610,9 @@ def main(argv: list[str] | None = None) -> int:
     multi.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE",
                        help="environment of both proxies, e.g. MEMCI_WRITE_BEHIND=false")
     multi.add_argument("--profile", type=Path, help="record both proxies with py-spy into this directory")
+    multi.add_argument("--baseline-tree", type=Path, metavar="DIR",
+                       help="also run a managed proxy from another checkout's source (e.g. a git worktree of the "
+                            "commit before a change), interleaved with the others: an A/B of two versions in one run")
     args = parser.parse_args(argv)
     if args.multi_turn:
         if str(Path(__file__).resolve().parents[1]) not in sys.path:

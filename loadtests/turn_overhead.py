@@ -11,6 +11,11 @@ Per cell: p50 and p99 per turn, turns/s, and the CPU time of the target's proces
 includes its embedded PostgreSQL). Added latency and the turns/s ratio are against the direct and the pass-through
 cells of the same round. ``--profile DIR`` records both proxies with py-spy during their cells (samples of the thread holding the GIL:
 the Python work, not the waits).
+
+``--baseline-tree DIR`` adds a managed proxy run from another checkout's source (``git worktree add ../before
+HEAD~1``), interleaved with the others in every round: a change is judged against the code before it in the same run,
+since this kind of machine drifts by a millisecond between runs. Running it against a copy of the same tree (an A/A
+run) shows the noise floor.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from loadtests.overhead import Server, free_port, group_cpu_seconds, groups_with
 MODEL = "memci-emulator"
 TARGETS = {"added_p50_ms_at_1": 2.0, "turns_ratio_at_8": 0.8}
 DIRECT, PASS, MANAGED = "emulator (direct)", "proxy (pass-through)", "proxy (managed)"
+BASELINE = "proxy (managed, baseline tree)"  # --baseline-tree: the same, from another checkout's source
 
 
 def chat_bodies(tag: str, turns: int, max_tokens: int = 32) -> list[bytes]:
@@ -108,15 +114,17 @@ async def run_turn_cell(url: str, target: str, clients: int, conversations: int,
                     p99_ms=ms(percentile(latencies, 0.99)), first_error=first_error)
 
 
-def _start(python: str, upstream: str, workdir: Path, managed: bool, env: dict[str, str]) -> tuple[Server, str]:
+def _start(python: str, upstream: str, workdir: Path, managed: bool, env: dict[str, str], tree: Path | None = None
+           ) -> tuple[Server, str]:
     port = free_port()
-    name = "managed" if managed else "passthrough"
+    name = "baseline" if tree is not None else "managed" if managed else "passthrough"
     server_env = {"MEMCI_LOG_LEVEL": "warning", "DATABASE_URL": "", "REDIS_URL": "", "MEMCI_CONFIG": "",
                   "MEMCI_HOME": str(workdir / f"home-{name}"), **env}
     if not managed:
         server_env["MEMCI_MANAGE_CONTEXT"] = "false"
     server = Server(name, [python, "-m", "proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-                           "--upstream", upstream], f"http://127.0.0.1:{port}/ready", server_env, workdir)
+                           "--upstream", upstream], f"http://127.0.0.1:{port}/ready", server_env, workdir,
+                    cwd=tree)  # `python -m` imports the package from its working directory first
     server.start(timeout=180)  # ready: the database up and the packaged embedding model loaded (steady state)
     return server, f"http://127.0.0.1:{port}/v1"
 
@@ -137,26 +145,33 @@ def run_multi_turn(args: Any) -> int:
         bases = {DIRECT: upstream}
         for target, managed in ((PASS, False), (MANAGED, True)):
             servers[target], bases[target] = _start(args.python, upstream, workdir, managed, extra_env)
+        if args.baseline_tree is not None:
+            servers[BASELINE], bases[BASELINE] = _start(args.python, upstream, workdir, True, extra_env,
+                                                        args.baseline_tree.resolve())
         for target, base in bases.items():  # warm-up: connections, the embedded database, code paths
             run_async(run_turn_cell(base + "/chat/completions", target, 1, 1, 6, -1))
         database = groups_with(str(workdir / "home-managed"))  # the managed proxy's embedded PostgreSQL (started
         # by its first turn: looked up after the warm-up)
+        databases = {MANAGED: database, BASELINE: groups_with(str(workdir / "home-baseline"))}
         groups = {DIRECT: {emulator.pid()}, PASS: {servers[PASS].pid()}, MANAGED: {servers[MANAGED].pid()} | database}
+        if BASELINE in servers:
+            groups[BASELINE] = {servers[BASELINE].pid()} | databases[BASELINE]
         group_cpu = lambda pgids: sum(group_cpu_seconds(g) for g in pgids)  # noqa: E731
         for round_no in range(args.rounds):
             for clients in args.client_levels:
                 for target, base in bases.items():
                     if target in servers and args.profile:
-                        name = "managed" if target == MANAGED else "passthrough"
+                        name = {MANAGED: "managed", BASELINE: "baseline"}.get(target, "passthrough")
                         profiles.append(_py_spy(servers[target].pid(), args.profile, f"{name}-c{clients}-r{round_no}"))
-                    before = [group_cpu(groups[target]), group_cpu(database), group_cpu(groups[DIRECT])]
+                    own_db = databases.get(target, set())
+                    before = [group_cpu(groups[target]), group_cpu(own_db), group_cpu(groups[DIRECT])]
                     cell = run_async(run_turn_cell(base + "/chat/completions", target, clients, args.conversations,
                                                    args.turns, round_no))
                     if cell.turns:
-                        after = [group_cpu(groups[target]), group_cpu(database), group_cpu(groups[DIRECT])]
+                        after = [group_cpu(groups[target]), group_cpu(own_db), group_cpu(groups[DIRECT])]
                         per_turn = [(a - b) * 1000.0 / cell.turns for a, b in zip(after, before)]
                         cell.cpu_ms_per_turn, cell.upstream_cpu_ms_per_turn = per_turn[0], per_turn[2]
-                        cell.db_cpu_ms_per_turn = per_turn[1] if target == MANAGED else None
+                        cell.db_cpu_ms_per_turn = per_turn[1] if target in databases else None
                     while profiles:
                         _stop(profiles.pop())
                     cells.append(cell)
@@ -221,7 +236,7 @@ def merge(cells: list[TurnCell]) -> list[TurnCell]:
             values = [getattr(c, attr) for c in group if getattr(c, attr) is not None]
             setattr(row, attr, statistics.median(values) if values else None)
         out.append(row)
-    order = [DIRECT, PASS, MANAGED]
+    order = [DIRECT, PASS, MANAGED, BASELINE]
     return sorted(out, key=lambda c: (c.clients, order.index(c.target)))
 
 
@@ -257,6 +272,9 @@ def target_checks(rows: list[TurnCell]) -> list[str]:
         out.append(f"- managed turns/s at 8 conversations = {eight.ratio_to_pass_through:.2f} x pass-through "
                    f"(target >= {limit:g}): {'met' if eight.ratio_to_pass_through >= limit else 'NOT met'}")
     for c in rows:
+        if c.target == BASELINE:
+            out.append(f"- baseline tree at {c.clients} conversation(s): adds {_f(c.added_p50_ms)} ms p50, "
+                       f"{_f(c.ratio_to_pass_through)} x pass-through's turns/s, CPU {_f(c.cpu_ms_per_turn)} ms per turn")
         if c.target == MANAGED and c.cpu_ms_per_turn:
             out.append(f"- managed CPU per turn at {c.clients} conversation(s): {c.cpu_ms_per_turn:.2f} ms "
                        f"(proxy and its embedded PostgreSQL)")
