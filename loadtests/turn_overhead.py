@@ -150,19 +150,18 @@ def run_multi_turn(args: Any) -> int:
                                                         args.baseline_tree.resolve())
         for target, base in bases.items():  # warm-up: connections, the embedded database, code paths
             run_async(run_turn_cell(base + "/chat/completions", target, 1, 1, 6, -1))
-        database = groups_with(str(workdir / "home-managed"))  # the managed proxy's embedded PostgreSQL (started
-        # by its first turn: looked up after the warm-up)
-        databases = {MANAGED: database, BASELINE: groups_with(str(workdir / "home-baseline"))}
-        groups = {DIRECT: {emulator.pid()}, PASS: {servers[PASS].pid()}, MANAGED: {servers[MANAGED].pid()} | database}
-        if BASELINE in servers:
-            groups[BASELINE] = {servers[BASELINE].pid()} | databases[BASELINE]
+        # each managed proxy's embedded PostgreSQL (started by its first turn: looked up after the warm-up)
+        databases = {target: groups_with(str(workdir / f"home-{servers[target].name}"))
+                     for target in (MANAGED, BASELINE) if target in servers}
+        groups = {DIRECT: {emulator.pid()}, PASS: {servers[PASS].pid()},
+                  **{target: {servers[target].pid()} | database for target, database in databases.items()}}
         group_cpu = lambda pgids: sum(group_cpu_seconds(g) for g in pgids)  # noqa: E731
         for round_no in range(args.rounds):
             for clients in args.client_levels:
                 for target, base in bases.items():
                     if target in servers and args.profile:
-                        name = {MANAGED: "managed", BASELINE: "baseline"}.get(target, "passthrough")
-                        profiles.append(_py_spy(servers[target].pid(), args.profile, f"{name}-c{clients}-r{round_no}"))
+                        server = servers[target]
+                        profiles.append(_py_spy(server.pid(), args.profile, f"{server.name}-c{clients}-r{round_no}"))
                     own_db = databases.get(target, set())
                     before = [group_cpu(groups[target]), group_cpu(own_db), group_cpu(groups[DIRECT])]
                     cell = run_async(run_turn_cell(base + "/chat/completions", target, clients, args.conversations,
