@@ -8,12 +8,16 @@ another. Every loader returns ``None`` when its files are absent, so callers can
   160 memories, stored as one block per user with ascending ids (the block boundaries are where the id
   sequence restarts, which is how the benchmark's own code splits them: 76 for user 1, 84 for user 2).
 * MemoryBank (English): per-user dated chat histories and unlabelled probing questions.
+* LongMemEval (English, the dev half of the oracle set): 252 questions in the user's own words, each with its
+  dated evidence sessions, whose answering turns are flagged ``has_answer``. ``longmemeval_history`` surrounds a
+  question's evidence sessions with other questions' sessions to make a long history.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +32,11 @@ __all__ = [
     "MemoryBankExchange",
     "MemoryBankUser",
     "load_memorybank",
+    "LongMemEvalSession",
+    "LongMemEvalQuestion",
+    "LongMemEvalHistory",
+    "load_longmemeval",
+    "longmemeval_history",
 ]
 
 _TURN_LINE = re.compile(r'^\s*<([^>]{1,40})>:\s*(.*?)\s*$', re.DOTALL)
@@ -169,3 +178,90 @@ def load_memorybank() -> list[MemoryBankUser] | None:
         ]
         users.append(MemoryBankUser(name=name, exchanges=exchanges, probing_questions=questions.get(name, [])))
     return users
+
+
+# -- LongMemEval ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LongMemEvalSession:
+    id: str
+    date: str  # "2023/08/16 (Wed) 03:47"
+    messages: tuple[dict, ...]  # {"role", "content"} only (the has_answer flags are in ``evidence``)
+    evidence: tuple[int, ...]  # indexes of the messages flagged has_answer
+
+
+@dataclass(frozen=True, slots=True)
+class LongMemEvalQuestion:
+    id: str
+    kind: str  # question_type: temporal-reasoning, multi-session, knowledge-update, single-session-*
+    question: str
+    answer: str
+    date: str
+    sessions: tuple[LongMemEvalSession, ...]  # the evidence sessions, oldest first
+
+
+@dataclass(frozen=True, slots=True)
+class LongMemEvalHistory:
+    question: LongMemEvalQuestion
+    sessions: tuple[LongMemEvalSession, ...]  # oldest first: the evidence sessions among fillers
+    evidence_sessions: tuple[int, ...]  # positions in ``sessions`` of the question's own sessions
+
+    def messages(self) -> list[dict]:
+        return [dict(m) for s in self.sessions for m in s.messages]
+
+    def evidence_messages(self) -> list[int]:
+        """Indexes into ``messages()`` of the turns flagged has_answer."""
+        out, offset = [], 0
+        for position, session in enumerate(self.sessions):
+            if position in self.evidence_sessions:
+                out.extend(offset + i for i in session.evidence)
+            offset += len(session.messages)
+        return out
+
+
+def load_longmemeval() -> list[LongMemEvalQuestion] | None:
+    root = eval_dir()
+    path = root / "longmemeval" / "longmemeval_oracle_dev.json" if root is not None else None
+    if path is None or not path.is_file():
+        return None
+    questions = []
+    for record in json.loads(path.read_text(encoding="utf-8")):
+        sessions = []
+        for sid, date, raw in zip(record["haystack_session_ids"], record["haystack_dates"],
+                                  record["haystack_sessions"]):
+            messages = tuple({"role": m["role"], "content": m["content"]} for m in raw)
+            evidence = tuple(i for i, m in enumerate(raw) if m.get("has_answer"))
+            sessions.append(LongMemEvalSession(str(sid), str(date), messages, evidence))
+        questions.append(LongMemEvalQuestion(
+            str(record["question_id"]), str(record["question_type"]), str(record["question"]), str(record["answer"]),
+            str(record["question_date"]), tuple(sessions)))
+    return questions
+
+
+def longmemeval_history(questions: list[LongMemEvalQuestion], index: int, target_messages: int = 500,
+                        seed: int = 0) -> LongMemEvalHistory:
+    """Question ``index``'s evidence sessions among other questions' sessions (chosen by a generator seeded with
+    ``seed`` and ``index``) until the history holds about ``target_messages`` messages, all in the order of their
+    dates. Each session starts with a user message, so pages never straddle two sessions."""
+    rng = random.Random(f"{seed}:{index}")
+    own = questions[index]
+    own_ids = {s.id for s in own.sessions}
+    pool = [s for i, q in enumerate(questions) if i != index for s in q.sessions
+            if s.id not in own_ids and s.messages and s.messages[0]["role"] == "user"]
+    rng.shuffle(pool)
+    fillers, size, seen = [], sum(len(s.messages) for s in own.sessions), set()
+    for session in pool:
+        if size >= target_messages:
+            break
+        if session.id in seen:
+            continue
+        seen.add(session.id)
+        fillers.append(session)
+        size += len(session.messages)
+    sessions = sorted([*fillers, *own.sessions], key=lambda s: _session_time(s.date))
+    evidence_positions = tuple(i for i, s in enumerate(sessions) if s.id in own_ids)
+    return LongMemEvalHistory(own, tuple(sessions), evidence_positions)
+
+
+def _session_time(date: str) -> str:
+    """"2023/08/16 (Wed) 03:47" -> "2023/08/16 03:47" (sorts in time order)."""
+    return f"{date[:10]} {date[-5:]}"
