@@ -47,13 +47,12 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.eval_sets import evaluate_memorybank, local_embed, reference_ranking
+from loadtests.eval_sets import evaluate_memorybank, local_embed, reference_ranking, search_rankings
 from loadtests.evaldata import MadialBench, MadialDialogue, MemoryBankUser, load_madial_bench, load_memorybank
 from loadtests.progress import add_argument as add_progress_argument
 from loadtests.progress import bars_wanted, progress
 from proxy.recall.bm25 import DEFAULT_MIN_SCORE, BM25Index
 from proxy.recall.entities import boosted_query
-from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
 from proxy.recall.packaged_models import DEFAULT_MODEL, MODELS
 from proxy.recall.text import tokenize
 
@@ -190,8 +189,7 @@ def evaluate_madial(
     embed: EmbedFn | None = None,
     min_score: float = DEFAULT_MIN_SCORE,
     vector_weight: float = 1.0,
-    lexical_weight: float = 1.0,
-    min_cosine: float | None = None,
+    min_cosine: float = 0.2,
     vector_query: str = "context",
     bars: bool | None = None,
     reference: bool = False,
@@ -199,8 +197,9 @@ def evaluate_madial(
 ) -> dict[str, RetrievalMetrics]:
     """Metrics of lexical search (and of vector and fused search when ``embed`` is given).
 
-    ``limit`` evaluates only the first dialogues (a quick slice for CI). The fusion is the recall search's
-    (proxy.recall.fusion.fuse_lexical_and_vector) with the given weights and ``min_cosine``. ``reference`` adds
+    ``limit`` evaluates only the first dialogues (a quick slice for CI). The rankings are the recall search's
+    (loadtests.eval_sets.search_rankings: lexical, vector, default and archive) with ``vector_weight`` and
+    ``min_cosine``. ``reference`` adds
     rank_bm25's BM25Okapi over the same memories, queried with every word before the test turn.
     """
     dialogues = bench.dialogues[:limit] if limit is not None else bench.dialogues
@@ -226,7 +225,7 @@ def evaluate_madial(
     if reference:
         rows["reference-bm25"] = []
     if embed is not None:
-        rows["vector"], rows["fused"] = [], []
+        rows["vector"], rows["default"], rows["archive"] = [], [], []
     searching = progress(len(dialogues), f"{strategy}: searching", bars, "dialogues")
     for position, dialogue in enumerate(dialogues):
         searching.advance()
@@ -234,22 +233,18 @@ def evaluate_madial(
         weights = build_query(dialogue, strategy)
         if entity_boost != 1.0:
             weights = boosted_query(weights, vector_query_text(dialogue, "context"), entity_boost)
-        lexical = index.search_weighted(weights, k=len(index), min_score=min_score)
-        rows["lexical"].append(score_ranking([doc_id for doc_id, _ in lexical], dialogue.relevant_ids))
         if reference:
             memories = bench.memories_of(dialogue.user_id)
             terms = tokenize(vector_query_text(dialogue, "context"))
             ranked = reference_ranking([m.event for m in memories], terms)
             rows["reference-bm25"].append(score_ranking([memories[i].id for i in ranked], dialogue.relevant_ids))
-        if embed is not None:
-            pool = memory_vectors[dialogue.user_id]
-            vector = rank_by_cosine(query_vectors[position], pool, k=len(pool))
-            fused = fuse_lexical_and_vector(
-                lexical, vector, limit=len(pool), lexical_weight=lexical_weight, vector_weight=vector_weight,
-                min_cosine=min_cosine,
-            )
-            rows["vector"].append(score_ranking([doc_id for doc_id, _ in vector], dialogue.relevant_ids))
-            rows["fused"].append(score_ranking([doc_id for doc_id, _ in fused], dialogue.relevant_ids))
+        rankings = search_rankings(index, "", weights, query_vectors[position] if embed is not None else None,
+                                   memory_vectors.get(dialogue.user_id, {}), min_cosine=min_cosine,
+                                   vector_weight=vector_weight)
+        if min_score != DEFAULT_MIN_SCORE:
+            rankings["lexical"] = [d for d, _ in index.search_weighted(weights, k=len(index), min_score=min_score)]
+        for name, ranking in rankings.items():
+            rows[name].append(score_ranking(ranking, dialogue.relevant_ids))
     searching.close()
     return {name: _mean_metrics(r) for name, r in rows.items()}
 
@@ -316,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lexical-only", action="store_true", help="no vector half (no embedding model)")
     parser.add_argument("--vector-weight", type=float, nargs="+", default=[1.0],
                         help="weight(s) of the vector ranking in the fusion (several: one fused run each)")
-    parser.add_argument("--lexical-weight", type=float, default=1.0, help="weight of the BM25 ranking in the fusion")
+    parser.add_argument("--user-weight", type=int, default=2,
+                        help="MemoryBank: times the user's words count in a page's terms (the proxy's recall_user_weight)")
     parser.add_argument("--min-cosine", type=float, default=0.2, help="vector candidates below it are not fused")
     parser.add_argument("--vector-query", choices=VECTOR_QUERIES, default="context", help="text embedded as the query")
     parser.add_argument("--entity-boost", type=float, default=2.0,
@@ -362,7 +358,6 @@ def main(argv: list[str] | None = None) -> int:
                 embed=embed,
                 min_score=args.min_score,
                 vector_weight=vector_weight,
-                lexical_weight=args.lexical_weight,
                 min_cosine=args.min_cosine,
                 vector_query=args.vector_query,
                 bars=bars_wanted(args.progress),
@@ -370,9 +365,9 @@ def main(argv: list[str] | None = None) -> int:
                 entity_boost=args.entity_boost,
             )
             for name, metrics in results.items():
-                if position and name != "fused":
+                if position and name not in FUSED:
                     continue  # the other runs do not depend on the weight
-                label = f"{name} [{strategy}]" if name != "fused" else f"fused [{strategy}] w={vector_weight:g}"
+                label = f"{name} [{strategy}]" + (f" w={vector_weight:g}" if name in FUSED else "")
                 print(metrics.line(label))
     users = load_memorybank()
     if users is None:
@@ -382,16 +377,18 @@ def main(argv: list[str] | None = None) -> int:
     for position, vector_weight in enumerate(args.vector_weight if embed is not None else [1.0]):
         rows = evaluate_memorybank(users, embed, score_ranking, vector_weight=vector_weight,
                                    min_cosine=args.min_cosine, entity_boost=args.entity_boost,
+                                   user_weight=args.user_weight,
                                    bars=bars_wanted(args.progress), dates=not args.no_dates)
         for name, values in rows.items():
-            if position and name != "fused":
+            if position and name not in FUSED:
                 continue
-            label = name if name != "fused" else f"fused w={vector_weight:g}"
+            label = name + (f" w={vector_weight:g}" if name in FUSED else "")
             print(_mean_metrics(values).line(label))
     return 0
 
 
 EVIDENCE_NAME = "memorybank_evidence.json"
+FUSED = ("default", "archive")
 
 if __name__ == "__main__":
     raise SystemExit(main())

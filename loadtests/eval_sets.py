@@ -11,20 +11,28 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from loadtests.evaldata import MemoryBankUser
 from loadtests.progress import progress
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.dates import asked_days, prefer_days
 from proxy.recall.entities import boosted_query
+from proxy.recall.candidate_vectors import page_sample
 from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
 from proxy.recall.packaged_models import DEFAULT_MODEL
+from proxy.recall.pagetext import index_terms
+from proxy.recall.resolver import FUSION_CANDIDATES, MIN_SCORE, SEARCH_HITS
 from proxy.recall.text import tokenize
 
-__all__ = ["EVIDENCE_FILE", "reference_ranking", "local_embed", "memorybank_cases",
-           "evaluate_memorybank", "page_text"]
+__all__ = ["EVIDENCE_FILE", "reference_ranking", "local_embed", "cached_embed", "memorybank_cases",
+           "evaluate_memorybank", "page_text", "page_messages", "search_rankings", "SEARCH_CANDIDATES"]
+
+SEARCH_CANDIDATES = SEARCH_HITS * FUSION_CANDIDATES  # the lexical candidates of one proxy search (and the vectors')
 
 EVIDENCE_FILE = Path(__file__).with_name("memorybank_evidence.json")
 Row = tuple[float, float, float, float, float]
@@ -56,6 +64,81 @@ def local_embed(model: str = DEFAULT_MODEL) -> Callable[[list[str]], list[list[f
     return embed
 
 
+def cached_embed(embed: Callable[[list[str]], list[list[float]]], path: str | None = None
+                 ) -> Callable[[list[str]], list[list[float]]]:
+    """``embed`` asked only for texts it has not seen, by digest, in batches; ``path``: an .npz file that keeps the
+    vectors between runs (``.save()`` writes it)."""
+    from proxy.recall.vector_index import text_digest
+
+    memo: dict[str, np.ndarray] = {}
+    if path and Path(path).is_file():
+        with np.load(path) as stored:
+            memo.update((key, stored[key]) for key in stored.files)
+
+    def cached(texts: list[str]) -> list[list[float]]:
+        keys = [text_digest(t) for t in texts]
+        missing = list(dict.fromkeys((k, t) for k, t in zip(keys, texts, strict=True) if k not in memo))
+        for start in range(0, len(missing), 64):
+            batch = missing[start : start + 64]
+            for (key, _), vector in zip(batch, embed([t for _, t in batch]), strict=True):
+                memo[key] = np.asarray(vector, dtype=np.float32)
+        return [memo[k] for k in keys]
+
+    def save() -> None:
+        if path:
+            np.savez(path, **memo)
+
+    cached.save = save  # type: ignore[attr-defined]
+    return cached
+
+
+def search_rankings(
+    index: BM25Index,
+    query: str,
+    weights: Mapping[str, float],
+    query_vector: Sequence[float] | None,
+    page_vectors: Mapping[Any, Sequence[float]],
+    day_of: Callable[[Any], dt.date | None] | None = None,
+    today: dt.date | None = None,
+    min_cosine: float = 0.2,
+    vector_weight: float = 1.0,
+) -> dict[str, list[Hashable]]:
+    """Best-first ids of the proxy's search over ``index`` (proxy.recall.resolver.RecallResolver.search):
+    ``lexical`` (BM25 with ``weights``, pages of the days ``query`` names first), and with a query vector
+    ``vector`` (cosine over every page), ``default`` (embeddings_pages=candidates: the vectors of the lexical
+    candidates re-order them under the top lexical hit) and ``archive`` (embeddings_pages=archive: the nearest pages
+    may join them)."""
+    span = asked_days(query, today) if day_of is not None and today is not None else None
+    reorder = None if span is None else (lambda ranking: prefer_days(ranking, day_of, span))
+    found = index.search_weighted(weights, k=len(index), min_score=MIN_SCORE)
+    lexical = found if span is None else prefer_days(found, day_of, span, keep_scores=True)
+    out: dict[str, list[Hashable]] = {"lexical": [i for i, _ in lexical]}
+    if query_vector is None:
+        return out
+    vector = rank_by_cosine(query_vector, page_vectors, k=len(page_vectors))
+    cosine = dict(vector)
+    candidates = found[:SEARCH_CANDIDATES]
+    nearest = [(i, c) for i, c in vector[:SEARCH_CANDIDATES] if c > 0]
+    for name, pool, floor in (("default", [(i, cosine[i]) for i, _ in candidates if i in cosine], None),
+                              ("archive", nearest, min_cosine)):
+        fused = fuse_lexical_and_vector(candidates, pool, limit=SEARCH_CANDIDATES, min_cosine=floor,
+                                        vector_weight=vector_weight, reorder=reorder)
+        out[name] = [i for i, _ in fused]
+    out["vector"] = [i for i, _ in vector]
+    return out
+
+
+def embedded_text(text: str) -> str:
+    """What the proxy embeds of a candidate page (proxy.recall.candidate_vectors.page_sample)."""
+    return page_sample(text)
+
+
+def page_messages(user: MemoryBankUser, position: int) -> list[dict[str, str]]:
+    """A MemoryBank exchange as the proxy pages it: the user's message and the answer."""
+    exchange = user.exchanges[position]
+    return [{"role": "user", "content": exchange.query}, {"role": "assistant", "content": exchange.response}]
+
+
 def page_text(user: MemoryBankUser, position: int) -> str:
     exchange = user.exchanges[position]
     return f"[{exchange.date}] {exchange.query}\n{exchange.response}"
@@ -80,41 +163,39 @@ def evaluate_memorybank(
     entity_boost: float = 1.0,
     bars: bool | None = None,
     dates: bool = True,
+    user_weight: int = 1,
 ) -> dict[str, list[Row]]:
-    """Rows per ranking (lexical, reference-bm25, and vector and fused when ``embed`` is given); ``bars``: as
-    loadtests.progress.progress (None: no progress); ``dates``: the pages of the days a question names climb the
-    lexical and fused rankings, as in the proxy's search."""
+    """Rows per ranking (lexical, reference-bm25, and vector, default and archive when ``embed`` is given: see
+    search_rankings). Each exchange is a page of two messages, indexed as the proxy indexes it (``user_weight``:
+    proxy.recall.pagetext.index_terms) and dated by its day; ``bars``: as loadtests.progress.progress (None: no
+    progress); ``dates``: the pages of the days a question names climb, as in the proxy's search."""
+    from proxy.recall.pagetext import index_text
+
     cases = memorybank_cases(users)
     rows: dict[str, list[Row]] = {"lexical": [], "reference-bm25": []}
     if embed is not None:
-        rows["vector"], rows["fused"] = [], []
-    indexes: dict[str, tuple[BM25Index, list[str], dict[int, list[float]]]] = {}
+        rows["vector"], rows["default"], rows["archive"] = [], [], []
+    indexes: dict[str, tuple[BM25Index, list[str], dict[int, Any]]] = {}
     searching = progress(len(cases), "MemoryBank: searching", bars, "questions")
     for user, question, relevant in cases:
         searching.advance()
         if user.name not in indexes:
-            texts = [page_text(user, i) for i in range(len(user.exchanges))]
+            pages = [page_messages(user, i) for i in range(len(user.exchanges))]
+            texts = [index_text(p) for p in pages]
             index = BM25Index()
-            for i, text in enumerate(texts):
-                index.add(i, text)
-            vectors = dict(enumerate(embed(texts))) if embed is not None else {}
+            for i, page in enumerate(pages):
+                index.add_terms(i, index_terms(page, user_weight=user_weight))
+            vectors = dict(enumerate(embed([embedded_text(t) for t in texts]))) if embed is not None else {}
             indexes[user.name] = (index, texts, vectors)
         index, texts, vectors = indexes[user.name]
         weights = boosted_query(dict.fromkeys(tokenize(question), 1.0), question, entity_boost)
-        lexical = [(int(i), s) for i, s in index.search_weighted(weights, k=len(texts))]
         days = {i: dt.date.fromisoformat(e.date) for i, e in enumerate(user.exchanges)}
-        span = asked_days(question, max(days.values())) if dates else None
-        if span is not None:
-            lexical = prefer_days(lexical, days.get, span, keep_scores=True)
-        rows["lexical"].append(score([i for i, _ in lexical], relevant))
+        ranked = search_rankings(index, question, weights, embed([question])[0] if embed is not None else None,
+                                 vectors, days.get if dates else None, max(days.values()),
+                                 min_cosine=min_cosine if min_cosine is not None else -1.0,
+                                 vector_weight=vector_weight)
         rows["reference-bm25"].append(score(reference_ranking(texts, tokenize(question)), relevant))
-        if embed is not None:
-            vector = rank_by_cosine(embed([question])[0], vectors, k=len(vectors))
-            fused = fuse_lexical_and_vector(lexical, vector, limit=len(texts), vector_weight=vector_weight,
-                                            min_cosine=min_cosine)
-            if span is not None:
-                fused = prefer_days(fused, days.get, span)
-            rows["vector"].append(score([i for i, _ in vector], relevant))
-            rows["fused"].append(score([i for i, _ in fused], relevant))
+        for name, ranking in ranked.items():
+            rows[name].append(score(ranking, relevant))
     searching.close()
     return rows

@@ -14,6 +14,8 @@ Python client itself saturates. Prints a markdown table; --json writes the figur
                                                               # (see loadtests/turn_overhead.py)
     /work/venv/bin/python loadtests/overhead.py --multi-turn --baseline-tree ../before
                                                               # + a managed proxy from another checkout, interleaved
+    /work/venv/bin/python loadtests/overhead.py --multi-turn --long-chat   # one 600-turn chat, 0.9 MB bodies, 32k
+                                                              # window: CPU per turn over turns 551-600
 """
 
 from __future__ import annotations
@@ -610,6 +612,15 @@ def main(argv: list[str] | None = None) -> int:
     multi.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE",
                        help="environment of both proxies, e.g. MEMCI_WRITE_BEHIND=false")
     multi.add_argument("--profile", type=Path, help="record both proxies with py-spy into this directory")
+    multi.add_argument("--exchange-chars", type=int, default=0,
+                       help="pad each exchange of the chat to about this many characters (default: short turns)")
+    multi.add_argument("--measure-from", type=int, default=0,
+                       help="turns of each chat before this one are sent but not measured (default 0)")
+    multi.add_argument("--settle", type=float, default=0.0,
+                       help="seconds after each cell whose CPU still counts (background work of the measured turns)")
+    multi.add_argument("--long-chat", action="store_true",
+                       help="one 600-turn chat of ~1,500 characters per exchange (0.9 MB bodies at the end), a 32k "
+                            "window, turns 551-600 measured plus 8 s after (background work included)")
     multi.add_argument("--baseline-tree", type=Path, metavar="DIR",
                        help="also run a managed proxy from another checkout's source (e.g. a git worktree of the "
                             "commit before a change), interleaved with the others: an A/B of two versions in one run")
@@ -617,11 +628,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.multi_turn:
         if str(Path(__file__).resolve().parents[1]) not in sys.path:
             sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from loadtests.turn_overhead import run_multi_turn
+        from loadtests.turn_overhead import LONG_CHAT, run_multi_turn
 
         given = argv if argv is not None else sys.argv[1:]
         args.client_levels = [int(c) for c in args.clients.split(",") if c] if "--clients" in given else [1, 8]
         args.rounds = max(1, args.rounds)
+        if args.long_chat:
+            for key, value in LONG_CHAT.items():
+                if f"--{key.replace('_', '-')}" not in given and not (key == "client_levels" and "--clients" in given):
+                    setattr(args, key, value)
         return run_multi_turn(args)
 
     streams = [False, True] if args.only_streaming is None else [args.only_streaming == "yes"]

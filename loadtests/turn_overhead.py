@@ -38,23 +38,35 @@ import aiohttp
 from loadtests.overhead import Server, free_port, group_cpu_seconds, groups_with, percentile, run_async
 
 MODEL = "memci-emulator"
-TARGETS = {"added_p50_ms_at_1": 2.0, "turns_ratio_at_8": 0.8}
+TARGETS = {"added_p50_ms_at_1": 2.0, "turns_ratio_at_8": 0.8, "cpu_ratio": 2.0}
+LONG_CHAT = {"turns": 600, "exchange_chars": 1500, "window": 32768, "measure_from": 550, "settle": 8.0,
+             "client_levels": [1], "conversations": 1}  # --long-chat: 0.9 MB bodies at the end
 DIRECT, PASS, MANAGED = "emulator (direct)", "proxy (pass-through)", "proxy (managed)"
 BASELINE = "proxy (managed, baseline tree)"  # --baseline-tree: the same, from another checkout's source
 
 
-def chat_bodies(tag: str, turns: int, max_tokens: int = 32) -> list[bytes]:
-    """A team chat of ``turns`` requests, each the previous one plus the last answer and a new question."""
+_TOPICS = ("billing", "search", "onboarding", "exports", "invoices", "alerts", "the mobile app", "the audit log")
+
+
+def chat_bodies(tag: str, turns: int, max_tokens: int = 32, exchange_chars: int = 0) -> list[bytes]:
+    """A team chat of ``turns`` requests, each the previous one plus the last answer and a new question.
+    ``exchange_chars``: the answer is padded with varied sentences until an exchange holds about that many characters
+    (a long chat's large bodies: 1,500 characters over 600 turns make a 0.9 MB request)."""
     system = {"role": "system", "content": "You are a concise assistant for a software team. " * 8}
     messages: list[dict[str, Any]] = [system, {"role": "user", "content": f"[{tag}] We plan the Q3 release of billing."}]
     bodies = []
     for turn in range(turns):
         bodies.append(json.dumps({"model": MODEL, "messages": messages, "max_tokens": max_tokens,
                                   "temperature": 0}).encode())
-        messages = messages + [
-            {"role": "assistant", "content": f"Point {turn}: " + "the migration needs a rollback plan and an owner. " * 6},
-            {"role": "user", "content": f"What about item {turn + 1}? " + "Please keep it brief and concrete. " * 3},
-        ]
+        answer = f"Point {turn}: " + "the migration needs a rollback plan and an owner. " * 6
+        question = f"What about item {turn + 1}? " + "Please keep it brief and concrete. " * 3
+        sentence = 0
+        while len(answer) + len(question) < exchange_chars:
+            topic = _TOPICS[(turn + sentence) % len(_TOPICS)]
+            answer += (f" Step {sentence} of item {turn} for {topic}: ticket {1000 + 7 * turn + sentence} owns "
+                       f"the change, reviewed on day {turn % 28 + 1}.")
+            sentence += 1
+        messages = messages + [{"role": "assistant", "content": answer}, {"role": "user", "content": question}]
     return bodies
 
 
@@ -78,17 +90,30 @@ class TurnCell:
     first_error: str = ""
 
 
-async def run_turn_cell(url: str, target: str, clients: int, conversations: int, turns: int, round_no: int) -> TurnCell:
+async def run_turn_cell(url: str, target: str, clients: int, conversations: int, turns: int, round_no: int,
+                        exchange_chars: int = 0, measure_from: int = 0, on_measure: Any = None) -> TurnCell:
+    """``measure_from``: turns of each chat before it are sent but not counted (a long chat's steady state);
+    ``on_measure()`` runs once, when the first client reaches it (the CPU reading starts there)."""
     latencies: list[float] = []
     errors = 0
     first_error = ""
     headers = {"Content-Type": "application/json", "Authorization": "Bearer overhead-bench"}
     stamp = f"{time.time_ns()}"
+    measured = False
+    measure_start = 0.0
 
     async def client(session: aiohttp.ClientSession, number: int) -> None:
         nonlocal errors, first_error
+        nonlocal measured, measure_start
         for conversation in range(conversations):
-            for body in chat_bodies(f"{target} round {round_no} client {number} chat {conversation} {stamp}", turns):
+            bodies = chat_bodies(f"{target} round {round_no} client {number} chat {conversation} {stamp}", turns,
+                                 exchange_chars=exchange_chars)
+            for turn, body in enumerate(bodies):
+                if turn == measure_from and not measured:
+                    measured = True
+                    measure_start = time.perf_counter()
+                    if on_measure is not None:
+                        on_measure()
                 start = time.perf_counter()
                 try:
                     async with session.post(url, data=body, headers=headers) as resp:
@@ -96,17 +121,16 @@ async def run_turn_cell(url: str, target: str, clients: int, conversations: int,
                         ok, status = resp.status == 200, str(resp.status)
                 except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                     ok, status = False, type(exc).__name__
-                if ok:
+                if ok and turn >= measure_from:
                     latencies.append(time.perf_counter() - start)
                 else:
                     errors += 1
                     first_error = first_error or status
 
     connector = aiohttp.TCPConnector(limit=clients, limit_per_host=clients)
-    started = time.perf_counter()
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
         await asyncio.gather(*(client(session, n) for n in range(clients)))
-    elapsed = time.perf_counter() - started
+    elapsed = time.perf_counter() - measure_start
     latencies.sort()
     ms = lambda v: None if v is None else v * 1000.0  # noqa: E731
     return TurnCell(target, clients, round_no, turns=len(latencies), errors=errors, seconds=elapsed,
@@ -163,10 +187,17 @@ def run_multi_turn(args: Any) -> int:
                         server = servers[target]
                         profiles.append(_py_spy(server.pid(), args.profile, f"{server.name}-c{clients}-r{round_no}"))
                     own_db = databases.get(target, set())
-                    before = [group_cpu(groups[target]), group_cpu(own_db), group_cpu(groups[DIRECT])]
+                    before: list[float] = []
+
+                    def read_before(target: str = target, own_db: set[int] = own_db) -> None:
+                        before[:] = [group_cpu(groups[target]), group_cpu(own_db), group_cpu(groups[DIRECT])]
+
                     cell = run_async(run_turn_cell(base + "/chat/completions", target, clients, args.conversations,
-                                                   args.turns, round_no))
-                    if cell.turns:
+                                                   args.turns, round_no, exchange_chars=args.exchange_chars,
+                                                   measure_from=args.measure_from, on_measure=read_before))
+                    if args.settle > 0:
+                        time.sleep(args.settle)  # background work the measured turns left (page embedding)
+                    if cell.turns and before:
                         after = [group_cpu(groups[target]), group_cpu(own_db), group_cpu(groups[DIRECT])]
                         per_turn = [(a - b) * 1000.0 / cell.turns for a, b in zip(after, before)]
                         cell.cpu_ms_per_turn, cell.upstream_cpu_ms_per_turn = per_turn[0], per_turn[2]
@@ -190,8 +221,11 @@ def run_multi_turn(args: Any) -> int:
     compare(cells)
     merged = merge(cells)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    print(f"## Managed turn overhead, {started}, {os.cpu_count()} CPUs, {args.turns}-turn chats, "
-          f"{args.conversations} per client, medians of {args.rounds} round(s)\n")
+    measured = (f", turns {args.measure_from + 1}-{args.turns} measured (+{args.settle:g} s after each cell)"
+                if args.measure_from else "")
+    print(f"## Managed turn overhead, {started}, {os.cpu_count()} CPUs, {args.turns}-turn chats"
+          f"{f' of ~{args.exchange_chars} characters per exchange' if args.exchange_chars else ''}, "
+          f"{args.conversations} per client, medians of {args.rounds} round(s){measured}\n")
     print(markdown(merged))
     print("\nTargets:")
     print("\n".join(target_checks(merged)))
@@ -277,6 +311,12 @@ def target_checks(rows: list[TurnCell]) -> list[str]:
         if c.target == MANAGED and c.cpu_ms_per_turn:
             out.append(f"- managed CPU per turn at {c.clients} conversation(s): {c.cpu_ms_per_turn:.2f} ms "
                        f"(proxy and its embedded PostgreSQL)")
+        passing = find(PASS, c.clients)
+        if c.target in (MANAGED, BASELINE) and c.cpu_ms_per_turn and passing is not None and passing.cpu_ms_per_turn:
+            ratio = c.cpu_ms_per_turn / passing.cpu_ms_per_turn
+            limit = TARGETS["cpu_ratio"]
+            out.append(f"- {c.target} CPU per turn = {ratio:.2f} x pass-through's at {c.clients} conversation(s) "
+                       f"(target <= {limit:g}): {'met' if ratio <= limit else 'NOT met'}")
     return out or ["- no comparable cells"]
 
 

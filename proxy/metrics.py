@@ -153,6 +153,10 @@ class Metrics:
             "embedded, chunked (longer than one model input: embedded in pieces), empty (no text: a zero vector), "
             "failed.", ["outcome"], registry=r
         )
+        self.search_pages_embedded = Counter(
+            "memci_search_pages_embedded", "Candidate pages embedded by recall searches (embeddings_pages=candidates: "
+            "a page is embedded the first time it is a search's candidate, then served by digest).", registry=r
+        )
 
         self.embedding_backlog_pages = Gauge(
             "memci_embedding_backlog_pages", "Archived pages waiting for their vector (background embedding).",

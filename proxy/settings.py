@@ -283,6 +283,13 @@ class Settings:
         metadata=_doc("Seconds an archived page may wait for a moment without turns before it is embedded regardless "
                       "(background embedding; turns never wait on it).", min=0.0),
     )
+    embeddings_pages: str = field(
+        default="candidates",
+        metadata=_doc("Which archived pages get a vector: candidates (those a search's BM25 half finds, embedded when "
+                      "the search runs, kept by digest; the vectors re-order them) or archive (every page, embedded in "
+                      "the background after the turn that archived it and stored; the vectors may add pages BM25 "
+                      "missed: worth it with an embeddings_url served elsewhere).", choices=("candidates", "archive")),
+    )
     embeddings_model: str = field(
         default="", metadata=_doc("Embedding model name sent and stored with the vectors (empty: 'default').")
     )
@@ -301,9 +308,15 @@ class Settings:
         metadata=_doc("Weight of the query's proper nouns, numbers and codes in the BM25 half of the recall search "
                       "(1: none).", min=0.0),
     )
+    recall_user_weight: int = field(
+        default=2,
+        metadata=_doc("How many times the user's own words count in a page's BM25 terms, against once for the "
+                      "assistant's and tools' (1: all alike).", min=1, max=8),
+    )
     recall_min_cosine: float = field(
         default=0.2,
-        metadata=_doc("Vector candidates under this cosine similarity stay out of the fused search.", min=-1.0, max=1.0),
+        metadata=_doc("Pages the vectors alone found stay out of the fused search under this cosine similarity "
+                      "(embeddings_pages=archive).", min=-1.0, max=1.0),
     )
 
     # --- intent rewrite (B2b) and memory injection (B5) -----------------------------------------

@@ -7,13 +7,18 @@ Reciprocal-rank fusion (Cormack, Clarke & Buettcher, 2009)::
 Only ranks are used, so BM25's unbounded scores and cosine similarities in [-1, 1] need no calibration
 against each other. Within one ranking an id counts once, at its best (first) position; the output holds
 each id once. Equal fused scores keep the order of first appearance (lexical ranking first).
+
+The recall search fuses its two halves with an anchor (``fuse_lexical_and_vector``): the lexical ranking's top hit
+stays first, whatever the vectors say. Measured on every set the project has (docs/memory.md), the vector half
+helps most by re-ordering what BM25 found below its best hit, and hurts where it displaces a confident lexical
+hit (a name, a number, a date the query repeats): the anchor keeps that hit and leaves the re-ordering.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 __all__ = [
@@ -67,19 +72,34 @@ def fuse_lexical_and_vector(
     lexical_weight: float = 1.0,
     vector_weight: float = 1.0,
     min_cosine: float | None = None,
+    anchor: bool = True,
+    reorder: Callable[[list[tuple[Id, float]]], list[tuple[Id, float]]] | None = None,
 ) -> list[tuple[Id, float]]:
     """Fuse ``(id, bm25 score)`` and ``(id, cosine)`` lists (any order) into ``limit`` best ``(id, rrf score)``.
 
     Each list is ranked by its own score, descending (stable for ties). ``min_cosine`` drops vector
     candidates below that similarity before fusion. With an empty vector list the result is the lexical
     ranking (the degradation when no embeddings are configured), and vice versa.
+
+    ``reorder``: applied to the fused ranking and to the lexical one before the anchor is read (the recall
+    search's day preference, proxy.recall.dates.prefer_days). ``anchor``: the lexical ranking's top id (after
+    ``reorder``) comes first, with the best fused score; so the fused top k always holds the top lexical hit, and a
+    vector ranking that agrees with BM25 on its best hit leaves it where it was.
     """
-    lexical_ranked = [doc_id for doc_id, _ in sorted(lexical, key=lambda pair: -pair[1])]
+    by_score = sorted(lexical, key=lambda pair: -pair[1])
+    lexical_ranked = [doc_id for doc_id, _ in by_score]
     vector_pairs = [p for p in vector if min_cosine is None or p[1] >= min_cosine]
     vector_ranked = [doc_id for doc_id, _ in sorted(vector_pairs, key=lambda pair: -pair[1])]
-    return reciprocal_rank_fusion(
-        [lexical_ranked, vector_ranked], rrf_k=rrf_k, weights=[lexical_weight, vector_weight], limit=limit
+    fused = reciprocal_rank_fusion(
+        [lexical_ranked, vector_ranked], rrf_k=rrf_k, weights=[lexical_weight, vector_weight]
     )
+    if reorder is not None:
+        fused = reorder(fused)
+    if anchor and by_score and fused:
+        top = (reorder(by_score) if reorder is not None else by_score)[0][0]
+        best = fused[0][1]
+        fused = [(top, best), *(pair for pair in fused if pair[0] != top)]
+    return fused[: max(limit, 0)]
 
 
 def cosine_similarity(a: Sequence[float], b: Sequence[float]) -> float:

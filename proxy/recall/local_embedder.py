@@ -176,6 +176,18 @@ class LocalEmbedder:
             return []
         return await asyncio.get_running_loop().run_in_executor(self._pages, self._embed_now, list(texts))
 
+    async def embed_search(self, texts: Sequence[str]) -> list[list[float]] | None:
+        """Pages a search waits for (its candidates): on the query thread, at normal priority; None while the model
+        loads or when it failed."""
+        if self._encode is None:
+            if not self._failed:
+                self.warm()
+                self.last_failure = "loading"
+            return None
+        if not texts:
+            return []
+        return await asyncio.get_running_loop().run_in_executor(self._queries, self._embed_now, list(texts))
+
     async def embed_query(self, text: str) -> list[float] | None:
         """The query's vector (cached by text); None while the model loads or when it failed."""
         cached = self._query_vectors.get(text)

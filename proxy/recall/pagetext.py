@@ -8,6 +8,7 @@ from typing import Any
 from proxy.engine.condense import image_reference, image_text
 from proxy.engine.contents import utc_date
 from proxy.engine.markup import quote
+from proxy.recall.text import tokenize
 
 
 def content_text(content: Any, image_descriptions: Mapping[str, str] | None = None) -> str:
@@ -66,6 +67,19 @@ def render_page(
 
 def index_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str, str] | None = None) -> str:
     return "\n".join(message_text(m, image_descriptions) for m in messages)
+
+
+def index_terms(
+    messages: list[dict[str, Any]], image_descriptions: Mapping[str, str] | None = None, user_weight: int = 1,
+) -> list[str]:
+    """The page's BM25 terms: those of ``index_text``, the user's messages' counted ``user_weight`` times (a field
+    weight, as in BM25F: the user's own words are what a user asks back about, and an assistant's long answers
+    would otherwise weigh on the page's length as much as they do on its matches)."""
+    terms: list[str] = []
+    for message in messages:
+        words = tokenize(message_text(message, image_descriptions))
+        terms.extend(words * user_weight if message.get("role") == "user" and user_weight > 1 else words)
+    return terms
 
 
 def _has_content(message: dict[str, Any], image_descriptions: Mapping[str, str]) -> bool:

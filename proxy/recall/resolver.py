@@ -14,14 +14,16 @@ from proxy.engine.contents import utc_date
 from proxy.engine.state import STATUS_NAMES, find_page
 from proxy.caches import BoundedLru
 from proxy.recall.bm25 import BM25Index
+from proxy.recall.candidate_vectors import CandidateVectors
 from proxy.recall.dates import DaySpan, asked_days, day_of, prefer_days
 from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector
 from proxy.recall.neighbours import part_after, part_before
-from proxy.recall.pagetext import excerpt, index_text, message_text, page_messages_with_hidden, render_page, vector_text
+from proxy.recall.pagetext import (excerpt, index_terms, index_text, message_text, page_messages_with_hidden, render_page,
+                                   vector_text)
 from proxy.recall.text import tokenize
 from proxy.recall.tool import RecallArgs
-from proxy.recall.vector_index import PageVectors, VectorSearchFailed
+from proxy.recall.vector_index import PageVectors, VectorSearchFailed, text_digest
 from proxy.store.ports import ConversationRepository
 
 SEARCH_HITS = 5
@@ -68,12 +70,13 @@ class _Indexed:
     """A conversation's index, the start entry of each page indexed, the characters indexed, and the page records
     it was last brought up to date with (the same records again: nothing to look at, page by page)."""
 
-    __slots__ = ("index", "starts", "chars", "seen")
+    __slots__ = ("index", "starts", "chars", "digests", "seen")
 
     def __init__(self) -> None:
         self.index = BM25Index()
         self.starts: dict[str, int] = {}
         self.chars: dict[str, int] = {}
+        self.digests: dict[str, str] = {}  # page label -> digest of the text its vector is computed from
         self.seen: list[PageRecord] = []
 
     def approximate_bytes(self) -> int:
@@ -84,21 +87,31 @@ class SearchIndexes:
     """One BM25 index per conversation, grown as pages are archived; an LRU bounded in conversations and in
     (estimated) bytes. An index dropped from it is rebuilt from the store when next searched."""
 
-    def __init__(self, source: PageSource, capacity: int = 256, max_bytes: int = 128 * 2**20) -> None:
+    def __init__(self, source: PageSource, capacity: int = 256, max_bytes: int = 128 * 2**20,
+                 user_weight: int = 1) -> None:
         self.source = source
         self.capacity = capacity
+        self.user_weight = user_weight
         self._indexes: BoundedLru[str, _Indexed] = BoundedLru(
             "search_indexes", capacity, max_bytes, size_of=lambda _k, v: v.approximate_bytes())
 
     async def index_for(self, ctx: RecallContext, added: dict[str, str] | None = None) -> BM25Index:
         """The conversation's index, brought up to date; ``added`` receives page label -> text of the pages
         (re)indexed by this call (the vector half embeds them)."""
+        return (await self.entry_for(ctx, added)).index
+
+    def digests(self, conversation_id: str) -> dict[str, str]:
+        """Page label -> digest of its vector text, for the pages indexed (empty when the index was dropped)."""
+        entry = self._indexes.peek(conversation_id)
+        return entry.digests if entry is not None else {}
+
+    async def entry_for(self, ctx: RecallContext, added: dict[str, str] | None = None) -> _Indexed:
         entry = self._indexes.get(ctx.conversation_id)
         if entry is None:
             entry = _Indexed()
             self._indexes.put(ctx.conversation_id, entry)
         elif entry.seen == ctx.state.pages:  # one comparison in C instead of a Python pass over every page
-            return entry.index
+            return entry
         grew = False
         for record in ctx.state.pages:
             if record.status == ACTIVE:
@@ -108,19 +121,21 @@ class SearchIndexes:
             messages = await self.source.messages(ctx, record.start, record.end)
             hidden = page_hidden_messages(ctx.state, record.label)
             full = page_messages_with_hidden(messages, record.start, hidden)
-            text = index_text(full, ctx.image_descriptions)
+            terms = index_terms(full, ctx.image_descriptions, self.user_weight)
             if record.label in entry.starts:
                 entry.index.remove(record.label)
-            entry.index.add(record.label, text)
+            entry.index.add_terms(record.label, terms)
             entry.starts[record.label] = record.start
-            entry.chars[record.label] = len(text)
+            vector_source = vector_text(full, ctx.image_descriptions)
+            entry.chars[record.label] = len(vector_source)
+            entry.digests[record.label] = text_digest(vector_source)
             grew = True
             if added is not None:
-                added[record.label] = vector_text(full, ctx.image_descriptions)
+                added[record.label] = vector_source
         entry.seen = list(ctx.state.pages)
         if grew:
             self._indexes.resize(ctx.conversation_id)  # measured again: may evict others (or this one)
-        return entry.index
+        return entry
 
     def forget(self, conversation_id: str) -> None:
         self._indexes.pop(conversation_id)
@@ -137,7 +152,7 @@ class RecallResolver:
         repo: ConversationRepository,
         counter: TokenCounter,
         max_tokens: int,
-        vectors: PageVectors | None = None,
+        vectors: PageVectors | CandidateVectors | None = None,
         metrics: Any = None,
         lexical_weight: float = 1.0,
         vector_weight: float = 1.0,
@@ -145,17 +160,19 @@ class RecallResolver:
         index_max_bytes: int = 128 * 2**20,
         entity_boost: float = 1.0,
         clock: Callable[[], float] = time.time,
+        user_weight: int = 1,
     ) -> None:
         """``vectors``: the vector half of the search (None: lexical only). ``metrics``: a proxy.metrics.Metrics
         (``recall_fallbacks`` counts searches that went lexical only). The weights and ``min_cosine`` tune the
         fusion (proxy.recall.fusion.fuse_lexical_and_vector). ``index_max_bytes``: bound of this process's
         search indexes (estimated). ``entity_boost``: weight of the query's proper nouns, numbers and codes in
         the BM25 half (proxy.recall.entities). ``clock``: the time now, which dates "yesterday" or "May 2nd" in a
-        query (proxy.recall.dates)."""
+        query (proxy.recall.dates). ``user_weight``: how many times a user message's terms count in its page's
+        BM25 terms (proxy.recall.pagetext.index_terms)."""
         self.entity_boost = entity_boost
         self.clock = clock
         self.source = PageSource(repo)
-        self.indexes = SearchIndexes(self.source, max_bytes=index_max_bytes)
+        self.indexes = SearchIndexes(self.source, max_bytes=index_max_bytes, user_weight=user_weight)
         self.counter = counter
         self.max_tokens = max_tokens
         self.vectors = vectors
@@ -187,13 +204,19 @@ class RecallResolver:
             return RecallOutcome(text, kind, [], hits, seconds)
         return RecallOutcome(self._cut("\n\n".join(parts), cap), kind, returned, hits, seconds)
 
+    @property
+    def embeds_archived_pages(self) -> bool:
+        """Whether archived pages are embedded after the turn that archived them (embeddings_pages=archive)."""
+        return self.vectors is not None and not getattr(self.vectors, "candidates_only", False)
+
     async def search(
         self, ctx: RecallContext, query: str, k: int, use_vectors: bool = True
     ) -> list[tuple[str, float]]:
         """Best-first (page label, score): BM25 scores when lexical only, reciprocal-rank-fusion scores when
-        fused with the vector ranking. Each page at most once. When the query names days ("yesterday", "on May
-        2nd"), the pages of those days climb the ranking (proxy.recall.dates.prefer_days; lexical scores are kept,
-        the floors of the push and of memory injection compare them)."""
+        fused with the vector ranking (proxy.recall.fusion: the top lexical hit stays first). Each page at most
+        once. When the query names days ("yesterday", "on May 2nd"), the pages of those days climb the ranking
+        (proxy.recall.dates.prefer_days; lexical scores are kept, the floors of the push and of memory injection
+        compare them)."""
         added: dict[str, str] = {}
         index = await self.indexes.index_for(ctx, added)
         if self.vectors is not None:
@@ -206,27 +229,56 @@ class RecallResolver:
             if span is None:
                 return self._lexical(index, query, k)
             return self._on_days(ctx, self._lexical(index, query, candidates), span, keep_scores=True)[:k]
-        # The query is embedded (a worker thread) while BM25 runs here: started first, awaited after.
-        vector_task = asyncio.ensure_future(self.vectors.nearest(ctx.tenant, ctx.conversation_id, query, candidates))
-        try:
-            await asyncio.sleep(0)
+        if isinstance(self.vectors, CandidateVectors):
             lexical = self._lexical(index, query, candidates)
-        except BaseException:
-            vector_task.cancel()
-            raise
+            vector_task = asyncio.ensure_future(self._candidate_cosines(ctx, query, lexical))
+        else:
+            # The query is embedded (a worker thread) while BM25 runs here: started first, awaited after.
+            vector_task = asyncio.ensure_future(
+                self.vectors.nearest(ctx.tenant, ctx.conversation_id, query, candidates))
+            try:
+                await asyncio.sleep(0)
+                lexical = self._lexical(index, query, candidates)
+            except BaseException:
+                vector_task.cancel()
+                raise
+        reorder = None if span is None else (lambda ranking: self._on_days(ctx, ranking, span))
         try:
             nearest = await vector_task
         except VectorSearchFailed as failure:
             self._fallback(failure.reason)
             return (lexical if span is None else self._on_days(ctx, lexical, span, keep_scores=True))[:k]
-        # archived pages of this state, and only those the query resembles at all (an empty page's zero vector
-        # has cosine 0 with any query, pgvector's NaN)
-        vector = [(label, cosine) for label, cosine in nearest if label in index and cosine > 0]
+        if isinstance(self.vectors, CandidateVectors):
+            # every lexical candidate in the vector ranking: a floor would push down those it drops, below the rest
+            vector, floor = nearest, None
+        else:
+            # archived pages of this state, and only those the query resembles at all (an empty page's zero vector
+            # has cosine 0 with any query, pgvector's NaN)
+            vector = [(label, cosine) for label, cosine in nearest if label in index and cosine > 0]
+            floor = self.min_cosine
         fused = fuse_lexical_and_vector(
             lexical, vector, limit=candidates, lexical_weight=self.lexical_weight, vector_weight=self.vector_weight,
-            min_cosine=self.min_cosine,
+            min_cosine=floor, reorder=reorder,
         )
-        return (fused if span is None else self._on_days(ctx, fused, span))[:k]
+        return fused[:k]
+
+    async def _candidate_cosines(self, ctx: RecallContext, query: str, lexical: list[tuple[str, float]]
+                                 ) -> list[tuple[str, float]]:
+        """Cosines of the lexical candidates (embedded now when not known by digest: CandidateVectors)."""
+        assert isinstance(self.vectors, CandidateVectors)
+        digests = self.indexes.digests(ctx.conversation_id)
+        pairs = [(label, digests[label]) for label, _ in lexical if label in digests]
+
+        async def text_of(label: str) -> str:
+            position = find_page(ctx.state, label)
+            if position is None:
+                return ""
+            record = ctx.state.pages[position]
+            messages = await self.source.messages(ctx, record.start, record.end)
+            full = page_messages_with_hidden(messages, record.start, page_hidden_messages(ctx.state, label))
+            return vector_text(full, ctx.image_descriptions)
+
+        return await self.vectors.cosines(query, pairs, text_of)
 
     @staticmethod
     def _on_days(ctx: RecallContext, ranking: list[tuple[str, float]], span: DaySpan, keep_scores: bool = False

@@ -38,7 +38,7 @@ from proxy.store.ports import PageVectorStore
 log = logging.getLogger("memci.recall")
 ARRIVED_MAX_BYTES = 64 * 2**20  # page texts waiting to be embedded, per process
 
-__all__ = ["Embedder", "PageVectors", "VectorSearchFailed", "build_page_vectors", "text_digest"]
+__all__ = ["Embedder", "PageVectors", "VectorSearchFailed", "text_digest"]
 
 
 class Embedder(Protocol):
@@ -325,41 +325,3 @@ class PageVectors:
         dropped = self._conversations.pop(conversation_id, None)
         if dropped is not None and dropped.backlog_task is not None:
             dropped.backlog_task.cancel()
-
-
-def build_page_vectors(
-    store: PageVectorStore,
-    embeddings_url: str,
-    upstream_url: str = "",
-    model: str = "",
-    api_key: str = "",
-    timeout_s: float = 5.0,
-    inline_pages: int = 0,
-    local_model: str = "",
-    local_weights: str = "",
-    metrics: object = None,
-    cache_max_bytes: int = 64 * 2**20,
-    max_lag_s: float = 5.0,
-) -> PageVectors | None:
-    """The vector half of the search, or None (lexical only) when neither an endpoint nor the local model is set.
-
-    ``embeddings_url``: an OpenAI base URL serving ``/embeddings``, or "upstream" for the upstream's own
-    (the first of ``upstream_url``'s comma-separated URLs); it takes precedence over ``local_model``, the
-    packaged model's name (proxy.recall.packaged_models.MODELS; empty or "off": none; an unknown name: a model
-    that is absent, so the search is lexical and counted so)."""
-    from proxy.recall.embeddings import EmbeddingsClient
-    from proxy.recall.local_embedder import LocalEmbedder
-
-    url = embeddings_url.strip()
-    if url.lower() == "upstream":
-        url = upstream_url.split(",")[0].strip()
-    if url:
-        client = EmbeddingsClient(url, model=model, timeout_s=timeout_s, api_key=api_key)
-        return PageVectors(store, client, inline_pages=inline_pages, cache_max_bytes=cache_max_bytes,
-                           max_lag_s=max_lag_s, metrics=metrics)
-    name = local_model.strip().lower()
-    if name in ("", "off", "none"):
-        return None
-    embedder = LocalEmbedder(name, local_weights, metrics=metrics)
-    return PageVectors(store, embedder, inline_pages=inline_pages, cache_max_bytes=cache_max_bytes,
-                       max_lag_s=max_lag_s, metrics=metrics)

@@ -28,7 +28,7 @@ from proxy.metrics import Metrics
 from proxy.recall.loop import prepare_rounds
 from proxy.recall.resolver import RecallContext, RecallResolver
 from proxy.recall.tool import recall_tool
-from proxy.recall.vector_index import build_page_vectors
+from proxy.recall.vectors import build_page_vectors
 from proxy.settings import Settings
 from proxy.store.ports import LockTimeout, SnapshotBase, StaleState
 from proxy.turn.cache_keys import upstream_headers, with_prompt_cache_key
@@ -71,11 +71,12 @@ class TurnService:
                                      s.embeddings_api_key, s.embeddings_timeout, local_model=s.embeddings_local,
                                      local_weights=s.embeddings_local_weights, metrics=metrics,
                                      cache_max_bytes=s.embeddings_cache_mb * 2**20,
-                                     max_lag_s=s.embeddings_max_lag_s)
+                                     max_lag_s=s.embeddings_max_lag_s, pages=s.embeddings_pages)
         self.resolver = RecallResolver(
             store.repo, self.counter, s.recall_max_tokens, vectors=vectors, metrics=metrics,
             lexical_weight=s.recall_lexical_weight, vector_weight=s.recall_vector_weight, min_cosine=s.recall_min_cosine,
             index_max_bytes=s.search_index_max_mb * 2**20, entity_boost=s.recall_entity_boost,
+            user_weight=s.recall_user_weight,
         )
         self.recall_enabled = s.recall_enabled
         self.volatile = VolatileContext(settings, metrics, self.resolver, getattr(exchange.client, "session", None))
@@ -394,7 +395,7 @@ class TurnService:
                 self.memory.touch(turn.call.tenant, turn.conversation_id)
                 if turn.plan.archived:
                     await self.memory.notify(turn.call.tenant, turn.conversation_id)
-            if turn.plan.archived and self.resolver.vectors is not None and self.recall_enabled:
+            if turn.plan.archived and self.resolver.embeds_archived_pages and self.recall_enabled:
                 self._prepare_search(turn, state)
         except Exception as exc:
             # The client resends these messages with its next request, whose plan stores them then.

@@ -28,9 +28,9 @@ def emu():
     e.stop()
 
 
-def _proxy(emu, tmp_path_factory, name: str, embeddings_url: str):
+def _proxy(emu, tmp_path_factory, name: str, embeddings_url: str, pages: str = "archive"):
     env = {"MEMCI_EMBEDDINGS_URL": embeddings_url, "MEMCI_EMBEDDINGS_MODEL": "emu-embed",
-           "MEMCI_EMBEDDINGS_TIMEOUT": "2"}
+           "MEMCI_EMBEDDINGS_TIMEOUT": "2", "MEMCI_EMBEDDINGS_PAGES": pages}
     return ProxyProcess(emu.base_url, tmp_path_factory.mktemp(name), env=env).start()
 
 
@@ -80,8 +80,25 @@ def test_search_is_fused_with_the_embeddings(emu, tmp_path_factory):
         proxy.stop()
 
 
+def test_default_search_embeds_its_candidates_once(emu, tmp_path_factory):
+    proxy = _proxy(emu, tmp_path_factory, "candidates", emu.base_url, pages="candidates")
+    try:
+        before = emu.stats()["embeddings"]
+        conversation = _conversation(proxy)
+        time.sleep(1.0)
+        assert emu.stats()["embeddings"] == before  # nothing embedded as pages were archived
+        hits = _search(proxy, conversation, "locker code")
+        assert hits and hits[0]["page"] == "3" and "7349" in hits[0]["excerpt"]
+        assert emu.stats()["embeddings"] == before + 2  # the query, then the lexical candidates in one request
+        assert _search(proxy, conversation, "locker code")[0]["page"] == "3"
+        assert emu.stats()["embeddings"] == before + 3  # the query alone: candidates are kept by digest
+        assert sum(_fallbacks(proxy).values()) == 0
+    finally:
+        proxy.stop()
+
+
 def test_dead_endpoint_falls_back_to_lexical(emu, tmp_path_factory):
-    proxy = _proxy(emu, tmp_path_factory, "dead", f"http://127.0.0.1:{free_port()}/v1")
+    proxy = _proxy(emu, tmp_path_factory, "dead", f"http://127.0.0.1:{free_port()}/v1", pages="candidates")
     try:
         conversation = _conversation(proxy)
         hits = _search(proxy, conversation, "locker code")

@@ -57,12 +57,13 @@ def test_queries_use_only_the_context_before_the_test_turn(bench, strategy: str)
 
 def test_lexical_and_fused_pipeline_on_a_slice(bench) -> None:
     results = evaluate_madial(bench, limit=12, embed=bag_of_words_embedding)
-    assert set(results) == {"lexical", "vector", "fused"}
+    assert set(results) == {"lexical", "vector", "default", "archive"}
     for metrics in results.values():
         assert metrics.queries == 12
         assert 0.0 <= metrics.recall_at_1 <= metrics.recall_at_5 <= 1.0
         assert metrics.hit_at_1 <= metrics.hit_at_5 and 0.0 <= metrics.mrr <= 1.0
     assert results["lexical"].hit_at_5 > 0.3  # far above chance (5 of ~80 candidates)
+    assert results["default"].recall_at_1 == results["lexical"].recall_at_1  # the top lexical hit stays first
 
 
 def test_loaders_return_none_when_the_data_is_absent(tmp_path, monkeypatch) -> None:

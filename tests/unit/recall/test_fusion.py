@@ -78,7 +78,7 @@ def test_limit_weights_and_validation() -> None:
 
 @given(scored, scored)
 def test_fuse_lexical_and_vector_ranks_each_list_by_its_own_score(lexical: list, vector: list) -> None:
-    fused = fuse_lexical_and_vector(lexical, vector, limit=100)
+    fused = fuse_lexical_and_vector(lexical, vector, limit=100, anchor=False)
     expected = reciprocal_rank_fusion(
         [
             [doc_id for doc_id, _ in sorted(lexical, key=lambda p: -p[1])],
@@ -87,6 +87,47 @@ def test_fuse_lexical_and_vector_ranks_each_list_by_its_own_score(lexical: list,
         limit=100,
     )
     assert fused == expected
+
+
+@given(scored, scored, st.integers(min_value=1, max_value=10))
+def test_the_top_lexical_hit_stays_first_whatever_the_vectors_say(lexical: list, vector: list, limit: int) -> None:
+    fused = fuse_lexical_and_vector(lexical, vector, limit=limit)
+    if lexical:
+        top = sorted(lexical, key=lambda p: -p[1])[0][0]
+        assert fused[0][0] == top
+        assert fused[0][1] == max(score for _, score in fused)
+    ids = [doc_id for doc_id, _ in fused]
+    assert len(ids) == len(set(ids)) == min(limit, len({d for d, _ in lexical} | {d for d, _ in vector}))
+
+
+@given(scored, scored)
+def test_the_anchor_only_moves_the_top_lexical_hit(lexical: list, vector: list) -> None:
+    plain = [d for d, _ in fuse_lexical_and_vector(lexical, vector, limit=100, anchor=False)]
+    anchored = [d for d, _ in fuse_lexical_and_vector(lexical, vector, limit=100)]
+    if lexical:
+        top = anchored[0]
+        assert [d for d in anchored if d != top] == [d for d in plain if d != top]
+    else:
+        assert anchored == plain
+
+
+@given(scored, st.data())
+def test_vectors_limited_to_the_lexical_candidates_only_reorder_them(lexical: list, data: st.DataObject) -> None:
+    ids = list(dict.fromkeys(d for d, _ in lexical))
+    cosines = data.draw(st.lists(st.floats(min_value=-1, max_value=1, allow_nan=False), min_size=len(ids),
+                                 max_size=len(ids)))
+    fused = fuse_lexical_and_vector(lexical, list(zip(ids, cosines)), limit=100)
+    assert sorted(d for d, _ in fused) == sorted(ids)
+
+
+def test_day_preference_applies_before_the_anchor() -> None:
+    days = {"a": 1, "b": 2, "c": 2}
+
+    def prefer_day_2(ranking):
+        return sorted(ranking, key=lambda p: days[p[0]] != 2)
+
+    fused = fuse_lexical_and_vector([("a", 9.0), ("b", 3.0), ("c", 1.0)], [("c", 0.9)], reorder=prefer_day_2)
+    assert [d for d, _ in fused][:1] == ["b"]  # the lexical top once the asked day climbed
 
 
 def test_without_vectors_the_lexical_ranking_is_kept() -> None:

