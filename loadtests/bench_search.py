@@ -9,9 +9,10 @@ Usage::
 
     python loadtests/bench_search.py                      # 10,000 pages, 300 queries
     python loadtests/bench_search.py --pages 2000 --queries 100
-    python loadtests/bench_search.py --fused --pages 1000 --queries 200   # the default search: BM25 fused with
-        # the packaged embedding model, the query embedded at each search (pages embedded beforehand, as the
-        # proxy does after the turn that archived them); vectors in process memory
+    python loadtests/bench_search.py --fused --pages 1000 --queries 200   # the search fused with the packaged
+        # embedding model, the query embedded at each search: embeddings_pages=archive (pages embedded beforehand,
+        # as the proxy does after the turn that archived them) then candidates (the default: each search embeds its
+        # lexical candidates, warm and cold)
     python loadtests/bench_search.py --fused --model wordllama-l2-256 --model use-multilingual-v3
         # several packaged models, one after the other in the same run (compare their ratios)
 """
@@ -105,8 +106,11 @@ def english_vocabulary(size: int) -> list[str]:
     return sorted(set(words))
 
 
-def fused_bench(pages: list[str], queries: list[str], k: int, model: str) -> None:
-    """p50 of RecallResolver.search (BM25 + query embedding + vector ranking + fusion) over the pages."""
+def fused_bench(pages: list[str], queries: list[str], k: int, model: str, mode: str = "candidates") -> None:
+    """p50 of RecallResolver.search (BM25 + query embedding + vector ranking + fusion) over the pages. ``mode``:
+    embeddings_pages: "archive" embeds every page beforehand (as after the turns that archived them) and searches
+    their vectors; "candidates" embeds each search's lexical candidates when it runs, timed with the vectors of
+    earlier searches kept (warm) and with none kept (cold: every candidate embedded by the search)."""
     import asyncio
 
     from proxy.engine import EstimateCounter
@@ -127,6 +131,9 @@ def fused_bench(pages: list[str], queries: list[str], k: int, model: str) -> Non
 
     async def run() -> None:
         embedder = LocalEmbedder(model)
+        if mode == "candidates":
+            await candidates_run(embedder)
+            return
         vectors = PageVectors(NoStore(), embedder, inline_pages=0, cache_max_bytes=512 * 2**20)  # type: ignore[arg-type]
         resolver = RecallResolver(None, EstimateCounter(), 2048, vectors=vectors)  # type: ignore[arg-type]
         messages = [{"role": "user", "content": text} for text in pages]
@@ -152,10 +159,40 @@ def fused_bench(pages: list[str], queries: list[str], k: int, model: str) -> Non
             began = time.perf_counter()
             embedder._embed_now([query])
             embed_ms.append((time.perf_counter() - began) * 1000.0)
-        print(f"fused search (k={k}, {len(latencies_ms)} queries of 2-8 words, query embedding included): "
-              f"{describe(latencies_ms)}; CPU time p50={statistics.median(cpu_ms):.2f} ms")
+        print(f"fused search, embeddings_pages=archive (k={k}, {len(latencies_ms)} queries of 2-8 words, query "
+              f"embedding included): {describe(latencies_ms)}; CPU time p50={statistics.median(cpu_ms):.2f} ms")
         print(f"query embedding alone: {describe(embed_ms)}")
         print(f"machine load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        await vectors.close()
+
+    async def candidates_run(embedder: LocalEmbedder) -> None:
+        from proxy.recall.candidate_vectors import CandidateVectors
+
+        vectors = CandidateVectors(embedder, cache_max_bytes=512 * 2**20)
+        resolver = RecallResolver(None, EstimateCounter(), 2048, vectors=vectors)  # type: ignore[arg-type]
+        messages = [{"role": "user", "content": text} for text in pages]
+        records = [PageRecord(number=n, part=1, start=n - 1, end=n, tokens=400, status=ARCHIVED)
+                   for n in range(1, len(pages) + 1)]
+        ctx = RecallContext("t", "c", ConversationState(pages=records), messages)
+        embedder._model()
+        if not embedder.ready:
+            raise SystemExit(f"the packaged model {model} did not load: {embedder.last_failure}")
+        await resolver.search(ctx, queries[0], k)
+        for label, cold in (("warm: the vectors of earlier searches kept", False),
+                            ("cold: every candidate embedded by the search", True)):
+            latencies_ms, cpu_ms = [], []
+            for query in queries[1:]:
+                embedder._query_vectors.clear()
+                if cold:
+                    vectors._by_digest.clear()
+                began, cpu = time.perf_counter(), time.process_time()
+                await resolver.search(ctx, query, k)
+                latencies_ms.append((time.perf_counter() - began) * 1000.0)
+                cpu_ms.append((time.process_time() - cpu) * 1000.0)
+            print(f"fused search, embeddings_pages=candidates, {label} (k={k}, {len(latencies_ms)} queries): "
+                  f"{describe(latencies_ms)}; CPU time p50={statistics.median(cpu_ms):.2f} ms")
+        print(f"pages embedded beforehand: none; machine load average: {os.getloadavg()[0]:.1f} on "
+              f"{os.cpu_count()} CPUs")
         await vectors.close()
 
     asyncio.run(run())
@@ -170,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--max-terms", type=int, default=16, help="term cap for the capped long-query run")
     parser.add_argument("--fused", action="store_true", help="time the default fused search (packaged model)")
+    parser.add_argument("--embeddings-pages", nargs="+", choices=("candidates", "archive"),
+                        default=["archive", "candidates"],
+                        help="fused run(s): every page embedded beforehand, or each search's candidates (default both)")
     parser.add_argument("--model", action="append", default=None,
                         help="packaged model(s) of the fused run (proxy.recall.packaged_models; default: the default)")
     args = parser.parse_args(argv)
@@ -182,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         pages = make_pages(args.pages, words, rng)
         queries = make_queries(pages, args.queries, rng)
         for model in args.model or [DEFAULT_MODEL]:
-            fused_bench(pages, queries, args.k, model)
+            for mode in args.embeddings_pages:
+                fused_bench(pages, queries, args.k, model, mode)
         return 0
     long_queries = make_queries(pages, max(args.queries // 5, 1), rng, shortest=24, longest=40)
 

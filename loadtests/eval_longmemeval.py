@@ -109,7 +109,9 @@ def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, emb
     if embed is not None:
         query_vector = embed([question])[0]
         vectors = dict(enumerate(embed([embedded_text(p.text) for p in pages])))
-    return search_rankings(index, question, weights, query_vector, vectors, lambda i: pages[i].day, day)  # type: ignore[return-value]
+    lengths = {i: len(embedded_text(p.text)) for i, p in enumerate(pages)}
+    return search_rankings(index, question, weights, query_vector, vectors, lambda i: pages[i].day, day,  # type: ignore[return-value]
+                           lengths=lengths)
 
 
 def evaluate_longmemeval(

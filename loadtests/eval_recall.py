@@ -47,7 +47,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.eval_sets import evaluate_memorybank, local_embed, reference_ranking, search_rankings
+from loadtests.eval_sets import embedded_text, evaluate_memorybank, local_embed, reference_ranking, search_rankings
 from loadtests.evaldata import MadialBench, MadialDialogue, MemoryBankUser, load_madial_bench, load_memorybank
 from loadtests.progress import add_argument as add_progress_argument
 from loadtests.progress import bars_wanted, progress
@@ -215,7 +215,7 @@ def evaluate_madial(
             index.add(memory.id, memory.event)
         indexes[user_id] = index
         if embed is not None:
-            vectors = embed([m.event for m in memories])
+            vectors = embed([embedded_text(m.event) for m in memories])
             memory_vectors[user_id] = {m.id: v for m, v in zip(memories, vectors, strict=True)}
     indexing.close()
     query_texts = [vector_query_text(d, vector_query) for d in dialogues]
@@ -240,7 +240,8 @@ def evaluate_madial(
             rows["reference-bm25"].append(score_ranking([memories[i].id for i in ranked], dialogue.relevant_ids))
         rankings = search_rankings(index, "", weights, query_vectors[position] if embed is not None else None,
                                    memory_vectors.get(dialogue.user_id, {}), min_cosine=min_cosine,
-                                   vector_weight=vector_weight)
+                                   vector_weight=vector_weight,
+                                   lengths={m.id: len(embedded_text(m.event)) for m in bench.memories_of(dialogue.user_id)})
         if min_score != DEFAULT_MIN_SCORE:
             rankings["lexical"] = [d for d, _ in index.search_weighted(weights, k=len(index), min_score=min_score)]
         for name, ranking in rankings.items():

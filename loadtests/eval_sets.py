@@ -22,7 +22,7 @@ from loadtests.progress import progress
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.dates import asked_days, prefer_days
 from proxy.recall.entities import boosted_query
-from proxy.recall.candidate_vectors import page_sample
+from proxy.recall.candidate_vectors import page_sample, within_budget
 from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
 from proxy.recall.packaged_models import DEFAULT_MODEL
 from proxy.recall.pagetext import index_terms
@@ -102,12 +102,15 @@ def search_rankings(
     today: dt.date | None = None,
     min_cosine: float = 0.2,
     vector_weight: float = 1.0,
+    lengths: Mapping[Any, int] | None = None,
 ) -> dict[str, list[Hashable]]:
     """Best-first ids of the proxy's search over ``index`` (proxy.recall.resolver.RecallResolver.search):
     ``lexical`` (BM25 with ``weights``, pages of the days ``query`` names first), and with a query vector
     ``vector`` (cosine over every page), ``default`` (embeddings_pages=candidates: the vectors of the lexical
     candidates re-order them under the top lexical hit) and ``archive`` (embeddings_pages=archive: the nearest pages
-    may join them)."""
+    may join them). ``lengths``: characters the proxy would embed of each page (embedded_text): the default embeds
+    the candidates within one search's bound (proxy.recall.candidate_vectors.within_budget, none of them known
+    beforehand: a cold search); None: every candidate."""
     span = asked_days(query, today) if day_of is not None and today is not None else None
     reorder = None if span is None else (lambda ranking: prefer_days(ranking, day_of, span))
     found = index.search_weighted(weights, k=len(index), min_score=MIN_SCORE)
@@ -119,7 +122,9 @@ def search_rankings(
     cosine = dict(vector)
     candidates = found[:SEARCH_CANDIDATES]
     nearest = [(i, c) for i, c in vector[:SEARCH_CANDIDATES] if c > 0]
-    for name, pool, floor in (("default", [(i, cosine[i]) for i, _ in candidates if i in cosine], None),
+    embedded = set(within_budget([(i, lengths.get(i, 0) if lengths else 0) for i, _ in candidates]))
+    for name, pool, floor in (("default", [(i, cosine[i]) for i, _ in candidates if i in cosine and i in embedded],
+                               None),
                               ("archive", nearest, min_cosine)):
         fused = fuse_lexical_and_vector(candidates, pool, limit=SEARCH_CANDIDATES, min_cosine=floor,
                                         vector_weight=vector_weight, reorder=reorder)
@@ -193,7 +198,8 @@ def evaluate_memorybank(
         ranked = search_rankings(index, question, weights, embed([question])[0] if embed is not None else None,
                                  vectors, days.get if dates else None, max(days.values()),
                                  min_cosine=min_cosine if min_cosine is not None else -1.0,
-                                 vector_weight=vector_weight)
+                                 vector_weight=vector_weight,
+                                 lengths={i: len(embedded_text(t)) for i, t in enumerate(texts)})
         rows["reference-bm25"].append(score(reference_ranking(texts, tokenize(question)), relevant))
         for name, ranking in ranked.items():
             rows[name].append(score(ranking, relevant))

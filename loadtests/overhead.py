@@ -619,8 +619,9 @@ def main(argv: list[str] | None = None) -> int:
     multi.add_argument("--settle", type=float, default=0.0,
                        help="seconds after each cell whose CPU still counts (background work of the measured turns)")
     multi.add_argument("--long-chat", action="store_true",
-                       help="one 600-turn chat of ~1,500 characters per exchange (0.9 MB bodies at the end), a 32k "
-                            "window, turns 551-600 measured plus 8 s after (background work included)")
+                       help="one 600-turn chat of ~1,500 characters per exchange (0.9 MB bodies at the end), the "
+                            "managed proxy's window 32k (the emulator's 1M), turns 551-600 measured plus 8 s after "
+                            "(background work included)")
     multi.add_argument("--baseline-tree", type=Path, metavar="DIR",
                        help="also run a managed proxy from another checkout's source (e.g. a git worktree of the "
                             "commit before a change), interleaved with the others: an A/B of two versions in one run")
@@ -628,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.multi_turn:
         if str(Path(__file__).resolve().parents[1]) not in sys.path:
             sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from loadtests.turn_overhead import LONG_CHAT, run_multi_turn
+        from loadtests.turn_overhead import LONG_CHAT, LONG_CHAT_PROXY_WINDOW, run_multi_turn
 
         given = argv if argv is not None else sys.argv[1:]
         args.client_levels = [int(c) for c in args.clients.split(",") if c] if "--clients" in given else [1, 8]
@@ -637,6 +638,8 @@ def main(argv: list[str] | None = None) -> int:
             for key, value in LONG_CHAT.items():
                 if f"--{key.replace('_', '-')}" not in given and not (key == "client_levels" and "--clients" in given):
                     setattr(args, key, value)
+            if not any(kv.startswith("MEMCI_CONTEXT_WINDOW=") for kv in args.proxy_env):
+                args.proxy_env.append(f"MEMCI_CONTEXT_WINDOW={LONG_CHAT_PROXY_WINDOW}")
         return run_multi_turn(args)
 
     streams = [False, True] if args.only_streaming is None else [args.only_streaming == "yes"]

@@ -8,10 +8,10 @@ Only ranks are used, so BM25's unbounded scores and cosine similarities in [-1, 
 against each other. Within one ranking an id counts once, at its best (first) position; the output holds
 each id once. Equal fused scores keep the order of first appearance (lexical ranking first).
 
-The recall search fuses its two halves with an anchor (``fuse_lexical_and_vector``): the lexical ranking's top hit
-stays first, whatever the vectors say. Measured on every set the project has (docs/memory.md), the vector half
-helps most by re-ordering what BM25 found below its best hit, and hurts where it displaces a confident lexical
-hit (a name, a number, a date the query repeats): the anchor keeps that hit and leaves the re-ordering.
+The recall search fuses its two halves with an anchor (``fuse_lexical_and_vector``): the lexical ranking's top two
+hits stay first and second, whatever the vectors say. Measured on every set the project has (docs/memory.md), the
+vector half helps by re-ordering what BM25 found below its best hits, and hurts where it displaces a confident
+lexical hit (a name, a number, a date the query repeats): the anchor keeps those hits and leaves the re-ordering.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 __all__ = [
+    "DEFAULT_ANCHOR",
     "DEFAULT_RRF_K",
     "reciprocal_rank_fusion",
     "fuse_lexical_and_vector",
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 DEFAULT_RRF_K = 60.0
+DEFAULT_ANCHOR = 2  # lexical hits that keep their places at the top of the fused ranking
 
 Id = TypeVar("Id", bound=Hashable)
 
@@ -72,7 +74,7 @@ def fuse_lexical_and_vector(
     lexical_weight: float = 1.0,
     vector_weight: float = 1.0,
     min_cosine: float | None = None,
-    anchor: bool = True,
+    anchor: int = DEFAULT_ANCHOR,
     reorder: Callable[[list[tuple[Id, float]]], list[tuple[Id, float]]] | None = None,
 ) -> list[tuple[Id, float]]:
     """Fuse ``(id, bm25 score)`` and ``(id, cosine)`` lists (any order) into ``limit`` best ``(id, rrf score)``.
@@ -82,9 +84,9 @@ def fuse_lexical_and_vector(
     ranking (the degradation when no embeddings are configured), and vice versa.
 
     ``reorder``: applied to the fused ranking and to the lexical one before the anchor is read (the recall
-    search's day preference, proxy.recall.dates.prefer_days). ``anchor``: the lexical ranking's top id (after
-    ``reorder``) comes first, with the best fused score; so the fused top k always holds the top lexical hit, and a
-    vector ranking that agrees with BM25 on its best hit leaves it where it was.
+    search's day preference, proxy.recall.dates.prefer_days). ``anchor``: the lexical ranking's first ``anchor`` ids
+    (after ``reorder``) come first, in their order, with the best fused score; so the fused top k always holds the
+    top min(k, anchor) lexical hits where BM25 put them, and the vectors re-order what follows.
     """
     by_score = sorted(lexical, key=lambda pair: -pair[1])
     lexical_ranked = [doc_id for doc_id, _ in by_score]
@@ -95,10 +97,11 @@ def fuse_lexical_and_vector(
     )
     if reorder is not None:
         fused = reorder(fused)
-    if anchor and by_score and fused:
-        top = (reorder(by_score) if reorder is not None else by_score)[0][0]
+    if anchor > 0 and by_score and fused:
+        ranked = reorder(by_score) if reorder is not None else by_score
+        kept = list(dict.fromkeys(doc_id for doc_id, _ in ranked))[:anchor]
         best = fused[0][1]
-        fused = [(top, best), *(pair for pair in fused if pair[0] != top)]
+        fused = [*((doc_id, best) for doc_id in kept), *(pair for pair in fused if pair[0] not in kept)]
     return fused[: max(limit, 0)]
 
 
