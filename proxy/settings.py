@@ -163,6 +163,26 @@ class Settings:
     cold_cache_min_tokens: int = field(
         default=256, metadata=_doc("Expected stable prefixes shorter than this never count as a cold cache.", min=0)
     )
+    offload: bool = field(
+        default=True,
+        metadata=_doc("First-sight offload: a huge tool output or pasted document becomes its own archived page when "
+                      "it arrives, and prompts carry a stable preview in its place (per request: X-Memci-Offload)."),
+    )
+    offload_tool_tokens: int = field(
+        default=2000,
+        metadata=_doc("A tool output over this many tokens (and over an eighth of the prompt budget) is offloaded on "
+                      "arrival; 0: never.", min=0),
+    )
+    offload_document_tokens: int = field(
+        default=8000,
+        metadata=_doc("A user message (a pasted document) over this many tokens (and over a quarter of the prompt "
+                      "budget) is offloaded on arrival; 0: never.", min=0),
+    )
+    offload_preview_tokens: int = field(
+        default=256,
+        metadata=_doc("Size of an offloaded output's preview (head, lines that look like errors, tail), at most half "
+                      "the tool threshold.", min=32),
+    )
     summary_line_chars: int = field(
         default=80, metadata=_doc("Length of each per-message line of the contents page.", min=16)
     )
