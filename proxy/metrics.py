@@ -128,6 +128,18 @@ class Metrics:
             registry=r,
         )
         self.recall_pages = Counter("memci_recall_pages", "Archived pages returned in full by recall.", registry=r)
+        self.offloaded_outputs = Counter(
+            "memci_offloaded_outputs", "Tool outputs and pasted documents offloaded on arrival (each its own page, "
+            "shown by a preview), by kind (tool, document).", ["kind"], registry=r,
+        )
+        self.offload_tokens_saved = Counter(
+            "memci_offload_tokens_saved", "Estimated tokens offloaded outputs would have added to the prompt beyond "
+            "their previews, counted once, when they arrive.", registry=r,
+        )
+        self.offload_reads = Counter(
+            "memci_offload_reads", "Reads of offloaded outputs through recall, by how (lines, search, start: the "
+            "first lines, when neither is given).", ["how"], registry=r,
+        )
         self.recall_search_seconds = Histogram(
             "memci_recall_search_seconds", "Time to search a conversation's archived pages.",
             buckets=_OVERHEAD_BUCKETS, registry=r,
