@@ -78,6 +78,10 @@ class Row:
     hit_rate: float = 0.0
     uncached_mean: float = 0.0
     adds_mean: float = 0.0
+    # what each request adds to the prompt as sent upstream (d: the growth between requests without an epoch) and
+    # the ceiling of a bounded prompt's hit rate, 1 - 2d/H (H: the largest prompt)
+    sent_adds_mean: float = 0.0
+    ceiling: float | None = None
     prompt_max: int = 0
     prompt_mean: float = 0.0
     over_budget: int = 0
@@ -237,6 +241,11 @@ def summarise(name: str, records: list[RequestRecord], budget: int, seconds: flo
     row.adds_mean = statistics.fmean(r.adds for r in records) if records else 0.0
     row.prompt_max = max(prompts, default=0)
     row.prompt_mean = statistics.fmean(prompts) if prompts else 0.0
+    growth = [b.prompt_largest - a.prompt_largest for a, b in zip(ok, ok[1:]) if not b.epoch
+              and b.prompt_largest >= a.prompt_largest]
+    if growth and row.prompt_max:
+        row.sent_adds_mean = statistics.fmean(growth)
+        row.ceiling = 1 - 2 * row.sent_adds_mean / row.prompt_max
     row.over_budget = sum(r.prompt_largest > budget for r in ok) + sum(1 for r in records if r.error)
     row.errors = sum(1 for r in records if r.error)
     row.epochs = sum(r.epoch for r in records) if is_proxy else None
@@ -339,15 +348,16 @@ def markdown(workload: Workload, rows: list[Row], window: int) -> str:
     budget = budget_of(window, workload.max_tokens)
     head = (f"### {workload.name}: {len(workload.turns)} user turns, {workload.requests} requests planned, "
             f"window {window:,}, budget {budget:,} ({workload.notes})\n\n"
-            "| strategy | requests | hit rate | uncached/turn | adds/turn | uncached ÷ adds | max prompt | mean prompt | "
-            "over budget | errors | newest cut | epochs | recall | verbatim min | verbatim mean | s | "
+            "| strategy | requests | hit rate | ceiling 1-2d/H | d (sent adds) | uncached/turn | adds/turn | "
+            "uncached ÷ adds | max prompt | mean prompt | over budget | errors | newest cut | epochs | recall | verbatim min | verbatim mean | s | "
             "turns' hit rate | job requests | jobs' hit rate |\n"
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-            "| ---: | ---: | ---: |\n")
+            "| ---: | ---: | ---: | ---: | ---: |\n")
     lines = []
     for r in rows:
         ratio = r.uncached_mean / r.adds_mean if r.adds_mean else None
-        lines.append(f"| {r.strategy} | {r.requests} | {r.hit_rate:.4f} | {_f(r.uncached_mean)} | {_f(r.adds_mean)} | {_f(ratio, 2)} | "
+        lines.append(f"| {r.strategy} | {r.requests} | {r.hit_rate:.4f} | {_f(r.ceiling, 4)} | {_f(r.sent_adds_mean)} | "
+                     f"{_f(r.uncached_mean)} | {_f(r.adds_mean)} | {_f(ratio, 2)} | "
                      f"{r.prompt_max:,} | {_f(r.prompt_mean)} | {r.over_budget} | {r.errors} | {r.newest_cut} | "
                      f"{'n/a' if r.epochs is None else r.epochs} | {r.recall} | "
                      f"{_pct(r.verbatim_min)} | {_pct(r.verbatim_mean)} | {r.seconds:.0f} | "
