@@ -179,7 +179,7 @@ class Settings:
                       "budget) is offloaded on arrival; 0: never.", min=0),
     )
     offload_preview_tokens: int = field(
-        default=256,
+        default=192,
         metadata=_doc("Size of an offloaded output's preview (head, lines that look like errors, tail), at most half "
                       "the tool threshold.", min=32),
     )

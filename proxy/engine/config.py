@@ -42,7 +42,7 @@ class EngineConfig:
     offload: bool = True
     offload_tool_tokens: int = 2000
     offload_document_tokens: int = 8000
-    offload_preview_tokens: int = 256
+    offload_preview_tokens: int = 192
     offload_budget_share: float = 1 / 8
 
     @classmethod

@@ -143,13 +143,13 @@ def build_preview(text: str, number: int, kind: str, chars: int, tokens: int) ->
     tail_start = tail[-1] if tail else total
     shown_errors = sorted(_take(lines, _alternate([i for i in errors if i < tail_start]), error_room + left, 48)[0])
     label = "Tool output" if kind == TOOL else "Pasted document"
-    what = f"{_number(total)} lines, {_number(len(text))} characters, about {_number(tokens)} tokens"
+    what = f"{_number(total)} lines, {_number(len(text))} characters (~{_number(tokens)} tokens)"
     first_hidden = head_end + 1
     out = [
-        f"[{label} stored in full as page {number} ({what}); shown here: its first and last lines"
+        f"[{label} stored in full as page {number}: {what}. Shown: its first and last lines"
         + (" and lines that look like errors" if shown_errors else "")
-        + f". To read more, call recall with page={number} and lines=\"a-b\" (e.g. lines=\"{first_hidden}-"
-        f"{min(total, first_hidden + 59)}\"), or with page={number} and query=\"...\" to search within it.]"
+        + f". Read the rest with recall: page={number} and lines=\"{first_hidden}-{min(total, first_hidden + 59)}\","
+        f" or page={number} and query=\"...\" to search within it.]"
     ]
     out.extend(_fit(lines[i]) for i in head)
     cursor = head_end

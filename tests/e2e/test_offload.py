@@ -74,7 +74,7 @@ def test_an_agent_loop_reads_lines_of_an_offloaded_output_byte_for_byte(pair, cl
     sent = emu.requests(2)
     # the first request of the turn carries the preview, not the 100 KB
     preview = sent[0]["body"]["messages"][-1]
-    assert preview["role"] == "tool" and preview["content"].startswith("[Tool output stored in full as page 2 (2,000 lines")
+    assert preview["role"] == "tool" and preview["content"].startswith("[Tool output stored in full as page 2: 2,000 lines")
     assert len(json.dumps(sent[0]["body"]["messages"])) < 12_000
     assert line_of(output, 2000) in preview["content"]  # the tail
     # the recall round: the lines come back byte for byte

@@ -130,7 +130,7 @@ def test_huge_tool_output_becomes_a_page_with_a_preview_and_offload_off_restores
     p = plan(None, TurnInput(system=SYSTEM, messages=msgs), cfg, C)
     assert p.offloaded == ["2"] and p.offload_tokens_saved > 20_000 and not p.over_budget
     preview = p.messages[-1]["content"]
-    assert preview.startswith("[Tool output stored in full as page 2 (3,000 lines")
+    assert preview.startswith("[Tool output stored in full as page 2: 3,000 lines")
     assert "tests/test_x.py::test_2999 PASSED" in preview and "[line 98] tests/test_x.py::test_97 FAILED" in preview
     assert any(e["type"] == "context.offloaded" and e["page"] == "2" for e in p.events)
     # the next user message opens page 3: numbers are shared with the pages

@@ -42,7 +42,7 @@ async def test_an_offloaded_output_is_stored_before_the_prompt_that_omits_it() -
         assert out["choices"][0]["message"]["content"]
     sent = upstream.requests[-1]["messages"]
     previews = [m["content"] for m in sent if m.get("role") == "tool"]
-    assert len(previews) == 3 and all("recall with page=" in p for p in previews)
+    assert len(previews) == 3 and all("recall: page=" in p for p in previews)
     assert len(json.dumps(sent)) < 20_000  # three outputs of ~70 KB each
     assert unstored == []
     # the same preview bytes on every turn
