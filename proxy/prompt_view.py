@@ -14,6 +14,7 @@ import httpx
 
 from proxy.engine.layout import VOLATILE_CLOSE as CONTEXT_CLOSE
 from proxy.engine.layout import VOLATILE_OPEN as CONTEXT_OPEN
+from proxy.engine.state import STATUS_MEANINGS
 
 RESET = "\x1b[0m"
 COLORS = {
@@ -90,11 +91,12 @@ def render(view: dict[str, Any], color: bool = True, recall_tool: str = "recall"
     out = [paint(f"conversation {view.get('conversation_id')}  epoch {view.get('epoch')}  "
                  f"{len(messages)} messages upstream", "head", color)]
     pages = view.get("pages") or []
-    if pages:
-        states: dict[str, int] = {}
-        for page in pages:
-            states[page["state"]] = states.get(page["state"], 0) + 1
-        out.append(paint("pages: " + ", ".join(f"{n} {s}" for s, n in states.items()), "dim", color))
+    if pages:  # the states and their order of proxy.engine.state.STATUS_MEANINGS, as the X-Memci-Pages-* headers
+        counts = {name: sum(1 for page in pages if page.get("state") == name) for name in STATUS_MEANINGS}
+        out.append(paint("pages: " + ", ".join(f"{n} {name}" for name, n in counts.items()), "dim", color))
+        for name, n in counts.items():
+            if n and name != "active":
+                out.append(paint(f"  {name}: {STATUS_MEANINGS[name]}", "dim", color))
     out.append("legend: " + "  ".join(paint(text, text.split()[0].rstrip(":"), color) for text in LEGEND))
     recall_ids: set[str] = set()
     for index, message in enumerate(messages):

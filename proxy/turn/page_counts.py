@@ -1,0 +1,27 @@
+"""The X-Memci-Pages-* headers of a managed answer: how many pages are active, archived and evicted (the states of
+proxy.engine.state.STATUS_MEANINGS, as `inspect` and the conversations API name them).
+
+Pages change state only at compaction epochs, so the archived/evicted split is counted once per conversation and
+epoch and remembered: a turn between epochs does not walk its pages.
+"""
+
+from __future__ import annotations
+
+from proxy.caches import BoundedLru
+from proxy.engine.state import EVICTED, ConversationState
+
+_EVICTED = BoundedLru("page_state_counts", 20_000, size_of=lambda _k, _v: 0)
+
+
+def page_headers(conversation_id: str, state: ConversationState) -> dict[str, str]:
+    out_of_prompt = state.first_active_page
+    key = (conversation_id, state.epoch, out_of_prompt)
+    evicted = _EVICTED.get(key)
+    if evicted is None:
+        evicted = sum(1 for p in state.pages[:out_of_prompt] if p.status == EVICTED)
+        _EVICTED.put(key, evicted)
+    return {
+        "X-Memci-Pages-Active": str(len(state.pages) - out_of_prompt),
+        "X-Memci-Pages-Archived": str(out_of_prompt - evicted),
+        "X-Memci-Pages-Evicted": str(evicted),
+    }
