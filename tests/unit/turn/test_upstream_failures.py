@@ -120,3 +120,35 @@ def test_every_kind_is_documented() -> None:
 
     doc = markdown()
     assert all(f"`{kind}`" in doc for kind in KINDS) and "`stream_cut`" in doc
+
+
+async def test_a_later_recall_round_that_cannot_connect_ends_the_stream_with_an_error_event(caplog) -> None:
+    from proxy.wire.errors import upstream_unreachable as unreachable
+    from turn_fakes import ChatUpstream
+
+    chat_upstream = ChatUpstream()
+    service = make_service(chat_upstream)
+    client = service.exchange.client
+    send = client.send
+    calls = {"chat": 0}
+
+    async def failing_second_round(method, url, headers, body):
+        if url.endswith("/chat/completions"):
+            calls["chat"] += 1
+            if calls["chat"] == 2:
+                raise unreachable("connection refused")
+        return await send(method, url, headers, body)
+
+    client.send = failing_second_round
+    caplog.set_level(logging.WARNING)
+    chat = Chat(service)
+    chat.messages.append({"role": "user", "content": 'look it up [[recall:{"query": "gym"}]]'})
+    answer = await service.handle(call_of(chat.messages, stream=True))
+    events = b"".join(await answer_of(answer))
+    assert b"upstream_unreachable" in events and events.rstrip().endswith(b"data: [DONE]")
+    m = service.metrics
+    assert _count(m, m.upstream_errors, "unreachable") == 1
+    assert _count(m, m.requests, "chat", "stream_cut") == 1
+    assert m.client_disconnects._value.get() == 0
+    assert len(_warnings(caplog)) == 1
+    await service.close()
