@@ -79,6 +79,12 @@ def started(upstream: str, home: Path, env: dict[str, str] | None = None, args: 
     return proxy.start()
 
 
+def eventually(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def output_of(proxy: ProxyProcess) -> str:
     time.sleep(0.3)  # the last lines of a running process
     return proxy.log_path.read_text(errors="replace")
@@ -125,6 +131,8 @@ def test_a_cut_stream_is_a_warning_a_count_and_not_a_200(pair, marker) -> None:
     with pytest.raises(openai.APIError):
         for _ in raw.parse():
             pass
+    # the SDK raises at the error event; the proxy counts the stream once it has sent its end
+    eventually(lambda: metric(proxy, "memci_requests_total", route="chat", status="stream_cut") == before[1] + 1)
     assert metric(proxy, "memci_upstream_errors_total", kind="stream_cut") == before[0] + 1
     assert metric(proxy, "memci_requests_total", route="chat", status="stream_cut") == before[1] + 1
     assert metric(proxy, "memci_requests_total", route="chat", status="200") == before[2]
