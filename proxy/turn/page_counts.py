@@ -1,5 +1,6 @@
-"""The X-Memci-Pages-* headers of a managed answer: how many pages are active, archived and evicted (the states of
-proxy.engine.state.STATUS_MEANINGS, as `inspect` and the conversations API name them).
+"""The X-Memci-Pages-* headers of a managed answer: how many pages are active, archived (every page out of the
+prompt, the evicted ones included) and evicted (of those, the ones off the contents page): the states of
+proxy.engine.state.STATUS_MEANINGS, counted as `inspect` counts them.
 
 Pages change state only at compaction epochs, so the archived/evicted split is counted once per conversation and
 epoch and remembered: a turn between epochs does not walk its pages.
@@ -22,6 +23,6 @@ def page_headers(conversation_id: str, state: ConversationState) -> dict[str, st
         _EVICTED.put(key, evicted)
     return {
         "X-Memci-Pages-Active": str(len(state.pages) - out_of_prompt),
-        "X-Memci-Pages-Archived": str(out_of_prompt - evicted),
+        "X-Memci-Pages-Archived": str(out_of_prompt),
         "X-Memci-Pages-Evicted": str(evicted),
     }

@@ -226,23 +226,24 @@ def test_headers_inspect_and_the_conversations_api_count_the_same_pages(pair) ->
         messages.append({"role": "user", "content": f"Turn {turn}: " + " ".join(f"w{turn}x{i}" for i in range(120))})
         raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=40)
         messages.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
-        headers = {k: raw.headers[f"x-memci-pages-{k}"] for k in ("active", "archived", "evicted")}
-        if int(headers["archived"]) > 0 and int(headers["evicted"]) > 0:
+        headers = {k: int(raw.headers[f"x-memci-pages-{k}"]) for k in ("active", "archived", "evicted")}
+        if 0 < headers["evicted"] < headers["archived"]:  # pages in every state
             break
-    assert int(headers["archived"]) > 0 and int(headers["evicted"]) > 0, headers
+    assert 0 < headers["evicted"] < headers["archived"], headers
+    listed = headers["archived"] - headers["evicted"]
     conversation = raw.headers["x-memci-conversation-id"]
     shown = cli("inspect", conversation, "--url", pair.proxy.url, "--admin-key", ADMIN, "--no-color",
                 env={"MEMCI_HOME": "/nonexistent"})
     assert shown.returncode == 0, shown.stderr
-    assert (f"pages: {headers['active']} active, {headers['archived']} archived, {headers['evicted']} evicted"
-            in shown.stdout), shown.stdout
-    assert "evicted: out of the prompt and off the contents page" in shown.stdout
+    assert (f"pages: {headers['active']} active, {headers['archived']} archived ({listed} on the contents page, "
+            f"{headers['evicted']} evicted)" in shown.stdout), shown.stdout
+    assert "evicted: archived, then dropped from the contents page" in shown.stdout
     for _ in range(50):  # the conversations API reads the store: the last turn is written behind the answer
         stored = httpx.get(f"{pair.proxy.url}/memci/conversations/{conversation}", timeout=10,
                            headers={"Authorization": "Bearer sk-pages"}).json()
         states = [p["state"] for p in stored["pages"]]
-        counts = {k: str(states.count(k)) for k in ("active", "archived", "evicted")}
-        if counts == headers:
+        counts = {k: states.count(k) for k in ("active", "archived", "evicted")}
+        if counts == {"active": headers["active"], "archived": listed, "evicted": headers["evicted"]}:
             break
         time.sleep(0.1)
-    assert counts == headers
+    assert counts == {"active": headers["active"], "archived": listed, "evicted": headers["evicted"]}

@@ -37,11 +37,14 @@ def test_the_headers_and_inspect_count_the_same_pages() -> None:
     statuses = [EVICTED] * 27 + [ARCHIVED] + [ACTIVE] * 3
     state = _state(statuses)
     headers = page_headers("c-states", state)
-    assert headers == {"X-Memci-Pages-Active": "3", "X-Memci-Pages-Archived": "1", "X-Memci-Pages-Evicted": "27"}
+    assert headers == {"X-Memci-Pages-Active": "3", "X-Memci-Pages-Archived": "28", "X-Memci-Pages-Evicted": "27"}
     view = {"conversation_id": "c-states", "epoch": 3, "messages": [],
             "pages": [{"number": str(i + 1), "state": STATUS_NAMES[s]} for i, s in enumerate(statuses)]}
     shown = prompt_view.render(view, color=False)
-    assert "pages: 3 active, 1 archived, 27 evicted" in shown
+    assert "pages: 3 active, 28 archived (1 on the contents page, 27 evicted)" in shown
+    text = (DOCS / "memory.md").read_text(encoding="utf-8")  # the docs' example is what the tools print
+    assert "`X-Memci-Pages-Active: 3`, `X-Memci-Pages-Archived: 28`, `X-Memci-Pages-Evicted: 27`" in text
+    assert "`pages: 3 active, 28 archived (1 on the contents page, 27 evicted)`" in text
     assert f"evicted: {STATUS_MEANINGS['evicted']}" in shown
 
 
