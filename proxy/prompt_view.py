@@ -96,8 +96,10 @@ def page_summary(pages: list[dict[str, Any]]) -> str:
 def render(view: dict[str, Any], color: bool = True, recall_tool: str = "recall") -> str:
     messages = view.get("messages") or []
     blocks = view.get("blocks") or []
-    out = [paint(f"conversation {view.get('conversation_id')}  epoch {view.get('epoch')}  "
-                 f"{len(messages)} messages upstream", "head", color)]
+    epoch = view.get("epoch")  # the admin API: whether that turn was a compaction epoch
+    said = "  (a compaction epoch)" if epoch is True else "" if epoch in (False, None) else f"  epoch {epoch}"
+    out = [paint(f"conversation {view.get('conversation_id')}{said}  {len(messages)} messages upstream", "head",
+                 color)]
     pages = view.get("pages") or []
     if pages:  # counted as the X-Memci-Pages-* headers count (archived: every page out of the prompt)
         out.append(paint("pages: " + page_summary(pages), "dim", color))

@@ -55,3 +55,10 @@ def test_the_split_is_counted_once_per_epoch() -> None:
     assert page_headers("c-memo", state)["X-Memci-Pages-Evicted"] == "1"  # remembered for epoch 5
     state.epoch = 6
     assert page_headers("c-memo", state)["X-Memci-Pages-Evicted"] == "2"
+
+
+def test_inspect_says_whether_the_turn_was_an_epoch_in_words() -> None:
+    view = {"conversation_id": "c", "messages": [], "pages": []}
+    assert "(a compaction epoch)" in prompt_view.render({**view, "epoch": True}, color=False)
+    quiet = prompt_view.render({**view, "epoch": False}, color=False)
+    assert "epoch" not in quiet and "True" not in quiet and "False" not in quiet
