@@ -284,24 +284,31 @@ def agent(turns: int = 120, seed: int = 0, output_chars: tuple[int, int] = (1500
                     notes=f"1 user turn, {calls} tool calls, outputs {output_chars[0]}-{output_chars[1]} chars")
 
 
-def _build_log(rng: random.Random, chars: int) -> str:
-    """A build and test log: compile lines, a few compiler errors, a traceback, the test summary at the end."""
+def _lines_until(chars: int, make_line) -> list[str]:
+    """Lines from ``make_line()`` until they hold ``chars`` characters (newlines counted)."""
     lines: list[str] = []
     size = 0
     while size < chars:
+        lines.append(make_line())
+        size += len(lines[-1]) + 1
+    return lines
+
+
+def _build_log(rng: random.Random, chars: int) -> str:
+    """A build and test log: compile lines, a few compiler errors, a traceback, the test summary at the end."""
+    def line() -> str:
         roll = rng.random()
         unit = f"src/{rng.choice(_NOUN)}/{rng.choice(_IDENT)}_{rng.randint(1, 400)}.c"
         if roll < 0.01:
-            line = f"{unit}:{rng.randint(1, 900)}:{rng.randint(1, 80)}: error: '{rng.choice(_NOUN)}' undeclared"
-        elif roll < 0.015:
-            line = ("Traceback (most recent call last):\n  File \"tools/gen.py\", line 88, in <module>\n"
+            return f"{unit}:{rng.randint(1, 900)}:{rng.randint(1, 80)}: error: '{rng.choice(_NOUN)}' undeclared"
+        if roll < 0.015:
+            return ("Traceback (most recent call last):\n  File \"tools/gen.py\", line 88, in <module>\n"
                     f"    main()\nKeyError: '{rng.choice(_NOUN)}'")
-        elif roll < 0.03:
-            line = f"{unit}:{rng.randint(1, 900)}: warning: unused variable '{rng.choice(_IDENT)}'"
-        else:
-            line = f"[{rng.randint(1, 999):>3}/999] CC {unit} -O2 -Wall -fPIC -o build/{rng.randint(1, 99999)}.o"
-        lines.append(line)
-        size += len(line) + 1
+        if roll < 0.03:
+            return f"{unit}:{rng.randint(1, 900)}: warning: unused variable '{rng.choice(_IDENT)}'"
+        return f"[{rng.randint(1, 999):>3}/999] CC {unit} -O2 -Wall -fPIC -o build/{rng.randint(1, 99999)}.o"
+
+    lines = _lines_until(chars, line)
     failed = rng.randint(0, 4)
     lines.append(f"==== {rng.randint(200, 900)} passed, {failed} failed in {rng.randint(10, 300)}.{rng.randint(0, 99)}s ====")
     return "\n".join(lines) + "\n"
@@ -309,15 +316,12 @@ def _build_log(rng: random.Random, chars: int) -> str:
 
 def _search_text(rng: random.Random, chars: int) -> str:
     """grep-style search results: path:line: matching text."""
-    lines: list[str] = []
-    size = 0
-    while size < chars:
+    def line() -> str:
         fn = f"{rng.choice(_IDENT)}_{rng.choice(_NOUN)}"
-        line = (f"src/{rng.choice(_NOUN)}/{rng.choice(_IDENT)}.py:{rng.randint(1, 2000)}:    "
+        return (f"src/{rng.choice(_NOUN)}/{rng.choice(_IDENT)}.py:{rng.randint(1, 2000)}:    "
                 f"result = {fn}(items, limit={rng.randint(1, 512)})  # {rng.choice(_NOUN)}")
-        lines.append(line)
-        size += len(line) + 1
-    return "\n".join(lines) + "\n"
+
+    return "\n".join(_lines_until(chars, line)) + "\n"
 
 
 def agent_large(turns: int = 40, seed: int = 0, output_tokens: tuple[int, int] = (5_000, 50_000)) -> Workload:
