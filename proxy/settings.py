@@ -172,13 +172,13 @@ class Settings:
     )
     offload_tool_tokens: int = field(
         default=2000,
-        metadata=_doc("A tool output over this many tokens (and over an eighth of the prompt budget) is offloaded on "
-                      "arrival; 0: never.", min=0),
+        metadata=_doc("A tool output over this many tokens (or over an eighth of the prompt budget, when less) is "
+                      "offloaded on arrival; 0: never.", min=0),
     )
     offload_document_tokens: int = field(
         default=8000,
-        metadata=_doc("A user message (a pasted document) over this many tokens (and over a quarter of the prompt "
-                      "budget) is offloaded on arrival; 0: never.", min=0),
+        metadata=_doc("A user message (a pasted document) over this many tokens (or over a quarter of the prompt "
+                      "budget, when less) is offloaded on arrival; 0: never.", min=0),
     )
     offload_preview_tokens: int = field(
         default=192,
