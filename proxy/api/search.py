@@ -7,7 +7,8 @@ import time
 from litestar import Request, Response, post
 
 from proxy.api.forwarding import services_of
-from proxy.turn.identity import conversation_id_for_session, tenant_of
+from proxy.api.tenants import caller_tenant
+from proxy.turn.identity import conversation_id_for_session
 from proxy.engine import ConversationState
 from proxy.engine.state import STATUS_NAMES
 from proxy.recall.pagetext import excerpt
@@ -29,7 +30,7 @@ async def search(request: Request) -> Response:
     k = data.get("k", 5)
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 100:
         raise bad_request("'k' must be an integer from 1 to 100", param="k")
-    tenant = tenant_of(request.headers)
+    tenant = await caller_tenant(request, services)
     conversation_id = data.get("conversation_id")
     session_key = data.get("session_key")
     if isinstance(session_key, str) and session_key:

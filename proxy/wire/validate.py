@@ -30,44 +30,49 @@ def _too_deep(value: Any, limit: int) -> bool:
     return True
 
 
-def parse_json_object(body: bytes) -> dict[str, Any]:
-    """The request body as a dict; 400 for an empty, malformed, non-object or too deeply nested body."""
+def decode_json(body: bytes, decoder: msgspec.json.Decoder = _decoder) -> Any:
+    """The one place a request body is decoded: 400 ``invalid_request_error`` for an empty body, bytes that are
+    not UTF-8, malformed JSON, JSON nested more than MAX_JSON_DEPTH levels, or (with a typed decoder) a body of
+    another shape than the decoder's."""
     if not body:
         raise bad_request("request body is empty; expected a JSON object", code="invalid_json")
-    too_deep = bad_request(f"request body nests JSON more than {MAX_JSON_DEPTH} levels deep", code="invalid_json")
     try:
-        data = _decoder.decode(body)
+        return decoder.decode(body)
+    except UnicodeDecodeError:
+        raise bad_request("request body is not valid UTF-8", code="invalid_encoding") from None
+    except msgspec.ValidationError:
+        raise bad_request("request body must be a JSON object", code="invalid_json") from None
     except msgspec.DecodeError as exc:
         raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     except RecursionError:
-        raise too_deep from None
-    if not isinstance(data, dict):
-        raise bad_request("request body must be a JSON object", code="invalid_json")
+        raise _too_deep_error() from None
+
+
+def _too_deep_error() -> ProxyError:
+    return bad_request(f"request body nests JSON more than {MAX_JSON_DEPTH} levels deep", code="invalid_json")
+
+
+def _check_depth(body: bytes, data: Any) -> None:
     # Depth cannot exceed the number of brackets: most bodies are cleared by two C-speed counts.
     if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _too_deep(data, MAX_JSON_DEPTH):
-        raise too_deep
+        raise _too_deep_error()
+
+
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    """The request body as a dict; 400 for an empty, malformed, non-UTF-8, non-object or too deeply nested body."""
+    data = decode_json(body)
+    if not isinstance(data, dict):
+        raise bad_request("request body must be a JSON object", code="invalid_json")
+    _check_depth(body, data)
     return data
 
 
 def parse_chat_body(body: bytes) -> tuple[dict[str, Any], msgspec.Raw | None]:
     """The body as a JSON object, and the bytes of its ``messages`` value exactly as sent, in one parse: the
     top level is split into raw fields first, then each field is decoded once."""
-    if not body:
-        raise bad_request("request body is empty; expected a JSON object", code="invalid_json")
-    too_deep = bad_request(f"request body nests JSON more than {MAX_JSON_DEPTH} levels deep", code="invalid_json")
-    try:
-        fields = _fields_decoder.decode(body)
-        decode = _decoder.decode
-        data = {name: decode(raw) for name, raw in fields.items()}
-    except msgspec.ValidationError:
-        raise bad_request("request body must be a JSON object", code="invalid_json") from None
-    except msgspec.DecodeError as exc:
-        raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
-    except RecursionError:
-        raise too_deep from None
-    # Depth cannot exceed the number of brackets: most bodies are cleared by two C-speed counts.
-    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _too_deep(data, MAX_JSON_DEPTH):
-        raise too_deep
+    fields = decode_json(body, _fields_decoder)
+    data = {name: decode_json(raw) for name, raw in fields.items()}
+    _check_depth(body, data)
     return data, fields.get("messages")
 
 
@@ -110,4 +115,4 @@ def validate_chat_request(data: dict[str, Any]) -> None:
         raise bad_request("'tools' must be an array", param="tools")
 
 
-__all__ = ["ProxyError", "parse_chat_body", "parse_json_object", "validate_chat_request", "ROLES"]
+__all__ = ["ProxyError", "decode_json", "parse_chat_body", "parse_json_object", "validate_chat_request", "ROLES"]

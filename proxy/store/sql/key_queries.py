@@ -137,11 +137,13 @@ class SqlKeyRepository:
         return None if row is None else _record(row)
 
     async def update_limits(self, key_id: str, changes: dict[str, Any]) -> KeyRecord | None:
-        """Change some of: name, upstream_key, rate_limit_rps, rate_limit_burst, budget_tokens, used_tokens."""
+        """Change some of: name, upstream_key, rate_limit_rps, rate_limit_burst, budget_tokens, used_tokens, of a
+        live key (None for a revoked or unknown one: a revoked key is immutable)."""
         allowed = {"name", "upstream_key", "rate_limit_rps", "rate_limit_burst", "budget_tokens", "used_tokens"}
         values = {k: v for k, v in changes.items() if k in allowed}
         stmt = (
-            update(keys_t).where(keys_t.c.id == key_id).values(**values, updated_at=func.now()).returning(*_COLUMNS)
+            update(keys_t).where(keys_t.c.id == key_id, keys_t.c.revoked_at.is_(None))
+            .values(**values, updated_at=func.now()).returning(*_COLUMNS)
         )
         async with self.engine.begin() as connection:
             row = (await connection.execute(stmt)).first()
