@@ -22,6 +22,7 @@ equal it (checked at start and when a key is created or changed). Keys are compa
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,7 @@ from proxy.wire.errors import ProxyError
 
 log = logging.getLogger("memci.auth")
 _AUTH_TENANT = AUTH_TENANT_HEADER.encode()
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 _encode = msgspec.json.Encoder().encode
 KEY_SCOPE = "memci.key"  # ASGI scope entry: the VirtualKey of the request (limits read its rate)
 ADMIN_SCOPE = "memci.admin"  # ASGI scope entry: True when the request bore the admin key (/memci/* only)
@@ -178,6 +180,10 @@ class AuthMiddleware:
         scope["headers"] = raw
         if not _guarded(scope.get("path", "")):
             await self.app(scope, receive, send)
+            return
+        if _CONTROL.search(scope.get("path", "")):  # no route has one; ids with NUL would reach PostgreSQL
+            await send_error(send, ProxyError(404, "no route for a path with control characters",
+                                              "invalid_request_error", "not_found"))
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw}
         if self.auth.is_admin(headers):

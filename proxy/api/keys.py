@@ -17,7 +17,7 @@ from proxy.api.auth import Authenticator, same_key, virtual_tenant
 from proxy.keys import key_digest, key_hint, new_key_id, new_secret
 from proxy.store.sql.key_queries import KeyRecord
 from proxy.wire.errors import ProxyError, bad_request
-from proxy.wire.validate import parse_json_object
+from proxy.wire.validate import parse_json_object, stored_text
 
 MAX_GRACE_SECONDS = 7 * 24 * 3600
 
@@ -64,9 +64,7 @@ def _optional_text(data: dict[str, Any], name: str, limit: int = 4096) -> str | 
     value = data.get(name)
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > limit:
-        raise bad_request(f"'{name}' must be text of at most {limit} characters", param=name)
-    return value
+    return stored_text(value, name, limit)
 
 
 def _upstream_key(auth: Authenticator, data: dict[str, Any]) -> str:
@@ -122,6 +120,8 @@ async def list_keys(request: Request) -> Response:
     """Keys, masked, oldest first: ``tenant`` (a name) filters, ``include_revoked=true`` shows revoked ones."""
     auth = _admin(request)
     tenant = request.query_params.get("tenant")
+    if tenant is not None:
+        stored_text(tenant, "tenant", 256)
     include_revoked = request.query_params.get("include_revoked", "false").lower() in ("1", "true", "yes")
     records = await auth.keys.repo.list_keys(tenant=tenant, include_revoked=include_revoked)
     return Response(content={"object": "list", "data": [key_json(r) for r in records]})

@@ -14,7 +14,7 @@ from proxy.engine.state import STATUS_NAMES
 from proxy.recall.pagetext import excerpt
 from proxy.recall.resolver import RecallContext, query_terms
 from proxy.wire.errors import ProxyError, bad_request
-from proxy.wire.validate import parse_json_object
+from proxy.wire.validate import parse_json_object, stored_text
 
 
 @post("/memci/search", status_code=200)
@@ -37,6 +37,7 @@ async def search(request: Request) -> Response:
         conversation_id = conversation_id_for_session(tenant, session_key)
     if not isinstance(conversation_id, str) or not conversation_id:
         raise bad_request("give 'conversation_id' or 'session_key'", param="conversation_id")
+    stored_text(conversation_id, "conversation_id", 256)
     stored = await services.store.repo.load_snapshot(tenant, conversation_id)
     if stored is None or stored[0] is None:
         raise ProxyError(404, f"no conversation {conversation_id!r} for this key", "invalid_request_error", "not_found")

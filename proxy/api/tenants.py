@@ -39,7 +39,7 @@ async def caller_tenant(request: Request, services: Services) -> str:
 
 async def resolve_tenant(value: str, auth: Authenticator, services: Services) -> str:
     """The tenant id of a tenant name or id; ProxyError 404 when it names no known tenant."""
-    if len(value) > MAX_NAME:
+    if len(value) > MAX_NAME or "\x00" in value:
         raise unknown_tenant(value)
     names = {k.tenant_name for k in auth.seeds.values()}
     if value in names:

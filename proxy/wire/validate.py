@@ -39,13 +39,37 @@ def decode_json(body: bytes, decoder: msgspec.json.Decoder = _decoder) -> Any:
     try:
         return decoder.decode(body)
     except UnicodeDecodeError:
-        raise bad_request("request body is not valid UTF-8", code="invalid_encoding") from None
+        raise not_utf8() from None
     except msgspec.ValidationError:
         raise bad_request("request body must be a JSON object", code="invalid_json") from None
     except msgspec.DecodeError as exc:
         raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     except RecursionError:
         raise _too_deep_error() from None
+
+
+def not_utf8() -> ProxyError:
+    return bad_request("request body is not valid UTF-8 (JSON is UTF-8: RFC 8259)", code="invalid_encoding")
+
+
+def require_utf8(body: bytes, content_type: str) -> None:
+    """400 for a body whose bytes are not UTF-8: what the proxy forwards without decoding (every /v1 body is JSON)
+    is held to the rule of what it decodes. File uploads (multipart, octet-stream) pass as they are."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if kind.startswith("multipart/") or kind == "application/octet-stream":
+        return
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise not_utf8() from None
+
+
+def stored_text(value: object, param: str, limit: int = 4096) -> str:
+    """A client's string that the proxy looks up or stores as text (an id, a name): 400 unless it is a string of at
+    most ``limit`` characters without NUL (which PostgreSQL text cannot hold)."""
+    if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+        raise bad_request(f"'{param}' must be text of at most {limit} characters, without NUL", param=param)
+    return value
 
 
 def _too_deep_error() -> ProxyError:
@@ -115,4 +139,4 @@ def validate_chat_request(data: dict[str, Any]) -> None:
         raise bad_request("'tools' must be an array", param="tools")
 
 
-__all__ = ["ProxyError", "decode_json", "parse_chat_body", "parse_json_object", "validate_chat_request", "ROLES"]
+__all__ = ["ProxyError", "decode_json", "parse_chat_body", "parse_json_object", "require_utf8", "stored_text", "validate_chat_request", "ROLES"]
