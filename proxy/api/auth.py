@@ -171,6 +171,16 @@ class AuthMiddleware:
         self.app = app
         self.auth = authenticator
         self.log_prompts = authenticator.settings.log_prompts
+        key = authenticator.admin_key
+        self._admin_bytes = key.encode("utf-8") if len(key) >= 8 else b""  # shorter: too likely to occur by chance
+
+    def _carries_admin_key(self, scope: dict, raw: list[tuple[bytes, bytes]]) -> bool:
+        """The admin key anywhere else a request could carry it upstream: another header (``api-key``,
+        ``x-api-key``...) or the query string (``?api_key=``). Byte searches: no cost worth counting."""
+        admin = self._admin_bytes
+        if not admin:
+            return False
+        return admin in scope.get("query_string", b"") or any(admin in v for _, v in raw)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope.get("type") != "http":
@@ -186,7 +196,8 @@ class AuthMiddleware:
                                               "invalid_request_error", "not_found"))
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw}
-        if self.auth.is_admin(headers):
+        path = scope.get("path", "")
+        if self.auth.is_admin(headers) or (path.startswith("/v1/") and self._carries_admin_key(scope, raw)):
             if not scope.get("path", "").startswith("/memci/"):
                 await send_error(send, invalid_key())  # not a chat credential: refused like an unknown key
                 return

@@ -106,6 +106,11 @@ def _admin_is_refused_on_v1(proxy: ProxyProcess) -> None:
             unknown = httpx.request(method, proxy.url + path, json=body, timeout=30,
                                     headers={"Authorization": "Bearer sk-nobody-0000000"})
             assert unknown.json()["error"] == error
+    for extra in ({"headers": {"x-api-key": ADMIN}}, {"headers": {"api-key": ADMIN}}, {"params": {"api_key": ADMIN}}):
+        r = httpx.post(proxy.base_url + "/chat/completions", timeout=30, json={"model": "m", "messages": [
+            {"role": "user", "content": "hi [[len:3]]"}]}, **{**extra, "headers": {
+                "Authorization": f"Bearer {CLIENT}", **extra.get("headers", {})}})
+        assert assert_error(r, 401)["code"] == "invalid_api_key"  # the admin key anywhere a request could carry it upstream
     client.close()
 
 

@@ -83,7 +83,26 @@ class UpstreamLog:
         return [t for t in texts if marker in t]
 
 
-class VisionStub:
+class LocalServer:
+    """An HTTP server on a loopback port, served by a thread (an OpenAI-style base URL at /v1)."""
+
+    port: int
+
+    def serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class VisionStub(LocalServer):
     """An OpenAI-style vision model: describes an image as the text its bytes carry. Keeps what it was sent."""
 
     def __init__(self) -> None:
@@ -110,20 +129,10 @@ class VisionStub:
                 self.end_headers()
                 self.wfile.write(out)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
-class Tap:
+class Tap(LocalServer):
     """A recording hop in front of the upstream: every request the proxy makes (method, path, all headers, body)
     is kept, then forwarded; the upstream's answer comes back whole (streams included)."""
 
@@ -157,13 +166,7 @@ class Tap:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _relay
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        self.serve(Handler)
 
     def holding(self, secret: str) -> list[str]:
         """The requests (method and path) whose headers or body hold ``secret``."""
@@ -173,7 +176,3 @@ class Tap:
             if secret in text:
                 found.append(f"{item['method']} {item['path']}")
         return found
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()

@@ -137,6 +137,26 @@ async def test_the_admin_key_is_refused_on_v1_like_an_unknown_key_in_every_mode(
         (await _through(authenticator(), path, {"authorization": "Bearer sk-eve"}))[1][1]["body"])["error"]
 
 
+@pytest.mark.parametrize("where", [{"x-api-key": "adm-secret-key"}, {"api-key": "Bearer adm-secret-key"}])
+async def test_the_admin_key_in_another_header_or_the_query_is_refused_on_v1_too(where):
+    auth = Authenticator(Settings(admin_key="adm-secret-key"))
+    seen, sent = await _through(auth, "/v1/chat/completions", {"authorization": "Bearer sk-client-1", **where})
+    assert seen is None and sent[0]["status"] == 401
+    app_seen = {}
+
+    async def app(scope, receive, send):
+        app_seen["ok"] = True
+
+    scope = {"type": "http", "path": "/v1/models", "query_string": b"api_key=adm-secret-key", "headers": []}
+    statuses = []
+
+    async def send(message):
+        statuses.append(message.get("status"))
+
+    await AuthMiddleware(app, auth)(scope, None, send)
+    assert not app_seen and statuses[0] == 401
+
+
 @pytest.mark.parametrize("setting", ["upstream_api_key", "summary_model_api_key", "vision_api_key",
                                      "rewrite_model_api_key", "embeddings_api_key"])
 def test_no_upstream_key_may_be_the_admin_key(setting):
