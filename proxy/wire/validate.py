@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -14,6 +15,8 @@ _fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 # Deeper JSON is refused with a 400: nothing legitimate nests that deep (tool schemas stay far below), and
 # Python's recursion limit (about 1000 frames, shared with the proxy's own calls) must never be reached.
 MAX_JSON_DEPTH = 256
+# A JSON escape of U+0000: ``\u0000`` after an even number of backslashes (an odd one escapes the backslash).
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def _too_deep(value: Any, limit: int) -> bool:
@@ -93,10 +96,15 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
 
 def parse_chat_body(body: bytes) -> tuple[dict[str, Any], msgspec.Raw | None]:
     """The body as a JSON object, and the bytes of its ``messages`` value exactly as sent, in one parse: the
-    top level is split into raw fields first, then each field is decoded once."""
+    top level is split into raw fields first, then each field is decoded once. A managed chat's body is stored,
+    so a U+0000 in it (which PostgreSQL cannot hold in text or JSON) is a 400 here rather than a turn that can
+    never be written."""
     fields = decode_json(body, _fields_decoder)
     data = {name: decode_json(raw) for name, raw in fields.items()}
     _check_depth(body, data)
+    if b"\\u0000" in body and _NUL_ESCAPE.search(body):  # memchr first: the regex only runs on a hit
+        raise bad_request("the request holds the character U+0000 (NUL), which the conversation store cannot keep; "
+                          "remove it or send it without context management", code="unsupported_character")
     return data, fields.get("messages")
 
 

@@ -178,7 +178,8 @@ def raw_body(draw) -> bytes:
         return draw(st.binary(max_size=200))
     if kind == "empty":
         return draw(st.sampled_from([b"", b" ", b"\x00", b"\xef\xbb\xbf", b"null", b"{}", b"[]", b'""']))
-    text = json.dumps(draw(shapes), ensure_ascii=draw(st.booleans()))
+    # The emulator's fault markers make the upstream's answer malformed: the chat fuzz above covers them.
+    text = json.dumps(draw(shapes), ensure_ascii=draw(st.booleans())).replace("[[badsse]]", "[badsse]")
     if kind == "encoded":
         return text.encode(draw(st.sampled_from(ENCODINGS)), "replace")
     data = bytearray(text.encode("utf-8", "surrogatepass"))
@@ -213,6 +214,7 @@ def _json_or_none(r: httpx.Response) -> dict | None:
 def test_every_route_at_the_byte_level_never_gets_a_5xx_from_the_proxy(proxy, emulator_8k):
     client = httpx.Client(timeout=30)
     counts: dict[str, int] = {}
+    log_start = proxy.log_path.stat().st_size  # the chat fuzz above shares the process: this test's part of the log
 
     @settings(max_examples=ROUTE_EXAMPLES, deadline=None, derandomize=False, database=None,
               suppress_health_check=list(HealthCheck))
@@ -245,5 +247,7 @@ def test_every_route_at_the_byte_level_never_gets_a_5xx_from_the_proxy(proxy, em
     print("status counts:", dict(sorted(counts.items())))
     assert sum(counts.values()) >= ROUTE_EXAMPLES
     assert httpx.get(proxy.url + "/health", timeout=5).status_code == 200
-    log = proxy.log_path.read_text(errors="replace")
+    with proxy.log_path.open("rb") as f:
+        f.seek(log_start)
+        log = f.read().decode(errors="replace")
     assert "unhandled error" not in log and "Traceback" not in log, log[-3000:]

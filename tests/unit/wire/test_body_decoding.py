@@ -48,3 +48,13 @@ def test_stored_text_refuses_nul_and_long_values():
         with pytest.raises(ProxyError) as info:
             stored_text(value, "id", 256)
         assert info.value.status == 400 and info.value.param == "id"
+
+
+def test_a_managed_chat_holding_nul_is_a_400_and_an_escaped_backslash_is_not_nul():
+    with pytest.raises(ProxyError) as info:
+        parse_chat_body(b'{"messages":[{"role":"user","content":"a\\u0000b"}]}')
+    assert info.value.status == 400 and info.value.code == "unsupported_character"
+    with pytest.raises(ProxyError):
+        parse_chat_body(b'{"messages":[],"metadata":{"k":"\\\\\\u0000"}}')
+    data, _ = parse_chat_body(b'{"messages":[{"role":"user","content":"a\\\\u0000b"}]}')
+    assert data["messages"][0]["content"] == "a\\u0000b"
