@@ -29,6 +29,7 @@ from proxy.settings import Settings, load_settings
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.exchange import Exchange
 from proxy.upstream.route_check import RouteWatch
+from proxy.wire import logtext
 from proxy.wire.errors import ProxyError, from_status
 
 log = logging.getLogger("memci")
@@ -50,7 +51,7 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
 
 
 def _internal_error(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    log.exception("unhandled error on %s %s", logtext.field(request.method, 16), logtext.field(request.url.path))
     err = from_status(500, f"internal proxy error: {type(exc).__name__}")
     return Response(content=err.body(), status_code=500, media_type="application/json")
 

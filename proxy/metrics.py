@@ -197,6 +197,11 @@ class Metrics:
             "history: paid once, cached on later turns).", buckets=(32, 64, 128, 256, 512, 1024, 2048, 4096),
             registry=r,
         )
+        self.vision_urls_refused = Counter(
+            "memci_vision_urls_refused", "Image URLs not given to the vision model (image left undescribed), by "
+            "reason (loopback, private, link_local, unspecified, multicast, reserved, unresolved, scheme, malformed).",
+            ["reason"], registry=r,
+        )
         self.epoch_tokens_shed = Histogram(
             "memci_epoch_tokens_shed", "Estimated tokens an epoch took out of the prompt (archived, condensed, "
             "evicted; net of the contents lines added).", buckets=(0, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536),

@@ -473,6 +473,12 @@ class Settings:
     vision_max_tokens: int = field(default=300, metadata=_doc("Longest image description in tokens.", min=16))
     vision_concurrency: int = field(default=2, metadata=_doc("Image descriptions computed at once.", min=1))
     vision_prompt: str = field(default="", metadata=_doc("Instruction sent with each image (empty: the built-in one)."))
+    vision_allow_private_urls: bool = field(
+        default=False, metadata=_doc("Let the vision model be given image URLs whose host is loopback, private, "
+                                     "link-local, unspecified, multicast or reserved (or does not resolve). Off: "
+                                     "such images are not described. Schemes other than http(s) and data: are "
+                                     "never passed on.")
+    )
 
     # --- admin ---------------------------------------------------------------------------------
     admin_key: str = field(default="", metadata=_doc("Bearer key for /memci/ admin endpoints (empty: admin API off)."))

@@ -15,7 +15,7 @@ from proxy.upstream.exchange import Outgoing
 from proxy.upstream.route_check import PATH as ROUTE_PATH
 from proxy.upstream.route_check import ready as route_ready
 from proxy.wire.errors import ProxyError
-from proxy.wire.validate import parse_chat_body, parse_json_object, validate_chat_request
+from proxy.wire.validate import parse_chat_body, parse_json_object, require_utf8, validate_chat_request
 
 _FORWARD_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
@@ -50,6 +50,8 @@ async def forward_other(request: Request, path: str) -> Response:
     started = time.perf_counter()
     services = services_of(request)
     body = await request.body() if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
+    if body:
+        require_utf8(body, request.headers.get("content-type", ""))
     if body and services.settings.cache_salt_per_tenant and request.method == "POST" and path.strip("/") in (
         "completions", "chat/completions"
     ):

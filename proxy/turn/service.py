@@ -87,7 +87,8 @@ class TurnService:
         self.last_prompts = LastPrompts(s.last_prompts_max_entries, s.last_prompts_max_mb << 20)
         self.blobs = make_blob_store(settings)
         owners = getattr(store, "owners", None)  # tenant walls for images (proxy.store.sql.blob_queries)
-        self.describer = make_describer(settings, self.blobs, owns=owners.owns_blob if owners else None)
+        self.describer = make_describer(settings, self.blobs, owns=owners.owns_blob if owners else None,
+                                        on_refused=lambda why: metrics.vision_urls_refused.labels(why).inc())
         self._configs: dict[int, EngineConfig] = {}
         self._finishing: set[asyncio.Task[None]] = set()
         self._preparing: set[asyncio.Task[None]] = set()  # search indexing after a turn (proxy.recall)
