@@ -16,6 +16,7 @@ from proxy.api.auth import AuthMiddleware, Authenticator
 from proxy.api.keys import KEY_ROUTES
 from proxy.api.limits import Limits, LimitsMiddleware
 from proxy.api.conversations import CONVERSATION_ROUTES
+from proxy.api.messages import MESSAGES_ROUTES
 from proxy.api.responses import RESPONSES_ROUTES
 from proxy.api.routes import ROUTES
 from proxy.api.rewrite import REWRITE_ROUTES
@@ -105,7 +106,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await limits.close()
 
     app = Litestar(
-        route_handlers=[*ROUTES, *RESPONSES_ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES, *REWRITE_ROUTES, *CONVERSATION_ROUTES, *KEY_ROUTES],
+        route_handlers=[*ROUTES, *RESPONSES_ROUTES, *MESSAGES_ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES, *REWRITE_ROUTES, *CONVERSATION_ROUTES, *KEY_ROUTES],
         lifespan=[lifespan],
         # Auth first: it decides the tenant the limits and every handler use.
         middleware=[DefineMiddleware(AuthMiddleware, authenticator=authenticator),
