@@ -12,6 +12,7 @@ from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 
 from proxy.api.admin import ADMIN_ROUTES
+from proxy.api.api_metrics import api_failed
 from proxy.api.auth import AuthMiddleware, Authenticator
 from proxy.api.keys import KEY_ROUTES
 from proxy.api.limits import Limits, LimitsMiddleware
@@ -38,6 +39,7 @@ def _proxy_error(request: Request, exc: ProxyError) -> Response:
     route = "chat" if path == "/v1/chat/completions" else "other" if path.startswith("/v1/") else None
     if route is not None:
         request.app.state.services.metrics.requests.labels(route, str(exc.status)).inc()
+        api_failed(request.app.state.services.metrics, path, exc.status)
     return Response(content=exc.body(), status_code=exc.status, media_type="application/json",
                     headers=exc.headers or None)
 

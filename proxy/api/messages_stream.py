@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from proxy.api.messages_codec import message_usage, new_id, stop_reason
-from proxy.wire.chunks import Completion, chat_deltas
+from proxy.wire.chunks import Completion, Delta, chat_deltas
 
 _encode = msgspec.json.Encoder().encode
 
@@ -47,28 +47,36 @@ async def message_events(model: str, chat_events: AsyncIterator[bytes]) -> Async
         open_kind = kind
         return [*out, _event("content_block_start", index=index, content_block=block)]
 
-    async for delta in chat_deltas(chat_events, done):
+    def translate(delta: Delta) -> list[bytes]:
+        nonlocal open_call
+        out: list[bytes] = []
         if delta.reasoning:
             if open_kind != "thinking":
-                for e in start("thinking", {"type": "thinking", "thinking": "", "signature": ""}):
-                    yield e
-            yield _event("content_block_delta", index=index, delta={"type": "thinking_delta",
-                                                                    "thinking": delta.reasoning})
+                out += start("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+            out.append(_event("content_block_delta", index=index, delta={"type": "thinking_delta",
+                                                                         "thinking": delta.reasoning}))
         elif delta.text:
             if open_kind != "text":
-                for e in start("text", {"type": "text", "text": ""}):
-                    yield e
-            yield _event("content_block_delta", index=index, delta={"type": "text_delta", "text": delta.text})
+                out += start("text", {"type": "text", "text": ""})
+            out.append(_event("content_block_delta", index=index, delta={"type": "text_delta", "text": delta.text}))
         elif delta.call is not None:
             if delta.call_started:
                 call = done.tool_calls[delta.call]
-                for e in start("tool_use", {"type": "tool_use", "id": call.id or new_id("toolu"), "name": call.name,
-                                            "input": {}}):
-                    yield e
+                out += start("tool_use", {"type": "tool_use", "id": call.id or new_id("toolu"), "name": call.name,
+                                          "input": {}})
                 open_call = delta.call
             if delta.arguments and open_call == delta.call:
-                yield _event("content_block_delta", index=index, delta={"type": "input_json_delta",
-                                                                        "partial_json": delta.arguments})
+                out.append(_event("content_block_delta", index=index, delta={"type": "input_json_delta",
+                                                                             "partial_json": delta.arguments}))
+        return out
+
+    deltas = chat_deltas(chat_events, done)
+    try:
+        async for delta in deltas:
+            for e in translate(delta):
+                yield e
+    finally:
+        await deltas.aclose()
     for e in stop():
         yield e
     if done.error is not None:

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, post
 
+from proxy.api.api_metrics import metered
 from proxy.api.edge import forward_as_sent, managed_turn
 from proxy.api.forwarding import respond, services_of
 from proxy.api.response_chain import ResponseChain
@@ -55,6 +56,7 @@ async def create_response(request: Request) -> Response:
         if store:
             await chain.keep(tenant, response_id, previous, history, [*new, *assistant_messages(response["output"])])
 
+    answer = metered(answer, services.metrics, "responses", started)
     return respond(await _translated(answer, data, response_id, keep))
 
 

@@ -18,7 +18,7 @@ import msgspec
 from proxy.api.responses_codec import (
     function_call_item, message_item, new_id, reasoning_item, response_object, text_part,
 )
-from proxy.wire.chunks import Completion, chat_deltas
+from proxy.wire.chunks import Completion, Delta, chat_deltas
 
 _encode = msgspec.json.Encoder().encode
 
@@ -100,28 +100,35 @@ async def response_events(
                              item=function_call_item(open_item["id"], call.id, call.name, "", "in_progress")))
         return out
 
-    async for delta in chat_deltas(chat_events, done):
+    def translate(delta: Delta) -> list[bytes]:
+        out: list[bytes] = []
         if delta.reasoning:
             if open_item is None or open_item["type"] != "reasoning":
-                for e in reopen("reasoning", "rs"):
-                    yield e
+                out += reopen("reasoning", "rs")
             open_item["_text"] += delta.reasoning
-            yield event("response.reasoning_text.delta", item_id=open_item["id"], output_index=len(output),
-                        content_index=0, delta=delta.reasoning)
+            out.append(event("response.reasoning_text.delta", item_id=open_item["id"], output_index=len(output),
+                             content_index=0, delta=delta.reasoning))
         elif delta.text:
             if open_item is None or open_item["type"] != "message":
-                for e in reopen("message", "msg"):
-                    yield e
+                out += reopen("message", "msg")
             open_item["_text"] += delta.text
-            yield event("response.output_text.delta", item_id=open_item["id"], output_index=len(output),
-                        content_index=0, delta=delta.text, logprobs=[])
+            out.append(event("response.output_text.delta", item_id=open_item["id"], output_index=len(output),
+                             content_index=0, delta=delta.text, logprobs=[]))
         elif delta.call is not None:
             if delta.call_started:
-                for e in reopen("function_call", "fc", _call=delta.call):
-                    yield e
+                out += reopen("function_call", "fc", _call=delta.call)
             if delta.arguments and open_item is not None and open_item.get("_call") == delta.call:
-                yield event("response.function_call_arguments.delta", item_id=open_item["id"],
-                            output_index=len(output), delta=delta.arguments)
+                out.append(event("response.function_call_arguments.delta", item_id=open_item["id"],
+                                 output_index=len(output), delta=delta.arguments))
+        return out
+
+    deltas = chat_deltas(chat_events, done)
+    try:
+        async for delta in deltas:
+            for e in translate(delta):
+                yield e
+    finally:
+        await deltas.aclose()
     for e in close():
         yield e
     if done.error is not None:

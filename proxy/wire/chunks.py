@@ -75,7 +75,21 @@ class Delta:
 
 async def chat_deltas(events: AsyncIterator[bytes], done: Completion) -> AsyncIterator[Delta]:
     """The deltas of a chat-completions stream (first choice), gathering the whole completion into ``done`` as they
-    pass; an error event ends the stream with ``done.error`` set."""
+    pass; an error event ends the stream with ``done.error`` set. Closing it closes ``events``."""
+    try:
+        async for delta in _deltas(events, done):
+            yield delta
+    finally:
+        await aclose(events)
+
+
+async def aclose(events: AsyncIterator[Any]) -> None:
+    close = getattr(events, "aclose", None)
+    if close is not None:
+        await close()
+
+
+async def _deltas(events: AsyncIterator[bytes], done: Completion) -> AsyncIterator[Delta]:
     async for event in events:
         data = event_data(event)
         if not data or data == b"[DONE]":

@@ -135,3 +135,19 @@ def test_auth_by_x_api_key_names_the_same_tenant(proxy):
     b = httpx.post(proxy.url + "/v1/messages", json=body, headers={"Authorization": "Bearer sk-same"}, timeout=10)
     assert a.status_code == b.status_code == 200
     assert a.headers["x-memci-conversation-id"] == b.headers["x-memci-conversation-id"]
+
+
+def test_metrics_by_api(client, proxy):
+    import re
+
+    client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "Count me [[len:3]]"}])
+    text = httpx.get(proxy.url + "/metrics", timeout=10).text
+
+    def sample(name: str, labels: str) -> float:
+        found = re.search(re.escape(name + "{" + labels + "}") + r" ([0-9.e+]+)", text)
+        return float(found.group(1)) if found else 0.0
+
+    assert sample("memci_api_requests_total", 'api="messages",status="200"') >= 1
+    assert sample("memci_api_requests_total", 'api="messages",status="400"') >= 1
+    assert sample("memci_api_cached_tokens_total", 'api="messages"') > 0
+    assert sample("memci_api_requests_total", 'api="responses",status="200"') == 0

@@ -124,3 +124,23 @@ def test_unknown_fields_pass_through(client, emu):
     client.responses.create(model="m", input="hi [[len:3]]", extra_body={"top_k": 7, "seed": 3}, temperature=0.5)
     body = emu.requests(1)[0]["body"]
     assert body["top_k"] == 7 and body["seed"] == 3 and body["temperature"] == 0.5
+
+
+def test_metrics_by_api(client, proxy):
+    import re
+
+    import httpx
+
+    client.responses.create(model="m", input="Count me [[len:3]]")
+    text = httpx.get(proxy.url + "/metrics", timeout=10).text
+
+    def sample(name: str, labels: str) -> float:
+        found = re.search(re.escape(name + "{" + labels + "}") + r" ([0-9.e+]+)", text)
+        return float(found.group(1)) if found else 0.0
+
+    assert sample("memci_api_requests_total", 'api="responses",status="200"') >= 1
+    assert sample("memci_api_requests_total", 'api="responses",status="404"') >= 1  # previous_response_not_found
+    assert sample("memci_api_cached_tokens_total", 'api="responses"') > 0
+    assert sample("memci_api_prompt_tokens_total", 'api="responses"') > sample("memci_api_cached_tokens_total",
+                                                                              'api="responses"')
+    assert sample("memci_api_request_duration_seconds_count", 'api="responses"') >= 1
