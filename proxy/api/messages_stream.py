@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from proxy.api.messages_codec import message_usage, new_id, stop_reason
-from proxy.wire.chunks import Completion, Delta, chat_deltas
+from proxy.wire.chunks import Completion, Delta, translated
 
 _encode = msgspec.json.Encoder().encode
 
@@ -70,13 +70,8 @@ async def message_events(model: str, chat_events: AsyncIterator[bytes]) -> Async
                                                                              "partial_json": delta.arguments}))
         return out
 
-    deltas = chat_deltas(chat_events, done)
-    try:
-        async for delta in deltas:
-            for e in translate(delta):
-                yield e
-    finally:
-        await deltas.aclose()
+    async for e in translated(chat_events, done, translate):
+        yield e
     for e in stop():
         yield e
     if done.error is not None:

@@ -18,7 +18,7 @@ import msgspec
 from proxy.api.responses_codec import (
     function_call_item, message_item, new_id, reasoning_item, response_object, text_part,
 )
-from proxy.wire.chunks import Completion, Delta, chat_deltas
+from proxy.wire.chunks import Completion, Delta, translated
 
 _encode = msgspec.json.Encoder().encode
 
@@ -122,13 +122,8 @@ async def response_events(
                                  output_index=len(output), delta=delta.arguments))
         return out
 
-    deltas = chat_deltas(chat_events, done)
-    try:
-        async for delta in deltas:
-            for e in translate(delta):
-                yield e
-    finally:
-        await deltas.aclose()
+    async for e in translated(chat_events, done, translate):
+        yield e
     for e in close():
         yield e
     if done.error is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +81,18 @@ async def chat_deltas(events: AsyncIterator[bytes], done: Completion) -> AsyncIt
             yield delta
     finally:
         await aclose(events)
+
+
+async def translated(events: AsyncIterator[bytes], done: Completion,
+                     translate: Callable[[Delta], list[bytes]]) -> AsyncIterator[bytes]:
+    """A chat-completions stream translated delta by delta into another API's events (``translate``)."""
+    deltas = chat_deltas(events, done)
+    try:
+        async for delta in deltas:
+            for out in translate(delta):
+                yield out
+    finally:
+        await deltas.aclose()
 
 
 async def aclose(events: AsyncIterator[Any]) -> None:

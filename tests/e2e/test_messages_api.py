@@ -7,6 +7,8 @@ import anthropic
 import httpx
 import pytest
 
+from tests.e2e.recall_client import metric_sample
+
 FACT = "My locker code is 7349 and my cat is called Brioche."
 WEATHER = {"name": "get_weather", "description": "The weather of a city.",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -138,14 +140,10 @@ def test_auth_by_x_api_key_names_the_same_tenant(proxy):
 
 
 def test_metrics_by_api(client, proxy):
-    import re
-
     client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "Count me [[len:3]]"}])
-    text = httpx.get(proxy.url + "/metrics", timeout=10).text
 
     def sample(name: str, labels: str) -> float:
-        found = re.search(re.escape(name + "{" + labels + "}") + r" ([0-9.e+]+)", text)
-        return float(found.group(1)) if found else 0.0
+        return metric_sample(proxy, name, labels)
 
     assert sample("memci_api_requests_total", 'api="messages",status="200"') >= 1
     assert sample("memci_api_requests_total", 'api="messages",status="400"') >= 1

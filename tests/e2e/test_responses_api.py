@@ -8,6 +8,8 @@ import json
 import openai
 import pytest
 
+from tests.e2e.recall_client import metric_sample
+
 FACT = "My locker code is 7349 and my cat is called Brioche."
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather of a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -127,16 +129,10 @@ def test_unknown_fields_pass_through(client, emu):
 
 
 def test_metrics_by_api(client, proxy):
-    import re
-
-    import httpx
-
     client.responses.create(model="m", input="Count me [[len:3]]")
-    text = httpx.get(proxy.url + "/metrics", timeout=10).text
 
     def sample(name: str, labels: str) -> float:
-        found = re.search(re.escape(name + "{" + labels + "}") + r" ([0-9.e+]+)", text)
-        return float(found.group(1)) if found else 0.0
+        return metric_sample(proxy, name, labels)
 
     assert sample("memci_api_requests_total", 'api="responses",status="200"') >= 1
     assert sample("memci_api_requests_total", 'api="responses",status="404"') >= 1  # previous_response_not_found
