@@ -21,7 +21,7 @@ _encode = msgspec.json.Encoder().encode
 # Fields of a Messages request the codec consumes; every other field passes through to the upstream unchanged.
 _CONSUMED = frozenset({
     "system", "messages", "tools", "tool_choice", "max_tokens", "stop_sequences", "stream", "metadata", "thinking",
-    "cache_control", "service_tier", "container", "mcp_servers", "context_management", "output_format",
+    "cache_control", "service_tier", "container", "mcp_servers", "context_management", "output_format", "output_config",
 })
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
                  "content_filter": "refusal"}
@@ -54,10 +54,12 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         role = message.get("role") if isinstance(message, dict) else None
-        if role not in ("user", "assistant"):
-            raise bad_request(f"messages.{i}.role: must be 'user' or 'assistant'", param=f"messages.{i}.role")
+        if role not in ("user", "assistant", "system"):
+            raise bad_request(f"messages.{i}.role: must be 'user', 'assistant' or 'system'", param=f"messages.{i}.role")
         content = message.get("content")
-        if isinstance(content, str):
+        if role == "system":  # Claude Code's reminders mid-conversation: kept in place, byte for byte
+            out.append({"role": "system", "content": system_text(content)})
+        elif isinstance(content, str):
             out.append({"role": role, "content": content})
         elif isinstance(content, list):
             out.extend(_assistant(content, i) if role == "assistant" else _user(content, i))

@@ -22,6 +22,9 @@ _CONSUMED = frozenset({
     "include", "truncation", "background", "text", "reasoning", "stream", "stream_options", "conversation",
 })
 _ROLES = ("user", "assistant", "system", "developer")
+# Tools the API's host runs itself: an engine behind chat completions cannot, so they are not offered to the model.
+_HOSTED_TOOLS = ("web_search", "file_search", "code_interpreter", "image_generation", "computer_use", "mcp",
+                 "local_shell")
 
 
 def new_id(prefix: str) -> str:
@@ -123,14 +126,21 @@ def _reasoning_text(item: dict[str, Any]) -> str:
 
 
 def chat_tools(tools: Any) -> list[dict[str, Any]]:
+    """Function tools, and those of a `namespace` (a group of function tools), as chat tools; the host's own tools
+    (web_search, file_search, ...) are left out: the upstream engine cannot run them."""
     if not isinstance(tools, list):
         raise bad_request("'tools' must be an array", param="tools")
     out = []
     for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type") != "function" or not tool.get("name"):
-            kind = tool.get("type") if isinstance(tool, dict) else None
-            raise bad_request(f"tools[{i}]: only function tools are supported by this proxy (got {kind!r})",
-                              param=f"tools[{i}]", code="unsupported_value")
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if isinstance(kind, str) and kind.startswith(_HOSTED_TOOLS):
+            continue
+        if kind == "namespace" and isinstance(tool.get("tools"), list):
+            out.extend(chat_tools(tool["tools"]))
+            continue
+        if kind != "function" or not tool.get("name"):
+            raise bad_request(f"tools[{i}]: only function tools (and namespaces of them) are supported by this proxy "
+                              f"(got {kind!r})", param=f"tools[{i}]", code="unsupported_value")
         function = {"name": tool["name"]}
         for key in ("description", "parameters", "strict"):
             if tool.get(key) is not None:
@@ -176,7 +186,13 @@ def chat_request(data: dict[str, Any], conversation: list[dict[str, Any]]) -> di
 
 
 # --------------------------------------------------------------------------------------------------------- output
-def output_items(done: Completion) -> list[dict[str, Any]]:
+def namespaces_of(tools: Any) -> dict[str, str]:
+    """Function name -> the namespace it came in (a call of it names its namespace, as the API does)."""
+    return {t["name"]: tool["name"] for tool in tools or () if isinstance(tool, dict) and tool.get("type") == "namespace"
+            for t in tool.get("tools") or () if isinstance(t, dict) and isinstance(t.get("name"), str)}
+
+
+def output_items(done: Completion, namespaces: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The Response's output items of a finished completion: reasoning, the message, the function calls."""
     items: list[dict[str, Any]] = []
     if done.reasoning:
@@ -185,7 +201,7 @@ def output_items(done: Completion) -> list[dict[str, Any]]:
         items.append(message_item(new_id("msg"), done.content, "completed"))
     for index in sorted(done.tool_calls):
         call = done.tool_calls[index]
-        items.append(function_call_item(new_id("fc"), call.id, call.name, call.arguments, "completed"))
+        items.append(function_call_item(new_id("fc"), call.id, call.name, call.arguments, "completed", namespaces))
     return items
 
 
@@ -202,9 +218,13 @@ def text_part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
-    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str,
+                       namespaces: dict[str, str] | None = None) -> dict[str, Any]:
+    item = {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
             "arguments": arguments}
+    if namespaces and name in namespaces:
+        item["namespace"] = namespaces[name]
+    return item
 
 
 def assistant_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -249,4 +269,4 @@ def response_object(request: dict[str, Any], response_id: str, created_at: int, 
 def response_of(request: dict[str, Any], response_id: str, done: Completion) -> dict[str, Any]:
     """A whole (non-streamed) Response of a finished completion."""
     return response_object(request, response_id, done.created or int(time.time()), "completed", done.model,
-                           output_items(done), done.usage, done.finish_reason)
+                           output_items(done, namespaces_of(request.get("tools"))), done.usage, done.finish_reason)

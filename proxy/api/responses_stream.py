@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from proxy.api.responses_codec import (
-    function_call_item, message_item, new_id, reasoning_item, response_object, text_part,
+    function_call_item, message_item, namespaces_of, new_id, reasoning_item, response_object, text_part,
 )
 from proxy.wire.chunks import Completion, Delta, translated
 
@@ -42,6 +42,7 @@ async def response_events(
     event = _Events()
     created = int(time.time())
     done = Completion()
+    namespaces = namespaces_of(request.get("tools"))
     output: list[dict[str, Any]] = []  # finished items, by output index
     open_item: dict[str, Any] | None = None
 
@@ -69,7 +70,7 @@ async def response_events(
             call = done.tool_calls[item.pop("_call")]
             out.append(event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                              name=call.name, arguments=call.arguments))
-            item = function_call_item(item["id"], call.id, call.name, call.arguments, "completed")
+            item = function_call_item(item["id"], call.id, call.name, call.arguments, "completed", namespaces)
         else:
             text = item.pop("_text")
             out.append(event("response.reasoning_text.done", item_id=item["id"], output_index=index,
@@ -97,7 +98,8 @@ async def response_events(
         else:
             call = done.tool_calls[extra["_call"]]
             out.append(event("response.output_item.added", output_index=index,
-                             item=function_call_item(open_item["id"], call.id, call.name, "", "in_progress")))
+                             item=function_call_item(open_item["id"], call.id, call.name, "", "in_progress",
+                                                     namespaces)))
         return out
 
     def translate(delta: Delta) -> list[bytes]:

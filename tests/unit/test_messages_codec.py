@@ -44,6 +44,13 @@ def test_blocks_become_chat_messages():
     ]
 
 
+def test_a_system_message_mid_conversation_stays_in_place():
+    messages = [{"role": "user", "content": "hi"}, {"role": "system", "content": [{"type": "text", "text": "note"}]},
+                {"role": "assistant", "content": "ok"}]
+    assert chat_messages(messages) == [{"role": "user", "content": "hi"}, {"role": "system", "content": "note"},
+                                       {"role": "assistant", "content": "ok"}]
+
+
 def test_an_answer_resent_gives_the_same_messages():
     done = Completion(content="Sure.", reasoning="hmm", tool_calls={0: ToolCallSoFar("t9", "f", '{"x": [1, 2]}')},
                       finish_reason="tool_calls")
@@ -70,7 +77,7 @@ def test_the_chat_request():
 @pytest.mark.parametrize("data, param", [
     ({"messages": []}, "max_tokens"),
     ({"max_tokens": 5}, "messages"),
-    ({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+    ({"max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
     ({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "document"}]}]}, "messages.0.content.0.type"),
     ({"max_tokens": 5, "messages": [], "tools": [{"type": "web_search_20250305", "name": "w"}]}, "tools.0"),
 ])

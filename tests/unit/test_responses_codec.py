@@ -77,7 +77,7 @@ def test_bad_input_is_a_400_naming_the_field(bad, param):
 
 def test_non_function_tools_are_refused():
     with pytest.raises(ProxyError) as err:
-        chat_request({"input": "x", "tools": [{"type": "web_search"}]}, [])
+        chat_request({"input": "x", "tools": [{"type": "custom", "name": "apply_patch"}]}, [])
     assert err.value.param == "tools[0]"
 
 
@@ -144,3 +144,14 @@ def test_an_error_event_fails_the_response():
                                   b'data: {"error": {"message": "cut", "code": "upstream_cut"}}\n\n']))
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"] == {"code": "upstream_cut", "message": "cut"}
+
+
+def test_namespaces_are_flattened_and_hosted_tools_left_out():
+    tools = [{"type": "web_search", "external_web_access": False},
+             {"type": "namespace", "name": "agents", "tools": [{"type": "function", "name": "spawn",
+                                                                "parameters": {"type": "object"}}]}]
+    chat = chat_request({"input": "x", "tools": tools}, input_messages("x"))
+    assert chat["tools"] == [{"type": "function", "function": {"name": "spawn", "parameters": {"type": "object"}}}]
+    done = Completion(tool_calls={0: ToolCallSoFar("c1", "spawn", "{}")})
+    r = response_of({"tools": tools}, "resp_1", done)
+    assert r["output"][0]["namespace"] == "agents" and r["output"][0]["name"] == "spawn"
