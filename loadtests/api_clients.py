@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 APIS = ("chat", "responses", "responses-chained", "messages")
+RESPONSES_STORE = None  # api_overhead --no-store: store false on stateless Responses requests
 
 
 def _responses_content(content: Any) -> Any:
@@ -133,6 +134,8 @@ class ApiClient:
         new = rest[self.sent:] if self.api == "responses-chained" else rest
         request = {"model": body["model"], "instructions": system, "input": responses_items(new),
                    "max_output_tokens": body["max_tokens"]}
+        if self.api == "responses" and RESPONSES_STORE is not None:
+            request["store"] = RESPONSES_STORE
         if self.api == "responses-chained" and self.previous:
             request["previous_response_id"] = self.previous
         if body.get("tools"):

@@ -36,7 +36,10 @@ async def managed_turn(request: Request, chat: dict[str, Any], started: float,
     body = _encode(chat)
     if services.settings.cache_salt_per_tenant:
         body, chat = with_cache_salt(body, chat, tenant)
-    call = chat_call(headers, chat, body, None, request.url.query, started, tenant)
+    # The messages' bytes, as a chat client's would be: the codecs write a conversation the same way every turn, so
+    # the turn recognises it by a byte prefix (one hash pass) rather than by hashing every message again.
+    raw_messages = _encode(chat["messages"])
+    call = chat_call(headers, chat, body, raw_messages, request.url.query, started, tenant)
     return await services.context.handle(call)
 
 

@@ -102,5 +102,5 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
         embedded=embedded,
         write_engine=write_engine,
         owners=SqlBlobOwnership(engine),
-        chains=SqlResponseChains(engine),
+        chains=SqlResponseChains(engine, write_engine),
     )

@@ -140,3 +140,14 @@ def test_metrics_by_api(client, proxy):
     assert sample("memci_api_prompt_tokens_total", 'api="responses"') > sample("memci_api_cached_tokens_total",
                                                                               'api="responses"')
     assert sample("memci_api_request_duration_seconds_count", 'api="responses"') >= 1
+
+
+def test_a_streamed_answer_is_chained_too(client, emu):
+    events = list(client.responses.create(model="m", input="Remember the word pineapple [[len:5]]", stream=True))
+    first = events[-1].response
+    follow = client.responses.create(model="m", previous_response_id=first.id, input="And now? [[len:5]]")
+    assert follow.status == "completed"
+    sent = emu.requests(1)[0]["body"]["messages"]
+    assert sent[-3]["content"] == "Remember the word pineapple [[len:5]]"
+    assert sent[-2] == {"role": "assistant", "content": first.output_text}
+    assert follow.usage.input_tokens_details.cached_tokens > 0

@@ -27,13 +27,16 @@ MAX_DEPTH = 100_000
 
 
 class SqlResponseChains:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, write_engine: AsyncEngine | None = None) -> None:
         self.engine = engine
+        self.write_engine = write_engine or engine  # the store's write connections (no ping before use)
 
     async def put_response(self, tenant: str, response_id: str, previous_id: str | None,
                            messages: list[dict[str, Any]]) -> None:
+        """One statement in autocommit: one round trip, committed (and flushed) when it returns."""
         stmt = insert(chains_t).values(id=response_id, tenant=tenant, previous_id=previous_id, messages=messages)
-        async with self.engine.begin() as connection:
+        async with self.write_engine.connect() as connection:
+            connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
             await connection.execute(stmt.on_conflict_do_nothing(index_elements=[chains_t.c.id]))
 
     async def load_chain(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
