@@ -9,8 +9,10 @@ from (text and function calls in one message).
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.wire.chunks import Completion, text_of_parts, usage_numbers
@@ -23,6 +25,8 @@ _CONSUMED = frozenset({
 })
 _ROLES = ("user", "assistant", "system", "developer")
 # Tools the API's host runs itself: an engine behind chat completions cannot, so they are not offered to the model.
+_CUSTOM_PARAMETERS = {"type": "object", "properties": {"input": {"type": "string", "description": "The tool's input, "
+                                                               "as free text."}}, "required": ["input"]}
 _HOSTED_TOOLS = ("web_search", "file_search", "code_interpreter", "image_generation", "computer_use", "mcp",
                  "local_shell")
 
@@ -55,9 +59,10 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
                 message["reasoning_content"] = "".join(reasoning)
                 reasoning = []
             messages.append(message)
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):  # a freeform tool's text: its one argument `input`
+            arguments = custom_arguments(item.get("input")) if kind == "custom_tool_call" else item.get("arguments")
             call = {"id": str(item.get("call_id") or item.get("id") or ""), "type": "function",
-                    "function": {"name": str(item.get("name") or ""), "arguments": str(item.get("arguments") or "")}}
+                    "function": {"name": str(item.get("name") or ""), "arguments": str(arguments or "")}}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and not reasoning:
                 last.setdefault("tool_calls", []).append(call)
@@ -67,7 +72,7 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
                     message["reasoning_content"] = "".join(reasoning)
                     reasoning = []
                 messages.append(message)
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output")
             messages.append({"role": "tool", "tool_call_id": str(item.get("call_id") or ""),
                              "content": output if isinstance(output, str) else _tool_output(output, i)})
@@ -75,7 +80,7 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
             reasoning.append(_reasoning_text(item))
         else:
             raise bad_request(f"input[{i}]: items of type {kind!r} are not supported by this proxy (message, "
-                              "function_call, function_call_output and reasoning are)", param=f"input[{i}].type",
+                              "function_call, custom_tool_call, their outputs and reasoning are)", param=f"input[{i}].type",
                               code="unsupported_value")
     if reasoning:  # reasoning with nothing after it: kept on an empty assistant message
         messages.append({"role": "assistant", "content": "", "reasoning_content": "".join(reasoning)})
@@ -138,6 +143,11 @@ def chat_tools(tools: Any) -> list[dict[str, Any]]:
         if kind == "namespace" and isinstance(tool.get("tools"), list):
             out.extend(chat_tools(tool["tools"]))
             continue
+        if kind == "custom" and tool.get("name"):  # freeform text in: one string argument
+            description = str(tool.get("description") or "")
+            out.append({"type": "function", "function": {"name": tool["name"], "description": description,
+                                                         "parameters": _CUSTOM_PARAMETERS}})
+            continue
         if kind != "function" or not tool.get("name"):
             raise bad_request(f"tools[{i}]: only function tools (and namespaces of them) are supported by this proxy "
                               f"(got {kind!r})", param=f"tools[{i}]", code="unsupported_value")
@@ -186,13 +196,36 @@ def chat_request(data: dict[str, Any], conversation: list[dict[str, Any]]) -> di
 
 
 # --------------------------------------------------------------------------------------------------------- output
-def namespaces_of(tools: Any) -> dict[str, str]:
-    """Function name -> the namespace it came in (a call of it names its namespace, as the API does)."""
-    return {t["name"]: tool["name"] for tool in tools or () if isinstance(tool, dict) and tool.get("type") == "namespace"
-            for t in tool.get("tools") or () if isinstance(t, dict) and isinstance(t.get("name"), str)}
+def custom_arguments(text: Any) -> str:
+    return json.dumps({"input": text if isinstance(text, str) else ""}, ensure_ascii=False)
 
 
-def output_items(done: Completion, namespaces: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def custom_input(arguments: str) -> str:
+    """A freeform tool's text from the call's arguments (the arguments as they are if the model wrote no JSON)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return value["input"] if isinstance(value, dict) and isinstance(value.get("input"), str) else arguments
+
+
+@dataclass(frozen=True, slots=True)
+class ToolKinds:
+    """What a call's output item looks like: the namespace a function came in, the freeform (custom) tools."""
+
+    namespaces: dict[str, str]
+    custom: frozenset[str]
+
+
+def tool_kinds(tools: Any) -> ToolKinds:
+    tools = [t for t in tools or () if isinstance(t, dict)]
+    return ToolKinds(
+        {t["name"]: tool["name"] for tool in tools if tool.get("type") == "namespace"
+         for t in tool.get("tools") or () if isinstance(t, dict) and isinstance(t.get("name"), str)},
+        frozenset(t["name"] for t in tools if t.get("type") == "custom" and isinstance(t.get("name"), str)))
+
+
+def output_items(done: Completion, kinds: ToolKinds | None = None) -> list[dict[str, Any]]:
     """The Response's output items of a finished completion: reasoning, the message, the function calls."""
     items: list[dict[str, Any]] = []
     if done.reasoning:
@@ -201,7 +234,7 @@ def output_items(done: Completion, namespaces: dict[str, str] | None = None) -> 
         items.append(message_item(new_id("msg"), done.content, "completed"))
     for index in sorted(done.tool_calls):
         call = done.tool_calls[index]
-        items.append(function_call_item(new_id("fc"), call.id, call.name, call.arguments, "completed", namespaces))
+        items.append(function_call_item(new_id("fc"), call.id, call.name, call.arguments, "completed", kinds))
     return items
 
 
@@ -219,17 +252,22 @@ def text_part(text: str) -> dict[str, Any]:
 
 
 def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str,
-                       namespaces: dict[str, str] | None = None) -> dict[str, Any]:
+                       kinds: ToolKinds | None = None) -> dict[str, Any]:
+    """A function call's output item; a freeform tool's is a custom_tool_call with its text as ``input``."""
+    if kinds is not None and name in kinds.custom:
+        return {"id": "ctc_" + item_id.split("_", 1)[-1], "type": "custom_tool_call", "status": status,
+                "call_id": call_id, "name": name, "input": custom_input(arguments) if arguments else ""}
     item = {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
             "arguments": arguments}
-    if namespaces and name in namespaces:
-        item["namespace"] = namespaces[name]
+    if kinds is not None and name in kinds.namespaces:
+        item["namespace"] = kinds.namespaces[name]
     return item
 
 
 def assistant_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The output items as the messages a client resending them would give: the chain behind the next turn."""
-    return input_messages([i for i in items if i.get("type") in ("message", "function_call", "reasoning")])
+    return input_messages([i for i in items if i.get("type") in ("message", "function_call", "custom_tool_call",
+                                                                 "reasoning")])
 
 
 def response_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -269,4 +307,4 @@ def response_object(request: dict[str, Any], response_id: str, created_at: int, 
 def response_of(request: dict[str, Any], response_id: str, done: Completion) -> dict[str, Any]:
     """A whole (non-streamed) Response of a finished completion."""
     return response_object(request, response_id, done.created or int(time.time()), "completed", done.model,
-                           output_items(done, namespaces_of(request.get("tools"))), done.usage, done.finish_reason)
+                           output_items(done, tool_kinds(request.get("tools"))), done.usage, done.finish_reason)

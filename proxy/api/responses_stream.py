@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from proxy.api.responses_codec import (
-    function_call_item, message_item, namespaces_of, new_id, reasoning_item, response_object, text_part,
+    function_call_item, message_item, new_id, tool_kinds, reasoning_item, response_object, text_part,
 )
 from proxy.wire.chunks import Completion, Delta, translated
 
@@ -42,7 +42,7 @@ async def response_events(
     event = _Events()
     created = int(time.time())
     done = Completion()
-    namespaces = namespaces_of(request.get("tools"))
+    kinds = tool_kinds(request.get("tools"))
     output: list[dict[str, Any]] = []  # finished items, by output index
     open_item: dict[str, Any] | None = None
 
@@ -68,9 +68,15 @@ async def response_events(
             item = message_item(item["id"], text, "completed")
         elif item["type"] == "function_call":
             call = done.tool_calls[item.pop("_call")]
-            out.append(event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                             name=call.name, arguments=call.arguments))
-            item = function_call_item(item["id"], call.id, call.name, call.arguments, "completed", namespaces)
+            item = function_call_item(item["id"], call.id, call.name, call.arguments, "completed", kinds)
+            if item["type"] == "custom_tool_call":  # its text is known once the arguments are whole
+                out.append(event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index,
+                                 delta=item["input"]))
+                out.append(event("response.custom_tool_call_input.done", item_id=item["id"], output_index=index,
+                                 input=item["input"]))
+            else:
+                out.append(event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                                 name=call.name, arguments=call.arguments))
         else:
             text = item.pop("_text")
             out.append(event("response.reasoning_text.done", item_id=item["id"], output_index=index,
@@ -97,9 +103,9 @@ async def response_events(
                              content_index=0, part=text_part("")))
         else:
             call = done.tool_calls[extra["_call"]]
-            out.append(event("response.output_item.added", output_index=index,
-                             item=function_call_item(open_item["id"], call.id, call.name, "", "in_progress",
-                                                     namespaces)))
+            added = function_call_item(open_item["id"], call.id, call.name, "", "in_progress", kinds)
+            open_item["id"], open_item["custom"] = added["id"], added["type"] == "custom_tool_call"
+            out.append(event("response.output_item.added", output_index=index, item=added))
         return out
 
     def translate(delta: Delta) -> list[bytes]:
@@ -119,7 +125,8 @@ async def response_events(
         elif delta.call is not None:
             if delta.call_started:
                 out += reopen("function_call", "fc", _call=delta.call)
-            if delta.arguments and open_item is not None and open_item.get("_call") == delta.call:
+            if (delta.arguments and open_item is not None and open_item.get("_call") == delta.call
+                    and not open_item["custom"]):  # a freeform tool's text goes out whole, at its end
                 out.append(event("response.function_call_arguments.delta", item_id=open_item["id"],
                                  output_index=len(output), delta=delta.arguments))
         return out

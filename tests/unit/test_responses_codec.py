@@ -77,7 +77,7 @@ def test_bad_input_is_a_400_naming_the_field(bad, param):
 
 def test_non_function_tools_are_refused():
     with pytest.raises(ProxyError) as err:
-        chat_request({"input": "x", "tools": [{"type": "custom", "name": "apply_patch"}]}, [])
+        chat_request({"input": "x", "tools": [{"type": "shell_2099"}]}, [])
     assert err.value.param == "tools[0]"
 
 
@@ -155,3 +155,43 @@ def test_namespaces_are_flattened_and_hosted_tools_left_out():
     done = Completion(tool_calls={0: ToolCallSoFar("c1", "spawn", "{}")})
     r = response_of({"tools": tools}, "resp_1", done)
     assert r["output"][0]["namespace"] == "agents" and r["output"][0]["name"] == "spawn"
+
+
+def test_freeform_tools_are_one_string_argument():
+    tools = [{"type": "custom", "name": "apply_patch", "description": "Patch files.",
+              "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}]
+    chat = chat_request({"input": "x", "tools": tools}, input_messages("x"))
+    assert chat["tools"][0]["function"]["parameters"]["required"] == ["input"]
+    done = Completion(tool_calls={0: ToolCallSoFar("c1", "apply_patch", '{"input": "*** Begin Patch"}')})
+    item = response_of({"tools": tools}, "resp_1", done)["output"][0]
+    assert item["type"] == "custom_tool_call" and item["input"] == "*** Begin Patch" and item["call_id"] == "c1"
+    resent = [item, {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done!"}]
+    assert input_messages(resent) == [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "apply_patch", "arguments": '{"input": "*** Begin Patch"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Done!"}]
+
+
+def test_a_streamed_freeform_call():
+    tools = [{"type": "custom", "name": "apply_patch"}]
+
+    async def run():
+        async def source():
+            yield _chunk({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "apply_patch",
+                                                                                "arguments": '{"input": "*** B'}}]})
+            yield _chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'egin"}'}}]})
+            yield _chunk({}, "tool_calls")
+
+        async def keep(response):
+            pass
+
+        return [json.loads(raw.decode().split("\n", 1)[1][6:])
+                async for raw in response_events({"tools": tools}, "resp_x", source(), keep)]
+
+    events = asyncio.run(run())
+    kinds = [e["type"] for e in events]
+    assert "response.function_call_arguments.delta" not in kinds
+    assert kinds[2:] == ["response.output_item.added", "response.custom_tool_call_input.delta",
+                         "response.custom_tool_call_input.done", "response.output_item.done", "response.completed"]
+    assert events[-1]["response"]["output"][0]["input"] == "*** Begin"
+    assert events[2]["item"]["id"] == events[-2]["item"]["id"]
