@@ -9,6 +9,11 @@ emulator without a context limit (it is the ceiling for the hit rate); the other
     python loadtests/cache_bench.py                       # chat, chat-zh, agent, replay; 8k window
     python loadtests/cache_bench.py --quick               # 60 turns, 4k window
     python loadtests/cache_bench.py --workloads chat --turns 300 --proxy-env MEMCI_ACTIVE_LOW_WATERMARK=0.5
+    python loadtests/cache_bench.py --workloads chat,agent --strategies proxy --api responses   # through another API
+
+``--api`` sends the proxy's requests through chat completions (default), the Responses API (``responses``: the whole
+input resent; ``responses-chained``: only the new items after ``previous_response_id``) or Anthropic's Messages API
+(``messages``); the baselines always speak chat completions to the emulator.
 
 Progress bars go to stderr (a terminal, or --progress); a PNG per workload (hit rate and prompt size per turn,
 every strategy) goes to --plots DIR (default loadtests/out/).
@@ -34,6 +39,7 @@ if __package__ in (None, ""):
 
 import httpx
 
+from loadtests.api_clients import APIS, ApiClient
 from loadtests.baselines import PassThrough, SlidingWindow, Strategy, ThreeTier, estimate_tokens
 from loadtests import progress
 from loadtests.bench_servers import Upstream, emulator_upstream, external_upstream, proxy_server
@@ -139,7 +145,7 @@ class Run:
     """One workload through one strategy: the client side of the conversation."""
 
     def __init__(self, workload: Workload, strategy: Strategy | None, upstream: Upstream, url: str, budget: int,
-                 calibrate: bool = True, model: str = "bench", progress: Progress | None = None):
+                 calibrate: bool = True, model: str = "bench", progress: Progress | None = None, api: str = "chat"):
         self.workload, self.strategy, self.upstream, self.url, self.budget = workload, strategy, upstream, url, budget
         self.calibrate = calibrate
         self.model = model
@@ -150,6 +156,7 @@ class Run:
         self.keys: set[str] = {_key(self.history[0])}
         self.records: list[RequestRecord] = []
         self.client = httpx.Client(timeout=300)
+        self.api = ApiClient(api, self.client)
         self.rendered_before = 0  # tokens of the history as of the last answer (no generation prompt)
 
     def _append(self, message: dict) -> None:
@@ -196,18 +203,18 @@ class Run:
             body["tools"] = list(self.workload.tools)
         mark = self.upstream.mark()
         started = time.perf_counter()
-        response = self.client.post(self.url + "/chat/completions", json=body)
+        status, data, headers = self.api.post(self.url, body)
         record.seconds = time.perf_counter() - started
         self._last_message = None
-        if response.status_code != 200:
-            record.error = f"{response.status_code} {response.json().get('error', {}).get('code', '')}".strip()
+        if status != 200:
+            error = data.get("error") if isinstance(data.get("error"), dict) else {}
+            record.error = f"{status} {error.get('code') or error.get('type') or ''}".strip()
         else:
-            data = response.json()
             self._last_message = data["choices"][0]["message"]
-            record.epoch = response.headers.get("x-memci-epoch") == "true"
+            record.epoch = headers.get("x-memci-epoch") == "true"
         sent = self.upstream.since(mark)
         if sent is None:  # a real server: usage from the response, the sent prompt from our own trimming
-            usage = response.json().get("usage") or {} if response.status_code == 200 else {}
+            usage = data.get("usage") or {} if status == 200 else {}
             record.prompt = record.prompt_largest = int(usage.get("prompt_tokens") or 0)
             record.cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
             record.upstream_requests = 1
@@ -311,7 +318,8 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
             env = {**dict(kv.split("=", 1) for kv in args.proxy_env), **variant.env()}
             home = workdir / f"home-{workload.name}-{len(list(workdir.glob('home-*')))}"
             with proxy_server(upstream.base_url, home, env, variant.src) as proxy_url, bar:
-                records = Run(workload, None, upstream, proxy_url, budget, model=args.model, progress=bar).play()
+                records = Run(workload, None, upstream, proxy_url, budget, model=args.model, progress=bar,
+                              api=args.api).play()
                 settle(upstream, args.settle)  # the summary jobs of the last epochs
                 counting = counting_of(proxy_url)
         else:
@@ -320,7 +328,8 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
                               args.model, bar).play()
         elapsed = time.perf_counter() - started
         totals = upstream.totals()
-    row = summarise(variant.name() if key == "proxy" else strategy.name if strategy else key, records, budget,
+    proxy_name = variant.name() + (f" via {args.api}" if args.api != "chat" else "")
+    row = summarise(proxy_name if key == "proxy" else strategy.name if strategy else key, records, budget,
                     elapsed, key == "proxy")
     if key == "proxy":
         row.counting = counting
@@ -427,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="one proxy row per value, memory workers off / on (default: the proxy's own default)")
     parser.add_argument("--proxy-src", action="append", default=[], metavar="LABEL=PATH",
                         help="one proxy row per source tree (e.g. before=/tmp/main-export); default: this checkout")
+    parser.add_argument("--api", default="chat", choices=APIS,
+                        help="the API the proxy's requests go through (the baselines speak chat completions)")
     parser.add_argument("--settle", type=float, default=3.0,
                         help="after the last turn, seconds without upstream requests before the totals are read")
     args = parser.parse_args(argv)

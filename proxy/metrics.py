@@ -31,6 +31,22 @@ class Metrics:
             "memci_request_duration_seconds", "Time from request to the last byte answered.", ["route"],
             buckets=_LATENCY_BUCKETS, registry=r,
         )
+        # memci_api_*: the same turns by the client's API (chat completions, Responses, Anthropic Messages)
+        self.api_requests = Counter(
+            "memci_api_requests", "Requests of each client API (chat, responses, messages), by status.",
+            ["api", "status"], registry=r,
+        )
+        self.api_request_duration = Histogram(
+            "memci_api_request_duration_seconds", "Time from request to the last byte answered, by client API.",
+            ["api"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.api_prompt_tokens = Counter(
+            "memci_api_prompt_tokens", "Prompt tokens the upstream reported, by client API.", ["api"], registry=r,
+        )
+        self.api_cached_tokens = Counter(
+            "memci_api_cached_tokens", "Cached prompt tokens the upstream reported, by client API (hit rate: "
+            "over memci_api_prompt_tokens).", ["api"], registry=r,
+        )
         self.upstream_ttft = Histogram(
             "memci_upstream_ttft_seconds", "Time from sending upstream to the upstream's first byte.",
             buckets=_LATENCY_BUCKETS, registry=r,

@@ -31,6 +31,7 @@ import msgspec
 import xxhash
 
 from proxy import usage_meter
+from proxy.api.messages_codec import error_body as anthropic_error_body
 from proxy.turn.identity import AUTH_TENANT_HEADER, key_tenant
 from proxy.keys import (  # noqa: F401 - parse_virtual_keys and SettingsKey are re-exported
     KeyRegistry,
@@ -67,7 +68,10 @@ def virtual_tenant(name: str) -> str:
 
 
 def bearer_of(headers: Mapping[str, str]) -> str:
+    """The client's key: the Authorization bearer token, else Anthropic's ``x-api-key``."""
     auth = headers.get("authorization") or headers.get("Authorization") or ""
+    if not auth:
+        return (headers.get("x-api-key") or headers.get("X-Api-Key") or "").strip()
     return auth[7:].strip() if auth[:7].lower() == "bearer " else auth.strip()
 
 
@@ -208,10 +212,10 @@ class AuthMiddleware:
         try:
             identity = await self.auth.resolve(headers)
         except ProxyError as exc:
-            await send_error(send, exc)
+            await send_error(send, exc, scope.get("path", ""))
             return
         if identity.upstream_key is not None:
-            raw = [(k, v) for k, v in raw if k.lower() != b"authorization"]
+            raw = [(k, v) for k, v in raw if k.lower() not in (b"authorization", b"x-api-key")]
             if identity.upstream_key:
                 raw.append((b"authorization", f"Bearer {identity.upstream_key}".encode("latin-1")))
         raw.append((_AUTH_TENANT, identity.tenant.encode()))
@@ -252,8 +256,9 @@ def _logged_body(receive: Any, tenant: str) -> Any:
     return logged
 
 
-async def send_error(send: Any, exc: ProxyError) -> None:
-    body = exc.body()
+async def send_error(send: Any, exc: ProxyError, path: str = "") -> None:
+    """The error answered before a route runs, in the shape of the path's API (Anthropic's for /v1/messages)."""
+    body = anthropic_error_body(exc.status, exc.message) if path.startswith("/v1/messages") else exc.body()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
     await send({"type": "http.response.start", "status": exc.status, "headers": headers})

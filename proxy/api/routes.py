@@ -6,6 +6,7 @@ import time
 
 from litestar import Request, Response, get, post, route
 
+from proxy.api.api_metrics import metered
 from proxy.api.auth import with_cache_salt
 from proxy.api.forwarding import respond, services_of
 from proxy.api.limits import admit_stream
@@ -39,7 +40,7 @@ async def chat_completions(request: Request) -> Response:
         body, data = with_cache_salt(body, data, tenant)
     if managed:
         call = chat_call(request.headers, data, body, raw_messages, request.url.query, started, tenant)
-        return respond(await services.context.handle(call))
+        return respond(metered(await services.context.handle(call), services.metrics, "chat", started))
     return respond(await services.exchange.send(Outgoing(
         "chat", "POST", "/chat/completions", request.url.query, request.headers, body, started, stream,
         route_key=pass_through_route_key(tenant, request.headers, data))))
