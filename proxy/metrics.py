@@ -22,10 +22,30 @@ class Metrics:
         self._children: dict[tuple[Any, ...], Any] = {}  # labelled children, see `child`
         # memci_cache_*: every bounded per-process cache (proxy.caches)
         r.register(CacheCollector())
-        self.requests = Counter("memci_requests", "Requests answered, by route and status.", ["route", "status"], registry=r)
+        self.requests = Counter(
+            "memci_requests", "Requests answered, by route and status: the HTTP status, or `stream_cut` for a stream "
+            "that started (200) and ended with an upstream failure (the client got an error event, not a whole "
+            "answer).", ["route", "status"], registry=r,
+        )
         self.request_duration = Histogram(
             "memci_request_duration_seconds", "Time from request to the last byte answered.", ["route"],
             buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        # memci_api_*: the same turns by the client's API (chat completions, Responses, Anthropic Messages)
+        self.api_requests = Counter(
+            "memci_api_requests", "Requests of each client API (chat, responses, messages), by status.",
+            ["api", "status"], registry=r,
+        )
+        self.api_request_duration = Histogram(
+            "memci_api_request_duration_seconds", "Time from request to the last byte answered, by client API.",
+            ["api"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.api_prompt_tokens = Counter(
+            "memci_api_prompt_tokens", "Prompt tokens the upstream reported, by client API.", ["api"], registry=r,
+        )
+        self.api_cached_tokens = Counter(
+            "memci_api_cached_tokens", "Cached prompt tokens the upstream reported, by client API (hit rate: "
+            "over memci_api_prompt_tokens).", ["api"], registry=r,
         )
         self.upstream_ttft = Histogram(
             "memci_upstream_ttft_seconds", "Time from sending upstream to the upstream's first byte.",
@@ -43,7 +63,10 @@ class Metrics:
         self.completion_tokens = Counter("memci_upstream_completion_tokens", "Completion tokens the upstream reported.", registry=r)
         self.inflight_streams = Gauge("memci_inflight_streams", "Streams being relayed now.", registry=r)
         self.upstream_errors = Counter(
-            "memci_upstream_errors", "Upstream failures answered by the proxy, by kind.", ["kind"], registry=r
+            "memci_upstream_errors", "Upstream failures, by kind: `unreachable` (no connection: a 502), "
+            "`connect_timeout`, `timeout` (504), `http_4xx` and `http_5xx` (an error status from the upstream, "
+            "passed on), `stream_cut` (a stream or body ended early), `stream_error` (an error event inside a stream). "
+            "Each is also a WARNING line with its status and conversation id.", ["kind"], registry=r
         )
         self.client_disconnects = Counter(
             "memci_client_disconnects", "Streams cut short by the client (upstream request cancelled).", registry=r
@@ -128,6 +151,18 @@ class Metrics:
             registry=r,
         )
         self.recall_pages = Counter("memci_recall_pages", "Archived pages returned in full by recall.", registry=r)
+        self.offloaded_outputs = Counter(
+            "memci_offloaded_outputs", "Tool outputs and pasted documents offloaded on arrival (each its own page, "
+            "shown by a preview), by kind (tool, document).", ["kind"], registry=r,
+        )
+        self.offload_tokens_saved = Counter(
+            "memci_offload_tokens_saved", "Estimated tokens offloaded outputs would have added to the prompt beyond "
+            "their previews, counted once, when they arrive.", registry=r,
+        )
+        self.offload_reads = Counter(
+            "memci_offload_reads", "Reads of offloaded outputs through recall, by how (lines, search, start: the "
+            "first lines, when neither is given).", ["how"], registry=r,
+        )
         self.recall_search_seconds = Histogram(
             "memci_recall_search_seconds", "Time to search a conversation's archived pages.",
             buckets=_OVERHEAD_BUCKETS, registry=r,
@@ -181,6 +216,11 @@ class Metrics:
             "memci_recall_push_tokens", "Estimated tokens one proactive recall round added to the prompt (kept in the "
             "history: paid once, cached on later turns).", buckets=(32, 64, 128, 256, 512, 1024, 2048, 4096),
             registry=r,
+        )
+        self.vision_urls_refused = Counter(
+            "memci_vision_urls_refused", "Image URLs not given to the vision model (image left undescribed), by "
+            "reason (loopback, private, link_local, unspecified, multicast, reserved, unresolved, scheme, malformed).",
+            ["reason"], registry=r,
         )
         self.epoch_tokens_shed = Histogram(
             "memci_epoch_tokens_shed", "Estimated tokens an epoch took out of the prompt (archived, condensed, "

@@ -6,14 +6,17 @@ import time
 
 from litestar import Request, Response, get, post, route
 
+from proxy.api.api_metrics import metered
 from proxy.api.auth import with_cache_salt
 from proxy.api.forwarding import respond, services_of
 from proxy.api.limits import admit_stream
 from proxy.turn.call import chat_call
 from proxy.turn.identity import pass_through_route_key, tenant_of
 from proxy.upstream.exchange import Outgoing
+from proxy.upstream.route_check import PATH as ROUTE_PATH
+from proxy.upstream.route_check import ready as route_ready
 from proxy.wire.errors import ProxyError
-from proxy.wire.validate import parse_chat_body, parse_json_object, validate_chat_request
+from proxy.wire.validate import parse_chat_body, parse_json_object, require_utf8, validate_chat_request
 
 _FORWARD_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
@@ -37,7 +40,7 @@ async def chat_completions(request: Request) -> Response:
         body, data = with_cache_salt(body, data, tenant)
     if managed:
         call = chat_call(request.headers, data, body, raw_messages, request.url.query, started, tenant)
-        return respond(await services.context.handle(call))
+        return respond(metered(await services.context.handle(call), services.metrics, "chat", started))
     return respond(await services.exchange.send(Outgoing(
         "chat", "POST", "/chat/completions", request.url.query, request.headers, body, started, stream,
         route_key=pass_through_route_key(tenant, request.headers, data))))
@@ -48,6 +51,8 @@ async def forward_other(request: Request, path: str) -> Response:
     started = time.perf_counter()
     services = services_of(request)
     body = await request.body() if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
+    if body:
+        require_utf8(body, request.headers.get("content-type", ""))
     if body and services.settings.cache_salt_per_tenant and request.method == "POST" and path.strip("/") in (
         "completions", "chat/completions"
     ):
@@ -78,14 +83,12 @@ async def ready(request: Request) -> Response:
         checks["hot_state"] = {"ok": await _safe(store.hot.ping()), "kind": store.kind_hot}
     else:
         checks["database"] = {"ok": True, "kind": "none (context management off)"}
-    upstream_ok = False
-    try:
-        resp, _ = await services.upstream.send("GET", services.upstream.url("/models"), {}, None)
-        upstream_ok = resp.status < 500
-        resp.release()
-    except ProxyError:
-        upstream_ok = False
-    checks["upstream"] = {"ok": upstream_ok, "url": services.upstream.base_url()}
+    # The route chat uses, on every worker (proxy.upstream.route_check: the check doctor runs too), cached briefly.
+    verdicts = await services.route_watch.verdicts()
+    checks["upstream"] = {"ok": route_ready(verdicts), "url": services.upstream.base_url(),
+                          "route": services.upstream.base_url() + ROUTE_PATH,
+                          **({"message": "; ".join(v.message for v in verdicts if not v.ok)}
+                             if not all(v.ok for v in verdicts) else {})}
     embeddings = services.context.embeddings_status() if services.context is not None else None
     if embeddings is not None:
         checks["embeddings"] = embeddings

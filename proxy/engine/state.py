@@ -7,12 +7,22 @@ from typing import Any, overload
 
 import msgspec
 
+from .offload import OffloadRecord
+
 HASH_SIZE = 16
 STATE_VERSION = 2
 ACTIVE = 0
 ARCHIVED = 1
 EVICTED = 2
 STATUS_NAMES = {ACTIVE: "active", ARCHIVED: "archived", EVICTED: "evicted"}
+# The one vocabulary of page states: the database, the conversations and search APIs, the X-Memci-Pages-* headers,
+# `inspect` and docs/memory.md#page-states (tests/unit/test_page_states.py holds them together). A page's state is
+# the most specific one; counts of archived pages include the evicted ones (every page out of the prompt).
+STATUS_MEANINGS = {
+    "active": "in the prompt, verbatim",
+    "archived": "out of the prompt, listed on the contents page (recall by its number, or by a search)",
+    "evicted": "archived, then dropped from the contents page (recall's search still finds it, as does its number)",
+}
 
 
 class PageRecord(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -61,6 +71,8 @@ class ConversationState(msgspec.Struct, kw_only=True):
     # frozen so that a description arriving later does not change text already sent upstream.
     image_texts: dict[str, str] = msgspec.field(default_factory=dict)
     hidden: list[HiddenGroup] = msgspec.field(default_factory=list)  # sorted by `after`
+    # Outputs offloaded on arrival (proxy.engine.offload), in entry order: each its own page, shown by a preview.
+    offloads: list[OffloadRecord] = msgspec.field(default_factory=list)
     next_page: int = 1
     # System message of the current epoch: B1 digest, B2a profile, B4 summary and contents page.
     b1_digest: str = ""
@@ -106,6 +118,7 @@ class ConversationState(msgspec.Struct, kw_only=True):
             pages=list(self.pages),
             condensed=list(self.condensed),
             hidden=list(self.hidden),
+            offloads=list(self.offloads),
             image_texts=dict(self.image_texts),
         )
 
