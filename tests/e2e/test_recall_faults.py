@@ -27,7 +27,10 @@ LONG = FILLER + " At the very end: the code of my gym locker is 4471."
 def pair(emulator_and_proxy, tmp_path_factory):
     weights = tmp_path_factory.mktemp("fake-model") / "weights.npz"
     weights.write_bytes(b"fake")
+    # every archived page embedded (embeddings_pages=archive): the long page's chunks and the empty pages' zero
+    # vectors are embedded as they are archived, and the model's failure hits that background work too
     made = emulator_and_proxy(16384, env={"MEMCI_EMBEDDINGS_LOCAL": "use-multilingual-v3",
+                                          "MEMCI_EMBEDDINGS_PAGES": "archive",
                                           "MEMCI_EMBEDDINGS_LOCAL_WEIGHTS": str(weights),
                                           "PYTHONPATH": str(FAKE_MODEL)})
     made.weights = weights
