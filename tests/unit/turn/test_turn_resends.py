@@ -48,6 +48,17 @@ def resends(service, why: str) -> float:
     return service.metrics.turn_resends.labels(why)._value.get()
 
 
+async def with_a_recall_round() -> tuple[Refusing, Any, Chat]:
+    """A short chat whose last turn had a model-called recall round (kept in the history from then on)."""
+    upstream = Refusing()
+    service = make_service(upstream)
+    chat = Chat(service, words=10)
+    for turn in range(3):
+        await chat.send(chat.user_text(turn))
+    await chat.send('Read page 1. [[recall:{"query": "code0001"}]]')
+    return upstream, service, chat
+
+
 async def test_a_window_that_shrank_is_read_again_and_the_turn_planned_for_it():
     upstream = Refusing(window=16384)
     service = make_service(upstream, context_window=0)  # learned from /v1/models
@@ -74,12 +85,7 @@ async def test_rounds_stored_with_null_content_are_sent_as_strings_once_refused(
     monkeypatch.setattr(loop_module, "assistant_call_message",
                         lambda content, calls, extra=None: {**assistant_call_message(content, calls, extra),
                                                             "content": content or None})
-    upstream = Refusing()
-    service = make_service(upstream)
-    chat = Chat(service, words=10)
-    for turn in range(3):
-        await chat.send(chat.user_text(turn))
-    await chat.send('Read page 1. [[recall:{"query": "code0001"}]]')
+    upstream, service, chat = await with_a_recall_round()
     assert any(m.get("content") is None and m.get("tool_calls") for m in upstream.requests[-1]["messages"])
     monkeypatch.undo()
 
@@ -97,12 +103,7 @@ async def test_rounds_stored_with_null_content_are_sent_as_strings_once_refused(
 
 
 async def test_an_unrelated_error_goes_back_to_the_client_after_the_shapes_ran_out():
-    upstream = Refusing()
-    service = make_service(upstream)
-    chat = Chat(service, words=10)
-    for turn in range(3):
-        await chat.send(chat.user_text(turn))
-    await chat.send('Read page 1. [[recall:{"query": "code0001"}]]')
+    upstream, service, chat = await with_a_recall_round()
     before = len(upstream.requests)
 
     def refuse_all(request: httpx.Request) -> httpx.Response:
