@@ -5,7 +5,7 @@ A 60-turn chat: a fact stated at turn 2, looked up in plain words at turn 40 (th
 assistant tool call and its result, kept in the history from then on), and 20 turns after it. Every turn answers;
 no prompt goes over n_ctx; the proxy counts with the engine's /extras/tokenize; and the engine's own prefix reuse
 (its log) reaches 0.95 of the ceiling 1 - 2d/H, summary and profile jobs included (on a one-slot engine they run
-before the epoch's request, on the prefix the slot holds: `memory_job_timing`).
+before the epoch's request, on the prefix the slot holds: `upstream_cache`, detected).
 
 Skipped when the build script is not there (`../shared/tools/real-llm.sh`, or MEMCI_REAL_LLM_SCRIPT). The first run
 builds the engine (about 6-10 minutes); later runs reuse ~/.cache/memci-real-llm. Figures are printed (-s).
@@ -80,7 +80,7 @@ def metric(text: str, name: str) -> float:
 
 
 def test_sixty_turns_with_a_pushed_recall_round(engine, proxy):
-    client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-real", max_retries=0, timeout=120)
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-real", max_retries=0, timeout=300)
     start = len(engine.log())
     messages: list[dict] = [{"role": "system", "content": "You are a helpful assistant. Answer in one sentence."}]
     prompts: list[int] = []
@@ -112,7 +112,8 @@ def test_sixty_turns_with_a_pushed_recall_round(engine, proxy):
     reuse = reuse_ratio(calls)
     best, d, h = ceiling(prompts, epochs)
     print(f"\nreal engine, {len(prompts)} turns at n_ctx {N_CTX}: errors {len(errors)}, max prompt {max(prompts)}, "
-          f"epochs {sum(epochs)}, engine calls {len(calls)} (turns {len(prompts)}), reuse {reuse:.4f}, "
+          f"epochs {sum(epochs)}, engine calls {len(calls)} (turns {len(prompts)}, cold "
+          f"{sum(c.reused < c.evaluated for c in calls)}), reuse {reuse:.4f}, "
           f"ceiling {best:.4f} (d {d:.1f}, H {h}), ratio {reuse / best:.4f}; summary calls "
           f"{metric(text, 'memci_summary_calls_total')}, tokenize "
           f"{metric(text, 'memci_tokenize_requests_total')}")
@@ -122,6 +123,12 @@ def test_sixty_turns_with_a_pushed_recall_round(engine, proxy):
     assert [m["role"] for m in pushed_prompt[-3:]] == ["user", "assistant", "tool"], pushed_prompt[-3:]
     assert "4817" in pushed_prompt[-1]["content"]
     assert metric(text, 'memci_recall_pushes_total{outcome="pushed"}') >= 1
+    assert metric(text, "memci_turn_resends_total") == 0  # content "" beside tool_calls: taken at the first try
     assert sum(epochs) >= 1 and metric(text, "memci_summary_calls_total") >= 1  # the workers ran
     assert re.search(r'memci_tokenize_requests_total\{outcome="ok"\} [1-9]', text), "no /extras/tokenize"
+    # no request after a memory job prefills the conversation again: the only cold calls (less reused than
+    # evaluated) are the first one and the epochs' own (a job sent after the answer would add two per epoch: itself,
+    # and the next turn)
+    cold = [c for c in calls if c.reused < c.evaluated]
+    assert len(cold) <= 1 + sum(epochs), cold
     assert reuse >= 0.95 * best, (reuse, best)
