@@ -43,7 +43,7 @@ from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Kno
 from proxy.turn.turn import Redo, Release, Turn
 from proxy.turn.push import ProactivePush, look_up_text, push_wanted, with_push_room
 from proxy.turn.volatile import VolatileContext, push_on
-from proxy.turn.shapes import ShapeChoice, holds_rounds, next_shape, render
+from proxy.turn.shapes import Shape, ShapeChoice, holds_rounds, renderer, resend
 from proxy.turn.window import ContextWindow
 from proxy.upstream.refusal import REFUSAL_STATUSES, context_refusal
 from proxy.upstream.cache_kind import CacheKind
@@ -355,27 +355,18 @@ class TurnService:
                         name: str, refused: Answer) -> Answer:
         """The upstream refused a request holding the proxy's recall rounds: the turn again with them in the next
         shape (proxy.turn.shapes) until one is accepted, which is remembered for that upstream."""
-        shape: str | None = self.shapes.shape(upstream)
-        while (shape := next_shape(shape, body["messages"], name)) is not None:
-            chosen = shape
-
-            def apply(round_body: dict[str, Any]) -> dict[str, Any]:
-                shaped = render(round_body["messages"], chosen, name)
-                return round_body if shaped is round_body["messages"] else {**round_body, "messages": shaped}
-
-            sent = apply(body)
+        async def send(sent: dict[str, Any], apply: Shape) -> Answer:
             out.body = _encode(sent)
-            answer = await self.exchange.send_with_recall(out, sent, rounds, apply)
-            if answer.events is not None or answer.status == 200:
-                self.shapes.choose(upstream, chosen, refused.status)
-                self.metrics.turn_resends.labels("rounds").inc()
-                last = self.last_prompts.get(turn.conversation_id)
-                if last is not None:
-                    last.body = sent  # as sent: a memory job resends it
-                return answer
-            if answer.status not in REFUSAL_STATUSES:
-                return answer
-        return refused
+            return await self.exchange.send_with_recall(out, sent, rounds, apply)
+
+        answer, shape = await resend(send, body, self.shapes.shape(upstream), name, REFUSAL_STATUSES)
+        if shape is not None:
+            self.shapes.choose(upstream, shape, refused.status)
+            self.metrics.turn_resends.labels("rounds").inc()
+            last = self.last_prompts.get(turn.conversation_id)
+            if last is not None:
+                last.body = renderer(shape, name)(body)  # as sent: a memory job resends it
+        return answer or refused
 
     async def _keep(self, turn: Turn, exchange: list[dict[str, Any]]) -> None:
         """A finished recall exchange becomes hidden messages of the state, stored before the next round: the client

@@ -17,7 +17,7 @@ turns render the same bytes every time (their prefix stays cached):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 log = logging.getLogger("memci.turn")
@@ -96,6 +96,37 @@ def render(messages: list[dict[str, Any]], shape: str, recall_name: str) -> list
     return out
 
 
+Shape = Callable[[dict[str, Any]], dict[str, Any]]  # a request body -> the body with its rounds in one shape
+
+
+def renderer(shape: str, recall_name: str) -> Shape:
+    """The body transform of one shape (the same body when nothing changes)."""
+    def apply(body: dict[str, Any]) -> dict[str, Any]:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return body
+        shaped = render(messages, shape, recall_name)
+        return body if shaped is messages else {**body, "messages": shaped}
+
+    return apply
+
+
+async def resend(send: Callable[[dict[str, Any], Shape], Awaitable[Any]], body: dict[str, Any], shape: str,
+                 recall_name: str, refusals: Collection[int]) -> tuple[Any, str | None]:
+    """After ``shape`` was refused: ``body`` sent again (``send(shaped body, transform)``) in each next shape until the
+    upstream takes one. Returns (its answer, that shape); (an answer, None) when the upstream answered something
+    other than a refusal; (None, None) when every shape was refused."""
+    while (next_one := next_shape(shape, body["messages"], recall_name)) is not None:
+        shape = next_one
+        apply = renderer(shape, recall_name)
+        answer = await send(apply(body), apply)
+        if answer.events is not None or answer.status == 200:
+            return answer, shape
+        if answer.status not in refusals:
+            return answer, None
+    return None, None
+
+
 class ShapeChoice:
     """The shape each upstream (by URL) accepted, once one refused the rounds as sent; bounded."""
 
@@ -114,17 +145,7 @@ class ShapeChoice:
         log.warning("the upstream %s refused the proxy's recall rounds (HTTP %d); they are sent as %r from now on",
                     upstream, status, shape)
 
-    def renderer(self, upstream: str, recall_name: str) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    def renderer(self, upstream: str, recall_name: str) -> Shape | None:
         """A body transform for the upstream's chosen shape (None: as sent)."""
         shape = self.shape(upstream)
-        if shape == "as_sent":
-            return None
-
-        def apply(body: dict[str, Any]) -> dict[str, Any]:
-            messages = body.get("messages")
-            if not isinstance(messages, list):
-                return body
-            shaped = render(messages, shape, recall_name)
-            return body if shaped is messages else {**body, "messages": shaped}
-
-        return apply
+        return None if shape == "as_sent" else renderer(shape, recall_name)
