@@ -32,6 +32,7 @@ import re
 import statistics
 import sys
 import tempfile
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,8 +124,12 @@ class Client:
             r = self.http.post(self.url + "/chat/completions", json=body)
             r.raise_for_status()
             cid = r.headers["x-memci-conversation-id"]
-        sent = [e for e in self.upstream.since(mark) or [] if not is_job_body(e.get("body"))]
-        return cid, sent[0]["body"]["messages"], sent[0]
+        for _ in range(50):  # the emulator logs a request as it finishes: a moment after the answer, at worst
+            sent = [e for e in self.upstream.since(mark) or [] if not is_job_body(e.get("body"))]
+            if sent:
+                return cid, sent[0]["body"]["messages"], sent[0]
+            time.sleep(0.1)
+        raise RuntimeError("the emulator logged no request for this turn")
 
     def outcomes(self) -> Counter[str]:
         """The proxy's push outcomes so far (memci_recall_pushes_total)."""

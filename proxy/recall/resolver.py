@@ -166,11 +166,11 @@ class RecallResolver:
         self.min_cosine = min_cosine
 
     async def resolve(self, ctx: RecallContext, args: RecallArgs, limit: int | None = None, newest_first: bool = False,
-                      excerpt_chars: int = EXCERPT_CHARS) -> RecallOutcome:
+                      excerpt_chars: int = EXCERPT_CHARS, hits_shown: int = SEARCH_HITS) -> RecallOutcome:
         """``limit``: tokens the answer may take (the room left in the prompt budget); at most recall_max_tokens.
         ``newest_first``: the search's hits shown newest page first (a fact said again later comes first), their
         excerpts shortened (down to a quarter of ``excerpt_chars``) until every hit fits, none cut off;
-        ``excerpt_chars``: characters shown of each hit."""
+        ``excerpt_chars``: characters shown of each hit; ``hits_shown``: how many search hits."""
         parts: list[str] = []
         returned: list[str] = []
         hits: list[tuple[str, float]] = []
@@ -180,7 +180,7 @@ class RecallResolver:
             parts.extend(await self._pages(ctx, args.pages, returned))
         if args.query:
             started = time.perf_counter()
-            hits = await self.search(ctx, args.query, SEARCH_HITS)
+            hits = await self.search(ctx, args.query, hits_shown)
             seconds = time.perf_counter() - started
             rendered = await self._render_hits(ctx, args.query, hits, newest_first, excerpt_chars)
             for chars in (excerpt_chars // 2, excerpt_chars // 4) if newest_first else ():

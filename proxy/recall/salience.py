@@ -123,7 +123,7 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
     max_df = min(MAX_DF, max(MIN_DF, math.ceil(PAGE_SHARE * archived)))
     terms = message_terms(text)
     idf: dict[str, float] = {}
-    specific: list[tuple[float, str, list[DocId]]] = []  # (idf over episodes, term, its pages)
+    found: dict[str, tuple[int, list[DocId]]] = {}  # term -> (episodes, pages), for terms on few pages
     for term in terms:
         df = index.document_frequency(term)
         if df == 0 and _pair(term):
@@ -133,10 +133,17 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
         idf[term] = _idf(archived, df) * (1.0 if df else UNSEEN_WEIGHT)
         if 0 < df <= max_df:
             docs = index.documents_with(term)
-            runs = episodes(docs)
-            if runs <= cap:
-                # a Chinese or Japanese word is indexed as its characters and their pairs: half each
-                specific.append((_idf(archived, runs) * (0.5 if _cjk(term) else 1.0), term, docs))
+            found[term] = (episodes(docs), docs)
+    # a character pair is specific only if one of its characters is (two common characters side by side are mostly
+    # the end of one word and the start of the next)
+    rare = {t for t, (runs, _) in found.items() if runs <= cap}
+    specific: list[tuple[float, str, list[DocId]]] = []  # (idf over episodes, term, its pages)
+    for term in sorted(rare):
+        if _pair(term) and rare.isdisjoint(term):
+            continue
+        runs, docs = found[term]
+        # a Chinese or Japanese word is indexed as its characters and their pairs: half each
+        specific.append((_idf(archived, runs) * (0.5 if _cjk(term) else 1.0), term, docs))
     named = heapq.nlargest(MATCH_TERMS, idf, key=idf.__getitem__)  # what the message names most, however long
     total = math.fsum(idf[t] for t in named)
     specific.sort(key=lambda item: (-item[0], item[1]))

@@ -17,7 +17,7 @@ from proxy.engine.state import ConversationState
 from proxy.metrics import Metrics
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.proactive import is_look_up, push_call, recall_round, search_words
-from proxy.recall.resolver import RecallContext, RecallResolver
+from proxy.recall.resolver import SEARCH_HITS, RecallContext, RecallResolver
 from proxy.recall.salience import NOTHING, Weighing, asks, in_text, verdict, weigh
 from proxy.recall.tool import RecallArgs
 from proxy.turn.recall_rounds import CALL_FRAMING_TOKENS, RESULT_FRAMING_TOKENS, TurnRecall
@@ -29,8 +29,7 @@ MIN_RESULT_TOKENS = 64  # below this the resolver answers "no room": not worth a
 # high watermark, so that the pushed round has room (the push stays under 0.90 of the budget): near the top of the
 # budget the epoch comes on the look-up's turn, a few turns early, instead of the look-up going without its round.
 PUSH_HIGH_WATERMARK = 0.85
-UNASKED_TOKENS = 512  # most tokens of a round pushed on a message without a look-up phrase
-STRONG_UNITS = 2.0  # a match of at least this many one-page idfs gets its room planned (Need.room_wanted)
+UNASKED_HITS = 3  # pages shown by a round pushed on a message without a look-up phrase (five with one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +47,9 @@ class Need:
 
     @property
     def room_wanted(self) -> bool:
-        """Plan the turn with room for the round (an epoch a few turns early, if need be): for a look-up phrase
-        or a strong match; a weaker one is pushed only if the prompt has room left."""
-        return self.wanted and (self.asking == "look_up" or self.weighing.units >= STRONG_UNITS)
+        """Plan the turn with room for the round (an epoch a few turns early, if need be) for a look-up phrase; a
+        push nobody asked for in so many words goes only where the prompt has room left."""
+        return self.wanted and self.asking == "look_up"
 
 
 def latest_user_text(messages: Sequence[dict[str, Any]]) -> str | None:
@@ -142,13 +141,12 @@ class ProactivePush:
         # the resolver's limit is in the base count; the room in planned tokens (learned costs: `density` of each)
         limit = (int(min(rounds.room, within) / rounds.density) - counter.count_text(call.arguments)
                  - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS)
-        if need.asking != "look_up":
-            limit = min(limit, UNASKED_TOKENS)  # a push nobody asked for in so many words costs less
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
             return []
         outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit,
-                                              newest_first=True, excerpt_chars=excerpt_chars(limit))
+                                              newest_first=True, excerpt_chars=excerpt_chars(limit),
+                                              hits_shown=SEARCH_HITS if need.asking == "look_up" else UNASKED_HITS)
         if not outcome.hits:
             m.recall_pushes.labels("no_hits").inc()
             return []

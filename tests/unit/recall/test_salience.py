@@ -82,7 +82,7 @@ def test_in_text_reads_inflections_not_longer_words() -> None:
 
 def test_episodes_are_runs_of_nearby_pages() -> None:
     assert episodes([]) == 0
-    assert episodes(["3", "4", "6", "6.2"]) == 1
+    assert episodes(["3", "4", "6", "6.2"]) == 1 and episodes(["3", "7"]) == 2
     assert episodes(["3", "40", "41", "90"]) == 3
     assert episodes(["a", "b"]) == 2
     assert specific_episodes(10) == 1 and specific_episodes(250) == 5
