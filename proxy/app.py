@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -21,10 +23,12 @@ from proxy.api.rewrite import REWRITE_ROUTES
 from proxy.api.search import SEARCH_ROUTES
 from proxy.api.services import Services
 from proxy.log_redaction import install_log_redaction
+from proxy.log_setup import configure_logging
 from proxy.metrics import Metrics
 from proxy.settings import Settings, load_settings
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.exchange import Exchange
+from proxy.upstream.route_check import RouteWatch
 from proxy.wire.errors import ProxyError, from_status
 
 log = logging.getLogger("memci")
@@ -66,13 +70,16 @@ def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or load_settings()
     metrics = Metrics()
     upstream = UpstreamClient(settings, metrics.registry)
-    services = Services(settings=settings, metrics=metrics, upstream=upstream, exchange=Exchange(upstream, metrics))
+    services = Services(settings=settings, metrics=metrics, upstream=upstream, exchange=Exchange(upstream, metrics),
+                        route_watch=RouteWatch(upstream, settings.upstream_urls))
     authenticator = Authenticator(settings)  # a bad virtual_keys setting fails here, at start
     limits = Limits(settings, metrics.registry)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         await services.upstream.start()
+        # The upstream's route, checked while the rest starts: a warning, never a failed start.
+        upstream_check = asyncio.create_task(warn_about_the_upstream(services.route_watch))
         try:
             if settings.manage_context:
                 from proxy.turn.service import start_turn_service  # imported here: pass-through needs none of it
@@ -91,8 +98,12 @@ def create_app(settings: Settings | None = None) -> Litestar:
             else:
                 log.info("context management off: pure pass-through to %s", settings.upstream_url)
             tune_garbage_collector(settings.gc_gen0_threshold)
+            log.info("ready on %s", listening_url(settings.host, settings.port))
             yield
         finally:
+            upstream_check.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await upstream_check
             await authenticator.keys.close()
             if services.memory is not None:
                 await services.memory.stop()
@@ -121,10 +132,28 @@ def create_app(settings: Settings | None = None) -> Litestar:
     return app
 
 
+def listening_url(host: str, port: int) -> str:
+    if host in ("", "0.0.0.0", "::"):
+        return f"http://127.0.0.1:{port} (listening on all interfaces)"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def warn_about_the_upstream(watch: RouteWatch) -> None:
+    """One WARNING per upstream worker that does not serve the chat route at start (unreachable, or a base URL
+    without its /v1); the proxy serves anyway and `/ready` says not ready until it does."""
+    try:
+        verdicts = await watch.verdicts()
+    except Exception as exc:  # a warning helper never stops the start
+        log.warning("could not check the upstream at start: %s: %s", type(exc).__name__, exc)
+        return
+    for verdict in verdicts:
+        if not verdict.ok:
+            log.warning("%s (the proxy runs; /ready says not ready while no upstream serves chat)", verdict.message)
+
+
 def create_app_from_env() -> Litestar:
     """Factory for the ASGI server: settings come from the environment the CLI prepared."""
     settings = load_settings()
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(settings.log_level.upper())  # the server may have configured logging first
+    configure_logging(settings.log_level)  # initdb and migration output only at debug (proxy.log_setup)
     install_log_redaction(settings)  # no key reaches a log line (proxy.log_redaction)
     return create_app(settings)

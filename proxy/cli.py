@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
+from proxy.log_setup import configure_logging
 from proxy.settings import Settings, SettingsError, env_name, load_settings
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--upstream", dest="upstream_url", help="upstream OpenAI base URL, e.g. http://127.0.0.1:30000/v1 (env MEMCI_UPSTREAM_URL)")
     serve.add_argument("--config", help="TOML config file (env MEMCI_CONFIG)")
     serve.add_argument("--workers", type=int, help="worker processes (env MEMCI_WORKERS, default 1)")
+    serve.add_argument("--log-level", dest="log_level", choices=LOG_LEVELS,
+                       help="log level (env MEMCI_LOG_LEVEL, default info; debug adds initdb and migration output)")
 
     emulate = sub.add_parser("emulate", help="run the upstream emulator (an OpenAI-compatible test server)")
     try:
@@ -32,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = sub.add_parser("migrate", help="run the database migrations (DATABASE_URL, else the embedded database)")
     migrate.add_argument("--config", help="TOML config file (env MEMCI_CONFIG)")
     migrate.add_argument("--revision", default="head", help="target revision (default head)")
+    migrate.add_argument("--log-level", dest="log_level", choices=LOG_LEVELS,
+                         help="log level (env MEMCI_LOG_LEVEL, default info; debug shows each migration step)")
 
     settings = sub.add_parser("settings", help="print the settings in effect (or, with --markdown, their reference page)")
     settings.add_argument("--config", help="TOML config file (env MEMCI_CONFIG)")
@@ -62,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings_from(args: argparse.Namespace) -> Settings:
-    overrides = {k: getattr(args, k, None) for k in ("host", "port", "upstream_url", "config", "workers")}
+    overrides = {k: getattr(args, k, None) for k in ("host", "port", "upstream_url", "config", "workers", "log_level")}
     return load_settings(overrides=overrides)
 
 
@@ -74,6 +80,7 @@ def _export(settings: Settings) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     settings = _settings_from(args)
+    configure_logging(settings.log_level)
     _export(settings)
     from granian import Granian
 
@@ -92,7 +99,8 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def migrate(args: argparse.Namespace) -> int:
-    settings = load_settings(overrides={"config": args.config})
+    settings = load_settings(overrides={"config": args.config, "log_level": args.log_level})
+    configure_logging(settings.log_level)
     from proxy.store.sql.embedded import start_embedded_postgres
     from proxy.store.sql.migrate import run_migrations
     from proxy.store.sql.urls import redact, to_async_url
@@ -158,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     quiet = args.command in ("doctor", "inspect")  # their output is the report, not the libraries' logs
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging("warning" if quiet else getattr(args, "log_level", None) or os.environ.get("MEMCI_LOG_LEVEL") or "info")
     try:
         if args.command == "serve":
             return serve(args)

@@ -2,7 +2,9 @@
 proxy will do with these settings, and why. Each check prints one line: ok, warn (works, but something is
 lost) or FAIL (the proxy cannot work); the exit status is 1 when any check failed.
 
-The upstream check asks `/models` (names, `max_model_len`) and sends two tiny identical chat requests, to see
+The upstream check first sends the probe of the route chat uses (proxy.upstream.route_check, the check `/ready`
+runs too: an upstream URL without its `/v1` fails here, with a hint), then asks `/models` (names,
+`max_model_len`) and sends two tiny identical chat requests, to see
 whether the upstream reports `usage.prompt_tokens_details.cached_tokens` (the proxy's cold-cache check and the
 hit-rate metrics read it; SGLang reports it with `--enable-cache-report`).
 """
@@ -18,6 +20,7 @@ import httpx
 
 from proxy.engine.config import EngineConfig
 from proxy.settings import Settings
+from proxy.upstream import route_check
 
 FALLBACK_WINDOW = 32768  # as proxy.turn.window
 # Long enough to fill a few cache blocks (vLLM caches whole 16-token blocks), short enough to cost nothing.
@@ -74,6 +77,15 @@ def _call(client: httpx.Client, report: Report, method: str, url: str, **kwargs:
 
 
 def _check_one_upstream(client: httpx.Client, url: str, report: Report, model: str) -> UpstreamFacts | None:
+    try:
+        probe = client.post(url + route_check.PATH, content=route_check.BODY, headers=route_check.HEADERS)
+    except httpx.HTTPError as exc:
+        verdict = route_check.unreachable(url, f"{type(exc).__name__}: {exc}")
+    else:
+        verdict = route_check.judge(url, probe.status_code, probe.content)
+    if not verdict.ok:
+        report.add("FAIL", f"upstream {url}: {verdict.message}")
+        return None
     listed = _call(client, report, "GET", url + "/models")
     if listed is None:
         return None

@@ -22,7 +22,11 @@ class Metrics:
         self._children: dict[tuple[Any, ...], Any] = {}  # labelled children, see `child`
         # memci_cache_*: every bounded per-process cache (proxy.caches)
         r.register(CacheCollector())
-        self.requests = Counter("memci_requests", "Requests answered, by route and status.", ["route", "status"], registry=r)
+        self.requests = Counter(
+            "memci_requests", "Requests answered, by route and status: the HTTP status, or `stream_cut` for a stream "
+            "that started (200) and ended with an upstream failure (the client got an error event, not a whole "
+            "answer).", ["route", "status"], registry=r,
+        )
         self.request_duration = Histogram(
             "memci_request_duration_seconds", "Time from request to the last byte answered.", ["route"],
             buckets=_LATENCY_BUCKETS, registry=r,
@@ -43,7 +47,10 @@ class Metrics:
         self.completion_tokens = Counter("memci_upstream_completion_tokens", "Completion tokens the upstream reported.", registry=r)
         self.inflight_streams = Gauge("memci_inflight_streams", "Streams being relayed now.", registry=r)
         self.upstream_errors = Counter(
-            "memci_upstream_errors", "Upstream failures answered by the proxy, by kind.", ["kind"], registry=r
+            "memci_upstream_errors", "Upstream failures, by kind: `unreachable` (no connection: a 502), "
+            "`connect_timeout`, `timeout` (504), `http_4xx` and `http_5xx` (an error status from the upstream, "
+            "passed on), `stream_cut` (a stream or body ended early), `stream_error` (an error event inside a stream). "
+            "Each is also a WARNING line with its status and conversation id.", ["kind"], registry=r
         )
         self.client_disconnects = Counter(
             "memci_client_disconnects", "Streams cut short by the client (upstream request cancelled).", registry=r

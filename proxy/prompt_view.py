@@ -14,6 +14,7 @@ import httpx
 
 from proxy.engine.layout import VOLATILE_CLOSE as CONTEXT_CLOSE
 from proxy.engine.layout import VOLATILE_OPEN as CONTEXT_OPEN
+from proxy.engine.state import STATUS_MEANINGS
 
 RESET = "\x1b[0m"
 COLORS = {
@@ -84,17 +85,27 @@ def block_of(index: int, blocks: list[dict[str, Any]]) -> str:
     return names[0] if names else "B6"
 
 
+def page_summary(pages: list[dict[str, Any]]) -> str:
+    """``3 active, 28 archived (1 on the contents page, 27 evicted)``: the numbers of the X-Memci-Pages-* headers."""
+    counts = {name: sum(1 for page in pages if page.get("state") == name) for name in STATUS_MEANINGS}
+    archived = counts["archived"] + counts["evicted"]
+    return (f"{counts['active']} active, {archived} archived "
+            f"({counts['archived']} on the contents page, {counts['evicted']} evicted)")
+
+
 def render(view: dict[str, Any], color: bool = True, recall_tool: str = "recall") -> str:
     messages = view.get("messages") or []
     blocks = view.get("blocks") or []
-    out = [paint(f"conversation {view.get('conversation_id')}  epoch {view.get('epoch')}  "
-                 f"{len(messages)} messages upstream", "head", color)]
+    epoch = view.get("epoch")  # the admin API: whether that turn was a compaction epoch
+    said = "  (a compaction epoch)" if epoch is True else "" if epoch in (False, None) else f"  epoch {epoch}"
+    out = [paint(f"conversation {view.get('conversation_id')}{said}  {len(messages)} messages upstream", "head",
+                 color)]
     pages = view.get("pages") or []
-    if pages:
-        states: dict[str, int] = {}
-        for page in pages:
-            states[page["state"]] = states.get(page["state"], 0) + 1
-        out.append(paint("pages: " + ", ".join(f"{n} {s}" for s, n in states.items()), "dim", color))
+    if pages:  # counted as the X-Memci-Pages-* headers count (archived: every page out of the prompt)
+        out.append(paint("pages: " + page_summary(pages), "dim", color))
+        for name in ("archived", "evicted"):
+            if any(page.get("state") == name for page in pages):
+                out.append(paint(f"  {name}: {STATUS_MEANINGS[name]}", "dim", color))
     out.append("legend: " + "  ".join(paint(text, text.split()[0].rstrip(":"), color) for text in LEGEND))
     recall_ids: set[str] = set()
     for index, message in enumerate(messages):

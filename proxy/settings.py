@@ -72,7 +72,9 @@ class Settings:
     )
     redis_url: str = field(default="", metadata=_doc("Redis URL. Empty: in-process hot state (one replica only)."))
     workers: int = field(default=1, metadata=_doc("Server worker processes.", min=1, max=64))
-    log_level: str = field(default="info", metadata=_doc("Log level.", choices=("debug", "info", "warning", "error")))
+    log_level: str = field(default="info", metadata=_doc(
+        "Log level (`serve --log-level`); the embedded PostgreSQL's initdb and server output and each migration step "
+        "show only at debug.", choices=("debug", "info", "warning", "error")))
     log_prompts: bool = field(
         default=False,
         metadata=_doc("Write each chat request's messages to the log at debug level (with log_level debug). Off: "

@@ -12,6 +12,8 @@ from proxy.api.limits import admit_stream
 from proxy.turn.call import chat_call
 from proxy.turn.identity import pass_through_route_key, tenant_of
 from proxy.upstream.exchange import Outgoing
+from proxy.upstream.route_check import PATH as ROUTE_PATH
+from proxy.upstream.route_check import ready as route_ready
 from proxy.wire.errors import ProxyError
 from proxy.wire.validate import parse_chat_body, parse_json_object, validate_chat_request
 
@@ -78,14 +80,12 @@ async def ready(request: Request) -> Response:
         checks["hot_state"] = {"ok": await _safe(store.hot.ping()), "kind": store.kind_hot}
     else:
         checks["database"] = {"ok": True, "kind": "none (context management off)"}
-    upstream_ok = False
-    try:
-        resp, _ = await services.upstream.send("GET", services.upstream.url("/models"), {}, None)
-        upstream_ok = resp.status < 500
-        resp.release()
-    except ProxyError:
-        upstream_ok = False
-    checks["upstream"] = {"ok": upstream_ok, "url": services.upstream.base_url()}
+    # The route chat uses, on every worker (proxy.upstream.route_check: the check doctor runs too), cached briefly.
+    verdicts = await services.route_watch.verdicts()
+    checks["upstream"] = {"ok": route_ready(verdicts), "url": services.upstream.base_url(),
+                          "route": services.upstream.base_url() + ROUTE_PATH,
+                          **({"message": "; ".join(v.message for v in verdicts if not v.ok)}
+                             if not all(v.ok for v in verdicts) else {})}
     embeddings = services.context.embeddings_status() if services.context is not None else None
     if embeddings is not None:
         checks["embeddings"] = embeddings

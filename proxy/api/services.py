@@ -9,6 +9,7 @@ from proxy.metrics import Metrics
 from proxy.settings import Settings
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.exchange import Exchange
+from proxy.upstream.route_check import RouteWatch
 
 
 @dataclass
@@ -21,3 +22,4 @@ class Services:
     context: Any = None  # proxy.turn.service.TurnService when context management is on
     memory: Any = None  # proxy.workers.runner.MemoryWorker when the memory workers run
     notes: dict[str, str] = field(default_factory=dict)  # what start-up chose (database, hot state)
+    route_watch: RouteWatch | None = None  # does each upstream worker serve the chat route? (/ready, start-up)

@@ -13,6 +13,14 @@ ACTIVE = 0
 ARCHIVED = 1
 EVICTED = 2
 STATUS_NAMES = {ACTIVE: "active", ARCHIVED: "archived", EVICTED: "evicted"}
+# The one vocabulary of page states: the database, the conversations and search APIs, the X-Memci-Pages-* headers,
+# `inspect` and docs/memory.md#page-states (tests/unit/test_page_states.py holds them together). A page's state is
+# the most specific one; counts of archived pages include the evicted ones (every page out of the prompt).
+STATUS_MEANINGS = {
+    "active": "in the prompt, verbatim",
+    "archived": "out of the prompt, listed on the contents page (recall by its number, or by a search)",
+    "evicted": "archived, then dropped from the contents page (recall's search still finds it, as does its number)",
+}
 
 
 class PageRecord(msgspec.Struct, array_like=True, frozen=True, gc=False):

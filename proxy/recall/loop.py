@@ -315,6 +315,8 @@ async def stream_rounds(
             if response.status != 200:
                 detail = (await response.read())[:300].decode(errors="replace")
                 response.close()
+                record.failure = ("http_5xx" if response.status >= 500 else "http_4xx", response.status,
+                                  f"recall round {round_no}")
                 yield encode_data(error_body(f"upstream failed during recall: {response.status} {detail}",
                                              "upstream_error", "upstream_error"))
                 yield DONE
@@ -330,17 +332,20 @@ async def stream_rounds(
                     continue
                 out = rnd.feed(chunk, record)
                 if rnd.error is not None:
+                    record.failure = ("stream_error", 200, "an error event")
                     yield encode_data(rnd.error)
                     yield DONE
                     return
                 if out is not None:
                     yield encode_data(_encode(out))
         except (aiohttp.ClientPayloadError, aiohttp.ClientOSError, TimeoutError) as exc:
+            record.failure = ("stream_cut", 200, type(exc).__name__)
             yield encode_data(error_body(f"upstream stream ended early: {type(exc).__name__}", "upstream_error", "upstream_cut"))
             yield DONE
             return
         first_id, created, send_role, next_client = rnd.first_id, rnd.created, rnd.send_role, rnd.next_client
         if rnd.finish is None:
+            record.failure = ("stream_cut", 200, "no finish_reason")
             yield encode_data(error_body("upstream stream ended early: no finish_reason", "upstream_error", "upstream_cut"))
             yield DONE
             return

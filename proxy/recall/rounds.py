@@ -48,6 +48,9 @@ class LoopRecord:
     usage: dict[str, Any] | None = None
     streamed_text: str | None = None  # a streamed answer of one round, one plain message: its text (counted by
     # the round's completion tokens)
+    # A streamed answer the upstream ended with a failure (the client got an error event): (kind, status, detail),
+    # kinds as proxy.upstream.failures; None when it finished.
+    failure: tuple[str, int | None, str] | None = None
 
     def observe_usage(self, usage: dict[str, Any] | None) -> None:
         if isinstance(usage, dict):

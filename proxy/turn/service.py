@@ -48,6 +48,7 @@ from proxy.upstream.exchange import Answer, Exchange, Outgoing
 from proxy.turn.memos import register_process_memos
 from proxy.turn.counting import TurnCounts
 from proxy.vision import intake_images, make_describer
+from proxy.turn.page_counts import page_headers
 from proxy.wire.errors import ProxyError
 from proxy.workers.prefix import SummaryBase
 
@@ -274,12 +275,10 @@ class TurnService:
     # ------------------------------------------------------------------------------------------------------------
     async def _exchange(self, turn: Turn) -> Answer:
         call, s = turn.call, self.settings
-        active = len(turn.state.pages) - turn.state.first_active_page
         out = Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, None, call.started, call.stream,
                        route_key=turn.conversation_id, extra_headers={
                            "X-Memci-Conversation-Id": turn.conversation_id,
-                           "X-Memci-Pages-Active": str(active),
-                           "X-Memci-Pages-Archived": str(turn.state.first_active_page),
+                           **page_headers(turn.conversation_id, turn.state),
                            "X-Memci-Epoch": "true" if turn.plan.epoch else "false",
                        }, upstream_headers=upstream_headers(s, turn.conversation_id))
         data = with_prompt_cache_key(call.data, turn.conversation_id, s.prompt_cache_key)

@@ -9,7 +9,9 @@ and client disconnects are handled once:
 
 An upstream that cannot be reached or times out raises ProxyError (502/504) before anything reached the client;
 an error status is passed on with its body. A client that leaves closes the events' iterator, which closes (and so
-cancels) the upstream request.
+cancels) the upstream request. Each upstream failure (no connection, a time-out, a 4xx/5xx status, a stream ended
+early) is counted and logged once, by proxy.upstream.failures; a stream that started and then failed is counted
+in ``memci_requests_total`` with status ``stream_cut``.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from proxy.metrics import Metrics
 from proxy.recall.loop import LoopConfig, complete_json, replay_as_stream, stream_rounds
 from proxy.recall.rounds import LoopRecord, ToolCall
 from proxy.upstream.client import response_headers
+from proxy.upstream.failures import STREAM_FAILED_STATUS, Failures, kind_of_code
 from proxy.upstream.port import Upstream, UpstreamResponse
 from proxy.upstream.relay import relay_sse, usage_of_json
+from proxy.wire.errors import ProxyError
+from proxy.wire.sse import DONE, encode_data
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -79,6 +84,7 @@ class Exchange:
     def __init__(self, client: Upstream, metrics: Metrics) -> None:
         self.client = client
         self.metrics = metrics
+        self.failures = Failures(metrics)
 
     def _upstream_headers(self, out: Outgoing) -> dict[str, str]:
         headers = self.client.forward_headers(out.headers)
@@ -92,7 +98,7 @@ class Exchange:
         """Zero recall rounds: status, headers and body as the upstream sent them; SSE relayed event by event."""
         m = self.metrics
         url = self.client.url(out.path, out.query, out.route_key)
-        response, waited = await self.client.send(out.method, url, self._upstream_headers(out), out.body)
+        response, waited = await self._send(out, out.method, url, self._upstream_headers(out), out.body)
         headers, content_type = self._headers(response, out)
         if out.stream and response.status == 200 and content_type.startswith(SSE):
             sent_at = time.perf_counter() - waited
@@ -106,10 +112,13 @@ class Exchange:
                 if on_usage is not None:
                     on_usage(usage)
 
-            return self._stream(out, headers, relay_sse(response, m, first_byte, usage_seen))
+            ended = _Ended()
+            return self._stream(out, headers, relay_sse(response, first_byte, usage_seen, ended.cut), ended=ended)
         m.upstream_ttft.observe(waited)
         read_started = time.perf_counter()
-        content = await self.client.read_body(response)
+        content = await self._read(out, response)
+        if response.status >= 400:
+            self.failures.status(response.status, out.route, _conversation(out))
         upstream_time = waited + (time.perf_counter() - read_started)
         if response.status == 200 and out.route == "chat":
             usage = usage_of_json(content)
@@ -132,14 +141,19 @@ class Exchange:
         upstream_headers = self._upstream_headers(out)
 
         async def send(round_body: dict[str, Any]) -> UpstreamResponse:
-            response, _ = await client.send("POST", url, upstream_headers, _encode(round_body))
+            response, _ = await self._send(out, "POST", url, upstream_headers, _encode(round_body))
             return response
 
+        async def read_body(response: UpstreamResponse) -> bytes:
+            return await self._read(out, response)
+
         m.child(m.proxy_overhead, out.route).observe(max(0.0, time.perf_counter() - out.started))
-        first, waited = await client.send("POST", url, upstream_headers, out.body or _encode(body))
+        first, waited = await self._send(out, "POST", url, upstream_headers, out.body or _encode(body))
         headers, content_type = self._headers(first, out)
         if first.status != 200 or (cfg.stream_upstream and not content_type.startswith(SSE)):
-            raw = await client.read_body(first)
+            raw = await read_body(first)
+            if first.status >= 400:
+                self.failures.status(first.status, out.route, _conversation(out))
             self._done(out, first.status)
             return Answer(first.status, headers, content_type or None, raw)
         if cfg.stream_upstream:
@@ -151,16 +165,33 @@ class Exchange:
             events = stream_rounds(body, cfg, send, rounds.resolve, record, first, first_byte, keep=rounds.keep)
             return self._stream(out, headers, events, record)
         m.upstream_ttft.observe(waited)
-        raw = await client.read_body(first)
-        status, _, content = await complete_json(body, cfg, send, client.read_body, rounds.resolve, record,
+        raw = await read_body(first)
+        status, _, content = await complete_json(body, cfg, send, read_body, rounds.resolve, record,
                                                  first=(first, raw), keep=rounds.keep)
         self._account(record)
+        if status >= 400:  # a later round's error status, passed on
+            self.failures.status(status, out.route, _conversation(out))
         self._done(out, status)
         if out.stream:  # n > 1 streamed: rounds were resolved per choice, now replayed as a stream
             return Answer(200, headers, SSE, events=replay_as_stream(_decode(content), cfg.client_wants_usage))
         return Answer(status, headers, "application/json", content)
 
     # --------------------------------------------------------------------------------------------------------
+    async def _send(self, out: Outgoing, method: str, url: str, headers: Mapping[str, str], body: bytes | None
+                    ) -> tuple[UpstreamResponse, float]:
+        try:
+            return await self.client.send(method, url, headers, body)
+        except ProxyError as exc:
+            self.failures.report(kind_of_code(exc.code), exc.status, out.route, _conversation(out), exc.message)
+            raise
+
+    async def _read(self, out: Outgoing, response: UpstreamResponse) -> bytes:
+        try:
+            return await self.client.read_body(response)
+        except ProxyError as exc:
+            self.failures.report(kind_of_code(exc.code), exc.status, out.route, _conversation(out), exc.message)
+            raise
+
     def _headers(self, response: UpstreamResponse, out: Outgoing) -> tuple[dict[str, str], str]:
         headers = response_headers(response.headers)
         if out.extra_headers:
@@ -169,35 +200,67 @@ class Exchange:
         return headers, response.headers.get("Content-Type", "")
 
     def _stream(self, out: Outgoing, headers: dict[str, str], events: AsyncIterator[bytes],
-                record: LoopRecord | None = None) -> Answer:
-        return Answer(200, {**headers, **_SSE_HEADERS}, SSE, events=self._relayed(out, events, record))
+                record: LoopRecord | None = None, ended: "_Ended | None" = None) -> Answer:
+        return Answer(200, {**headers, **_SSE_HEADERS}, SSE, events=self._relayed(out, events, record, ended))
 
-    async def _relayed(self, out: Outgoing, events: AsyncIterator[bytes], record: LoopRecord | None) -> AsyncIterator[bytes]:
-        """Every streamed answer passes here: in-flight gauge, disconnects, duration and status, counted once."""
+    async def _relayed(self, out: Outgoing, events: AsyncIterator[bytes], record: LoopRecord | None,
+                       ended: "_Ended | None") -> AsyncIterator[bytes]:
+        """Every streamed answer passes here: in-flight gauge, disconnects, upstream failures, duration and status,
+        counted once. An upstream failure after the first byte (a later recall round unreachable) ends the stream
+        with an error event, as a cut does."""
         m = self.metrics
         m.inflight_streams.inc()
         finished = False
+        failed = False
         try:
-            async for event in events:
-                yield event
+            try:
+                async for event in events:
+                    yield event
+            except ProxyError as exc:  # counted and logged where it was raised (_send, _read)
+                failed = True
+                await _close(events)
+                yield encode_data(exc.body())
+                yield DONE
             finished = True
         finally:
             if not finished:
                 m.client_disconnects.inc()
                 await _close(events)
             m.inflight_streams.dec()
+            failure = ended.failure if ended is not None else None
             if record is not None:
                 self._account(record)
-            self._done(out, 200)
+                failure = failure or record.failure
+            if failure is not None:
+                kind, status, detail = failure
+                self.failures.report(kind, status, out.route, _conversation(out), detail)
+            self._done(out, STREAM_FAILED_STATUS if failed or failure is not None else 200)
 
     def _account(self, record: LoopRecord) -> None:
         self.metrics.observe_usage(record.usage)
         self.metrics.recall_rounds.observe(record.rounds)
 
-    def _done(self, out: Outgoing, status: int, total: float | None = None) -> None:
+    def _done(self, out: Outgoing, status: int | str, total: float | None = None) -> None:
         m = self.metrics
         m.child(m.request_duration, out.route).observe(time.perf_counter() - out.started if total is None else total)
         m.child(m.requests, out.route, str(status)).inc()
+
+
+class _Ended:
+    """How a relayed stream ended: ``failure`` set by the relay when the upstream cut it."""
+
+    __slots__ = ("failure",)
+
+    def __init__(self) -> None:
+        self.failure: tuple[str, int | None, str] | None = None
+
+    def cut(self, detail: str) -> None:
+        self.failure = ("stream_cut", 200, detail)
+
+
+def _conversation(out: Outgoing) -> str | None:
+    """The conversation id of a managed turn (its answer header), None for pass-through."""
+    return out.extra_headers.get("X-Memci-Conversation-Id") if out.extra_headers else None
 
 
 async def _close(events: AsyncIterator[bytes]) -> None:

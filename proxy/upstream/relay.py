@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Callable
 import aiohttp
 import msgspec
 
-from proxy.metrics import Metrics
 from proxy.wire.errors import error_body
 from proxy.wire.sse import DONE, SSESplitter, encode_data, event_data
 
@@ -41,15 +40,16 @@ def cut_stream_event(detail: str) -> bytes:
 
 async def relay_sse(
     response: aiohttp.ClientResponse,
-    metrics: Metrics,
     on_first_byte: Callable[[], None] | None = None,
     on_usage: Callable[[dict], None] | None = None,
+    on_cut: Callable[[str], None] | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the upstream's events as they arrive, unchanged; close (cancel) the upstream request when the client
     leaves (the generator is closed early).
 
     A stream the upstream cuts before ``[DONE]`` ends with an OpenAI-style error event and ``[DONE]``, so the
-    client sees an error rather than a silently short answer.
+    client sees an error rather than a silently short answer; ``on_cut(detail)`` is told (the exchange counts and
+    logs it, proxy.upstream.failures).
     """
     splitter = SSESplitter()
     saw_done = False
@@ -72,11 +72,13 @@ async def relay_sse(
         if rest.strip():
             yield rest if rest.endswith(b"\n\n") else rest + b"\n\n"
         if not saw_done:
-            metrics.upstream_errors.labels("stream_cut").inc()
+            if on_cut is not None:
+                on_cut("no [DONE] received")
             yield cut_stream_event("no [DONE] received")
             yield DONE
     except (aiohttp.ClientPayloadError, aiohttp.ServerTimeoutError, asyncio.TimeoutError, aiohttp.ClientOSError) as exc:
-        metrics.upstream_errors.labels("stream_cut").inc()
+        if on_cut is not None:
+            on_cut(type(exc).__name__)
         yield cut_stream_event(type(exc).__name__)
         yield DONE
     finally:

@@ -72,6 +72,9 @@ def run_the_readme(work: Path) -> None:
         doctor = sh("doctor")
         assert doctor.returncode == 0, doctor.stdout + doctor.stderr
         assert "reports cached_tokens" in doctor.stdout and "doctor: all checks passed" in doctor.stdout
+        assert "admin API on" in doctor.stdout  # the key the serve above it set
+        serve_log = (work / "serve.log").read_text(errors="replace")
+        assert f"ready on {proxy_url}" in serve_log and "XDG_RUNTIME_DIR" not in serve_log
 
         # 4. the SDK snippet: the first answer, and the conversation id it prints
         snippet = work / "snippet.py"

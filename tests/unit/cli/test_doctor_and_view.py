@@ -101,4 +101,4 @@ def test_the_view_colours_each_block_and_plain_text_keeps_every_word() -> None:
     assert prompt_view.COLORS["recall"] + "page 1 text" in coloured
     assert prompt_view.COLORS["context"] + "<memci-context><intent>x</intent></memci-context>" in coloured
     assert "[2] assistant  B6 recall" in plain and "[4] user  B6 + context" in plain
-    assert "1 archived, 1 active" in plain and "-> recall({\"pages\": [1]})" in plain
+    assert "pages: 1 active, 1 archived (1 on the contents page, 0 evicted)" in plain and "-> recall({\"pages\": [1]})" in plain
