@@ -274,12 +274,12 @@ def run_memorybank() -> int:
         other = users[(position + 1) % len(users)]
         for question in user.probing_questions:
             counts["asked"] += 1
-            asking = asks(question) or is_look_up(question)
+            asking = "look_up" if is_look_up(question) else "question" if asks(question) else ""
             own = weigh(indexes[user.name], question)
-            fired = verdict(own, asking, True) == "pushed"
+            fired = verdict(own, asking) == "pushed"
             units.append(own.units)
             counts["fired"] += fired
-            counts["false"] += verdict(weigh(indexes[other.name], question), asking, True) == "pushed"
+            counts["false"] += verdict(weigh(indexes[other.name], question), asking) == "pushed"
             relevant = labelled.get((user.name, question))
             if relevant is not None and fired:
                 top = [int(i) for i, _ in indexes[user.name].search(search_words(question), k=5)]

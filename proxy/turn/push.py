@@ -47,9 +47,9 @@ class Need:
 
     @property
     def room_wanted(self) -> bool:
-        """Plan the turn with room for the round (an epoch a few turns early, if need be) for a look-up phrase; a
-        push nobody asked for in so many words goes only where the prompt has room left."""
-        return self.wanted and self.asking == "look_up"
+        """Plan the turn with room for the round (an epoch a few turns early, if need be): a question the archive
+        answers or a look-up phrase; a statement is pushed only where the prompt has room left."""
+        return self.wanted and self.asking != ""
 
 
 def latest_user_text(messages: Sequence[dict[str, Any]]) -> str | None:
