@@ -5,17 +5,18 @@ history:
 
 * ``message_terms(text)``: the message's search terms (proxy.recall.text.tokenize: stop words out, English lightly
   stemmed, Chinese and Japanese as characters and character pairs), each once, from its first ``MAX_CHARS``.
-* ``weigh(index, text)``: the terms looked up in the conversation's BM25 index of archived pages. A term is
-  *specific* when few archived pages hold it (at most ``specific_df(N)`` of N, never more than ``MAX_DF``):
-  names, numbers, codes, rare words, whatever the language. Each archived page holding specific terms scores the
-  sum of their idf; the best page's score is the *strength*, its share of the message's specific idf the *match*.
-  Only the postings of specific terms are read, so a turn costs at most ``MAX_TERMS * MAX_DF`` posting reads
-  however long the conversation.
-* ``verdict(weighing, asking, missing)``: push when an archived page matches strongly and some of what it matched is
-  missing from the active pages. How strong is strong is measured in units of the idf of a term held by one page
-  (``one_page_idf``): a statement needs ``STATEMENT_STRENGTH`` of them; a question (``asks``: a question mark, or a
-  look-up phrase of proxy.recall.proactive.is_look_up) needs less. The phrasing lowers the bar; it never replaces
-  the archive's match.
+* ``weigh(index, text, known)``: the terms looked up in the conversation's BM25 index of archived pages. A term is
+  *specific* when the pages holding it are few (``PAGE_SHARE`` of the archive, at most ``MAX_DF``) and lie in few
+  episodes (runs of nearby pages, ``specific_episodes``): a fact said once, a subject talked over in one sitting,
+  not a theme that recurs all conversation long; a character pair only beside a specific character. Candidate pages
+  hold a specific term the active pages lack (``known``, from ``in_text``); the best candidate's *match* is the idf
+  of the message's terms it holds, as a share of the message's ``MATCH_TERMS`` rarest; its *strength* the
+  episode-idf of its specific terms, in units of a term held by one page (``one_page_idf``). Only the postings of
+  terms held by few pages are read: at most ``MAX_TERMS * MAX_DF`` page ids however long the conversation.
+* ``verdict(weighing, asking)``: push when the best page reaches one of the (strength, match) pairs of
+  ``STRENGTH`` for the kind of message: a statement needs more than a question (``asks``: a question mark, or a
+  Chinese interrogative), a question more than a look-up phrase (proxy.recall.proactive.is_look_up). The phrasing
+  lowers the bar; it never replaces the archive's match.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ MIN_RESULT_TOKENS = 64  # below this the resolver answers "no room": not worth a
 # high watermark, so that the pushed round has room (the push stays under 0.90 of the budget): near the top of the
 # budget the epoch comes on the look-up's turn, a few turns early, instead of the look-up going without its round.
 PUSH_HIGH_WATERMARK = 0.85
+PUSH_SHARE = 0.8  # of the room left, what the pushed round may take
 UNASKED_HITS = 3  # pages shown by a round pushed on a message without a look-up phrase (five with one)
 
 
@@ -139,7 +140,8 @@ class ProactivePush:
         # model's own calls may still use half the safety margin), 10% kept for the estimate's error.
         within = int((0.90 * turn.plan.budget - turn.plan.estimated_tokens) / max(1.0, state.correction_ratio))
         # the resolver's limit is in the base count; the room in planned tokens (learned costs: `density` of each)
-        limit = (int(min(rounds.room, within) / rounds.density) - counter.count_text(call.arguments)
+        # At most PUSH_SHARE of it: the rest is the estimate's slack and the model's own recall round.
+        limit = (int(PUSH_SHARE * min(rounds.room, within) / rounds.density) - counter.count_text(call.arguments)
                  - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS)
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
@@ -165,4 +167,4 @@ class ProactivePush:
 
 def excerpt_chars(limit: int) -> int:
     """Characters shown of each hit, by the room (the resolver shortens them until all hits fit)."""
-    return max(300, min(1200, limit // 2))  # 300 characters at 512 tokens, 1200 from 2,400
+    return max(300, min(800, limit // 2))  # 300 characters up to 600 tokens, 800 from 1,600
