@@ -132,8 +132,9 @@ class ProactivePush:
     async def _exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str, need: Need) -> list[dict[str, Any]]:
         m = self.metrics
         state = turn.state
-        # what the message names that the archive holds (a long message's other words would blur the search)
-        query = search_words(need.text, wanted=need.weighing.named) or " ".join(need.weighing.terms)
+        # the message's words holding the rare terms that matched (its phrasing and common words would find the
+        # pages that share them, an earlier question put the same way, before the page that answers it)
+        query = search_words(need.text, wanted=set(need.weighing.terms)) or " ".join(need.weighing.terms)
         call = push_call(tool_name, query, f"{turn.redo.last_index}")
         counter = self.resolver.counter
         # Unlike a call the model makes, the push is the proxy's choice: it stays within the plan's budget (the
