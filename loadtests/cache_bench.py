@@ -9,6 +9,11 @@ emulator without a context limit (it is the ceiling for the hit rate); the other
     python loadtests/cache_bench.py                       # chat, chat-zh, agent, replay; 8k window
     python loadtests/cache_bench.py --quick               # 60 turns, 4k window
     python loadtests/cache_bench.py --workloads chat --turns 300 --proxy-env MEMCI_ACTIVE_LOW_WATERMARK=0.5
+    python loadtests/cache_bench.py --workloads chat,agent --strategies proxy --api responses   # through another API
+
+``--api`` sends the proxy's requests through chat completions (default), the Responses API (``responses``: the whole
+input resent; ``responses-chained``: only the new items after ``previous_response_id``) or Anthropic's Messages API
+(``messages``); the baselines always speak chat completions to the emulator.
 
 Progress bars go to stderr (a terminal, or --progress); a PNG per workload (hit rate and prompt size per turn,
 every strategy) goes to --plots DIR (default loadtests/out/).
@@ -34,6 +39,7 @@ if __package__ in (None, ""):
 
 import httpx
 
+from loadtests.api_clients import APIS, ApiClient
 from loadtests.baselines import PassThrough, SlidingWindow, Strategy, ThreeTier, estimate_tokens
 from loadtests import progress
 from loadtests.bench_servers import Upstream, emulator_upstream, external_upstream, proxy_server
@@ -79,6 +85,10 @@ class Row:
     hit_rate: float = 0.0
     uncached_mean: float = 0.0
     adds_mean: float = 0.0
+    # what each request adds to the prompt as sent upstream (d: the growth between requests without an epoch) and
+    # the ceiling of a bounded prompt's hit rate, 1 - 2d/H (H: the largest prompt)
+    sent_adds_mean: float = 0.0
+    ceiling: float | None = None
     prompt_max: int = 0
     prompt_mean: float = 0.0
     over_budget: int = 0
@@ -141,7 +151,7 @@ class Run:
     """One workload through one strategy: the client side of the conversation."""
 
     def __init__(self, workload: Workload, strategy: Strategy | None, upstream: Upstream, url: str, budget: int,
-                 calibrate: bool = True, model: str = "bench", progress: Progress | None = None):
+                 calibrate: bool = True, model: str = "bench", progress: Progress | None = None, api: str = "chat"):
         self.workload, self.strategy, self.upstream, self.url, self.budget = workload, strategy, upstream, url, budget
         self.calibrate = calibrate
         self.model = model
@@ -152,6 +162,7 @@ class Run:
         self.keys: set[str] = {_key(self.history[0])}
         self.records: list[RequestRecord] = []
         self.client = httpx.Client(timeout=300)
+        self.api = ApiClient(api, self.client)
         self.rendered_before = 0  # tokens of the history as of the last answer (no generation prompt)
 
     def _append(self, message: dict) -> None:
@@ -198,18 +209,18 @@ class Run:
             body["tools"] = list(self.workload.tools)
         mark = self.upstream.mark()
         started = time.perf_counter()
-        response = self.client.post(self.url + "/chat/completions", json=body)
+        status, data, headers = self.api.post(self.url, body)
         record.seconds = time.perf_counter() - started
         self._last_message = None
-        if response.status_code != 200:
-            record.error = f"{response.status_code} {response.json().get('error', {}).get('code', '')}".strip()
+        if status != 200:
+            error = data.get("error") if isinstance(data.get("error"), dict) else {}
+            record.error = f"{status} {error.get('code') or error.get('type') or ''}".strip()
         else:
-            data = response.json()
             self._last_message = data["choices"][0]["message"]
-            record.epoch = response.headers.get("x-memci-epoch") == "true"
+            record.epoch = headers.get("x-memci-epoch") == "true"
         sent = self.upstream.since(mark)
         if sent is None:  # a real server: usage from the response, the sent prompt from our own trimming
-            usage = response.json().get("usage") or {} if response.status_code == 200 else {}
+            usage = data.get("usage") or {} if status == 200 else {}
             record.prompt = record.prompt_largest = int(usage.get("prompt_tokens") or 0)
             record.cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
             record.upstream_requests = 1
@@ -273,6 +284,11 @@ def summarise(name: str, records: list[RequestRecord], budget: int, seconds: flo
     row.adds_mean = statistics.fmean(r.adds for r in records) if records else 0.0
     row.prompt_max = max(prompts, default=0)
     row.prompt_mean = statistics.fmean(prompts) if prompts else 0.0
+    growth = [b.prompt_largest - a.prompt_largest for a, b in zip(ok, ok[1:]) if not b.epoch
+              and b.prompt_largest >= a.prompt_largest]
+    if growth and row.prompt_max:
+        row.sent_adds_mean = statistics.fmean(growth)
+        row.ceiling = 1 - 2 * row.sent_adds_mean / row.prompt_max
     row.over_budget = sum(r.prompt_largest > budget for r in ok) + sum(1 for r in records if r.error)
     row.errors = sum(1 for r in records if r.error)
     row.epochs = sum(r.epoch for r in records) if is_proxy else None
@@ -338,7 +354,8 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
             env = {**dict(kv.split("=", 1) for kv in args.proxy_env), **variant.env()}
             home = workdir / f"home-{workload.name}-{len(list(workdir.glob('home-*')))}"
             with proxy_server(upstream.base_url, home, env, variant.src) as proxy_url, bar:
-                records = Run(workload, None, upstream, proxy_url, budget, model=args.model, progress=bar).play()
+                records = Run(workload, None, upstream, proxy_url, budget, model=args.model, progress=bar,
+                              api=args.api).play()
                 settle(upstream, args.settle)  # the summary jobs of the last epochs
                 counting = counting_of(proxy_url)
         else:
@@ -347,7 +364,8 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
                               args.model, bar).play()
         elapsed = time.perf_counter() - started
         totals = upstream.totals()
-    row = summarise(variant.name() if key == "proxy" else strategy.name if strategy else key, records, budget,
+    proxy_name = variant.name() + (f" via {args.api}" if args.api != "chat" else "")
+    row = summarise(proxy_name if key == "proxy" else strategy.name if strategy else key, records, budget,
                     elapsed, key == "proxy")
     if key == "proxy":
         row.counting = counting
@@ -376,15 +394,16 @@ def markdown(workload: Workload, rows: list[Row], window: int) -> str:
     budget = budget_of(window, workload.max_tokens)
     head = (f"### {workload.name}: {len(workload.turns)} user turns, {workload.requests} requests planned, "
             f"window {window:,}, budget {budget:,} ({workload.notes})\n\n"
-            "| strategy | requests | hit rate | uncached/turn | adds/turn | uncached ÷ adds | max prompt | mean prompt | "
-            "over budget | errors | newest cut | epochs | recall | verbatim min | verbatim mean | s | "
+            "| strategy | requests | hit rate | ceiling 1-2d/H | d (sent adds) | uncached/turn | adds/turn | "
+            "uncached ÷ adds | max prompt | mean prompt | over budget | errors | newest cut | epochs | recall | verbatim min | verbatim mean | s | "
             "turns' hit rate | job requests | jobs' hit rate |\n"
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-            "| ---: | ---: | ---: |\n")
+            "| ---: | ---: | ---: | ---: | ---: |\n")
     lines = []
     for r in rows:
         ratio = r.uncached_mean / r.adds_mean if r.adds_mean else None
-        lines.append(f"| {r.strategy} | {r.requests} | {r.hit_rate:.4f} | {_f(r.uncached_mean)} | {_f(r.adds_mean)} | {_f(ratio, 2)} | "
+        lines.append(f"| {r.strategy} | {r.requests} | {r.hit_rate:.4f} | {_f(r.ceiling, 4)} | {_f(r.sent_adds_mean)} | "
+                     f"{_f(r.uncached_mean)} | {_f(r.adds_mean)} | {_f(ratio, 2)} | "
                      f"{r.prompt_max:,} | {_f(r.prompt_mean)} | {r.over_budget} | {r.errors} | {r.newest_cut} | "
                      f"{'n/a' if r.epochs is None else r.epochs} | {r.recall} | "
                      f"{_pct(r.verbatim_min)} | {_pct(r.verbatim_mean)} | {r.seconds:.0f} | "
@@ -454,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="one proxy row per value, memory workers off / on (default: the proxy's own default)")
     parser.add_argument("--proxy-src", action="append", default=[], metavar="LABEL=PATH",
                         help="one proxy row per source tree (e.g. before=/tmp/main-export); default: this checkout")
+    parser.add_argument("--api", default="chat", choices=APIS,
+                        help="the API the proxy's requests go through (the baselines speak chat completions)")
     parser.add_argument("--settle", type=float, default=3.0,
                         help="after the last turn, seconds without upstream requests before the totals are read")
     args = parser.parse_args(argv)

@@ -14,6 +14,8 @@ Kinds:
 * ``chat-zh``: the same in Chinese; the answers are scripted Chinese text (``[[say:...]]``), so the
   prompt really is Chinese (one token per character, which a chars/4 estimate undercounts).
 * ``agent``: one user turn, then many tool calls with large outputs (file contents, logs, search hits).
+* ``agent-large``: the same with huge outputs, 5-50k tokens each (whole build logs with compiler errors and
+  tracebacks, long files, search results): what first-sight offload is for.
 * ``images``: the ``chat`` workload with a screenshot attached to every other user turn (a ``data:`` PNG URI,
   12 distinct images, so some come back): what a vision chat sends. Its hit rate next to ``chat``'s says
   whether images cost the prefix cache anything (an image's token count is the upstream's, not the text's).
@@ -32,8 +34,8 @@ import json
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["Turn", "Workload", "KINDS", "make_workload", "chat", "chat_zh", "images", "agent", "replay", "AGENT_TOOLS",
-           "user_content"]
+__all__ = ["Turn", "Workload", "KINDS", "make_workload", "chat", "chat_zh", "images", "agent", "agent_large", "replay",
+           "AGENT_TOOLS", "user_content"]
 
 
 @dataclass(frozen=True)
@@ -282,6 +284,63 @@ def agent(turns: int = 120, seed: int = 0, output_chars: tuple[int, int] = (1500
                     notes=f"1 user turn, {calls} tool calls, outputs {output_chars[0]}-{output_chars[1]} chars")
 
 
+def _lines_until(chars: int, make_line) -> list[str]:
+    """Lines from ``make_line()`` until they hold ``chars`` characters (newlines counted)."""
+    lines: list[str] = []
+    size = 0
+    while size < chars:
+        lines.append(make_line())
+        size += len(lines[-1]) + 1
+    return lines
+
+
+def _build_log(rng: random.Random, chars: int) -> str:
+    """A build and test log: compile lines, a few compiler errors, a traceback, the test summary at the end."""
+    def line() -> str:
+        roll = rng.random()
+        unit = f"src/{rng.choice(_NOUN)}/{rng.choice(_IDENT)}_{rng.randint(1, 400)}.c"
+        if roll < 0.01:
+            return f"{unit}:{rng.randint(1, 900)}:{rng.randint(1, 80)}: error: '{rng.choice(_NOUN)}' undeclared"
+        if roll < 0.015:
+            return ("Traceback (most recent call last):\n  File \"tools/gen.py\", line 88, in <module>\n"
+                    f"    main()\nKeyError: '{rng.choice(_NOUN)}'")
+        if roll < 0.03:
+            return f"{unit}:{rng.randint(1, 900)}: warning: unused variable '{rng.choice(_IDENT)}'"
+        return f"[{rng.randint(1, 999):>3}/999] CC {unit} -O2 -Wall -fPIC -o build/{rng.randint(1, 99999)}.o"
+
+    lines = _lines_until(chars, line)
+    failed = rng.randint(0, 4)
+    lines.append(f"==== {rng.randint(200, 900)} passed, {failed} failed in {rng.randint(10, 300)}.{rng.randint(0, 99)}s ====")
+    return "\n".join(lines) + "\n"
+
+
+def _search_text(rng: random.Random, chars: int) -> str:
+    """grep-style search results: path:line: matching text."""
+    def line() -> str:
+        fn = f"{rng.choice(_IDENT)}_{rng.choice(_NOUN)}"
+        return (f"src/{rng.choice(_NOUN)}/{rng.choice(_IDENT)}.py:{rng.randint(1, 2000)}:    "
+                f"result = {fn}(items, limit={rng.randint(1, 512)})  # {rng.choice(_NOUN)}")
+
+    return "\n".join(_lines_until(chars, line)) + "\n"
+
+
+def agent_large(turns: int = 40, seed: int = 0, output_tokens: tuple[int, int] = (5_000, 50_000)) -> Workload:
+    """One user turn followed by ``turns - 1`` tool calls whose outputs are 5-50k tokens (about 4 characters each):
+    build logs, file reads, search results."""
+    rng = random.Random(f"agent-large:{seed}")
+    calls = max(0, turns - 1)
+    results: list[str] = []
+    for i in range(calls):
+        size = 4 * rng.randint(*output_tokens)
+        kind = rng.random()
+        body = _build_log(rng, size) if kind < 0.4 else _file_text(rng, size) if kind < 0.75 else _search_text(rng, size)
+        results.append((_next_call(rng) + "\n" if i < calls - 1 else "All tests pass now.\n") + body)
+    first = "The build breaks after the upgrade. Find out why and fix it. " + _next_call(rng)
+    return Workload("agent-large", "You are a coding agent. Use the tools to inspect and change the repository.",
+                    (Turn(first, tuple(results)),), tools=AGENT_TOOLS,
+                    notes=f"1 user turn, {calls} tool calls, outputs {output_tokens[0]:,}-{output_tokens[1]:,} tokens")
+
+
 # --- replay of real dialogues -------------------------------------------------------------------
 def replay(turns: int = 300, seed: int = 0) -> Workload | None:
     """MemoryBank's dated dialogues, user after user, as one long conversation (None when absent)."""
@@ -307,13 +366,14 @@ def replay(turns: int = 300, seed: int = 0) -> Workload | None:
                     notes="MemoryBank dialogues replayed (user words recorded, answers of recorded length)")
 
 
-KINDS = ("chat", "chat-zh", "images", "agent", "replay")
+KINDS = ("chat", "chat-zh", "images", "agent", "agent-large", "replay")
 
 
 def make_workload(kind: str, turns: int | None = None, seed: int = 0,
                   agent_output_chars: tuple[int, int] | None = None) -> Workload | None:
     """A workload by name; ``turns`` None takes each kind's default. None for replay without its data."""
-    makers = {"chat": chat, "chat-zh": chat_zh, "images": images, "agent": agent, "replay": replay}
+    makers = {"chat": chat, "chat-zh": chat_zh, "images": images, "agent": agent, "agent-large": agent_large,
+              "replay": replay}
     if kind not in makers:
         raise ValueError(f"unknown workload {kind!r}; choose from {', '.join(KINDS)}")
     kw: dict = {"seed": seed} if turns is None else {"seed": seed, "turns": turns}

@@ -14,10 +14,13 @@ from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 
 from proxy.api.admin import ADMIN_ROUTES
+from proxy.api.api_metrics import api_failed
 from proxy.api.auth import AuthMiddleware, Authenticator
 from proxy.api.keys import KEY_ROUTES
 from proxy.api.limits import Limits, LimitsMiddleware
 from proxy.api.conversations import CONVERSATION_ROUTES
+from proxy.api.messages import MESSAGES_ROUTES
+from proxy.api.responses import RESPONSES_ROUTES
 from proxy.api.routes import ROUTES
 from proxy.api.rewrite import REWRITE_ROUTES
 from proxy.api.search import SEARCH_ROUTES
@@ -29,6 +32,7 @@ from proxy.settings import Settings, load_settings
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.exchange import Exchange
 from proxy.upstream.route_check import RouteWatch
+from proxy.wire import logtext
 from proxy.wire.errors import ProxyError, from_status
 
 log = logging.getLogger("memci")
@@ -40,6 +44,7 @@ def _proxy_error(request: Request, exc: ProxyError) -> Response:
     route = "chat" if path == "/v1/chat/completions" else "other" if path.startswith("/v1/") else None
     if route is not None:
         request.app.state.services.metrics.requests.labels(route, str(exc.status)).inc()
+        api_failed(request.app.state.services.metrics, path, exc.status)
     return Response(content=exc.body(), status_code=exc.status, media_type="application/json",
                     headers=exc.headers or None)
 
@@ -50,7 +55,7 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
 
 
 def _internal_error(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    log.exception("unhandled error on %s %s", logtext.field(request.method, 16), logtext.field(request.url.path))
     err = from_status(500, f"internal proxy error: {type(exc).__name__}")
     return Response(content=err.body(), status_code=500, media_type="application/json")
 
@@ -115,7 +120,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await limits.close()
 
     app = Litestar(
-        route_handlers=[*ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES, *REWRITE_ROUTES, *CONVERSATION_ROUTES, *KEY_ROUTES],
+        route_handlers=[*ROUTES, *RESPONSES_ROUTES, *MESSAGES_ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES, *REWRITE_ROUTES, *CONVERSATION_ROUTES, *KEY_ROUTES],
         lifespan=[lifespan],
         # Auth first: it decides the tenant the limits and every handler use.
         middleware=[DefineMiddleware(AuthMiddleware, authenticator=authenticator),

@@ -1,6 +1,7 @@
 """Logs never hold a key: a filter on every log handler that redacts the configured secrets and anything shaped
 like a bearer token or an ``sk-`` key (defence in depth: the proxy's own messages never name a key, and message
-content is logged only with ``log_prompts``)."""
+content is logged only with ``log_prompts``). The same filter quotes every argument that holds a line-breaking
+character (proxy.wire.logtext), so client text cannot forge a log line."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from proxy.keys import parse_virtual_keys
 from proxy.settings import Settings
+from proxy.wire.logtext import safe_arg
 
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s\"',;]+")
 _SK = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
@@ -34,6 +36,8 @@ class RedactSecrets(logging.Filter):
         return _SK.sub("[redacted]", text)
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(safe_arg(a) for a in record.args)
         try:
             message = record.getMessage()
         except Exception:

@@ -31,6 +31,22 @@ class Metrics:
             "memci_request_duration_seconds", "Time from request to the last byte answered.", ["route"],
             buckets=_LATENCY_BUCKETS, registry=r,
         )
+        # memci_api_*: the same turns by the client's API (chat completions, Responses, Anthropic Messages)
+        self.api_requests = Counter(
+            "memci_api_requests", "Requests of each client API (chat, responses, messages), by status.",
+            ["api", "status"], registry=r,
+        )
+        self.api_request_duration = Histogram(
+            "memci_api_request_duration_seconds", "Time from request to the last byte answered, by client API.",
+            ["api"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.api_prompt_tokens = Counter(
+            "memci_api_prompt_tokens", "Prompt tokens the upstream reported, by client API.", ["api"], registry=r,
+        )
+        self.api_cached_tokens = Counter(
+            "memci_api_cached_tokens", "Cached prompt tokens the upstream reported, by client API (hit rate: "
+            "over memci_api_prompt_tokens).", ["api"], registry=r,
+        )
         self.upstream_ttft = Histogram(
             "memci_upstream_ttft_seconds", "Time from sending upstream to the upstream's first byte.",
             buckets=_LATENCY_BUCKETS, registry=r,
@@ -135,6 +151,18 @@ class Metrics:
             registry=r,
         )
         self.recall_pages = Counter("memci_recall_pages", "Archived pages returned in full by recall.", registry=r)
+        self.offloaded_outputs = Counter(
+            "memci_offloaded_outputs", "Tool outputs and pasted documents offloaded on arrival (each its own page, "
+            "shown by a preview), by kind (tool, document).", ["kind"], registry=r,
+        )
+        self.offload_tokens_saved = Counter(
+            "memci_offload_tokens_saved", "Estimated tokens offloaded outputs would have added to the prompt beyond "
+            "their previews, counted once, when they arrive.", registry=r,
+        )
+        self.offload_reads = Counter(
+            "memci_offload_reads", "Reads of offloaded outputs through recall, by how (lines, search, start: the "
+            "first lines, when neither is given).", ["how"], registry=r,
+        )
         self.recall_search_seconds = Histogram(
             "memci_recall_search_seconds", "Time to search a conversation's archived pages.",
             buckets=_OVERHEAD_BUCKETS, registry=r,
@@ -186,6 +214,11 @@ class Metrics:
             "memci_recall_push_tokens", "Estimated tokens one proactive recall round added to the prompt (kept in the "
             "history: paid once, cached on later turns).", buckets=(32, 64, 128, 256, 512, 1024, 2048, 4096),
             registry=r,
+        )
+        self.vision_urls_refused = Counter(
+            "memci_vision_urls_refused", "Image URLs not given to the vision model (image left undescribed), by "
+            "reason (loopback, private, link_local, unspecified, multicast, reserved, unresolved, scheme, malformed).",
+            ["reason"], registry=r,
         )
         self.epoch_tokens_shed = Histogram(
             "memci_epoch_tokens_shed", "Estimated tokens an epoch took out of the prompt (archived, condensed, "

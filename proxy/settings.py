@@ -165,6 +165,26 @@ class Settings:
     cold_cache_min_tokens: int = field(
         default=256, metadata=_doc("Expected stable prefixes shorter than this never count as a cold cache.", min=0)
     )
+    offload: bool = field(
+        default=True,
+        metadata=_doc("First-sight offload: a huge tool output or pasted document becomes its own archived page when "
+                      "it arrives, and prompts carry a stable preview in its place (per request: X-Memci-Offload)."),
+    )
+    offload_tool_tokens: int = field(
+        default=2000,
+        metadata=_doc("A tool output over this many tokens (or over an eighth of the prompt budget, when less) is "
+                      "offloaded on arrival; 0: never.", min=0),
+    )
+    offload_document_tokens: int = field(
+        default=8000,
+        metadata=_doc("A user message (a pasted document) over this many tokens (or over a quarter of the prompt "
+                      "budget, when less) is offloaded on arrival; 0: never.", min=0),
+    )
+    offload_preview_tokens: int = field(
+        default=192,
+        metadata=_doc("Size of an offloaded output's preview (head, lines that look like errors, tail), at most half "
+                      "the tool threshold.", min=32),
+    )
     summary_line_chars: int = field(
         default=80, metadata=_doc("Length of each per-message line of the contents page.", min=16)
     )
@@ -450,6 +470,12 @@ class Settings:
     vision_max_tokens: int = field(default=300, metadata=_doc("Longest image description in tokens.", min=16))
     vision_concurrency: int = field(default=2, metadata=_doc("Image descriptions computed at once.", min=1))
     vision_prompt: str = field(default="", metadata=_doc("Instruction sent with each image (empty: the built-in one)."))
+    vision_allow_private_urls: bool = field(
+        default=False, metadata=_doc("Let the vision model be given image URLs whose host is loopback, private, "
+                                     "link-local, unspecified, multicast or reserved (or does not resolve). Off: "
+                                     "such images are not described. Schemes other than http(s) and data: are "
+                                     "never passed on.")
+    )
 
     # --- admin ---------------------------------------------------------------------------------
     admin_key: str = field(default="", metadata=_doc("Bearer key for /memci/ admin endpoints (empty: admin API off)."))

@@ -10,13 +10,19 @@ Modes (setting ``auth_mode``):
 The ASGI middleware ``AuthMiddleware`` resolves every /v1 and /memci request once and writes the tenant into the
 proxy-owned request header ``X-Memci-Auth-Tenant`` (a client's own copy is always dropped);
 ``proxy.turn.identity.tenant_of(headers)`` reads it from there, so every tenant-scoped lookup takes its tenant
-from this module. Requests bearing the admin key pass untouched (admin endpoints check that key themselves).
-Keys are compared as sha256 digests with ``hmac.compare_digest``.
+from this module.
+
+The admin key is not a chat credential and never leaves the proxy: on /v1/* it is refused like an unknown key
+(401, every auth mode); on /memci/* the request is marked as the admin's (scope entry ``memci.admin``, which the
+admin endpoints check) and its Authorization header is dropped before any handler sees it. No upstream key may
+equal it (checked at start and when a key is created or changed). Keys are compared as sha256 digests with
+``hmac.compare_digest``.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +31,7 @@ import msgspec
 import xxhash
 
 from proxy import usage_meter
+from proxy.api.messages_codec import error_body as anthropic_error_body
 from proxy.turn.identity import AUTH_TENANT_HEADER, key_tenant
 from proxy.keys import (  # noqa: F401 - parse_virtual_keys and SettingsKey are re-exported
     KeyRegistry,
@@ -36,12 +43,15 @@ from proxy.keys import (  # noqa: F401 - parse_virtual_keys and SettingsKey are 
     same_digest,
 )
 from proxy.settings import Settings, SettingsError
+from proxy.wire import logtext
 from proxy.wire.errors import ProxyError
 
 log = logging.getLogger("memci.auth")
 _AUTH_TENANT = AUTH_TENANT_HEADER.encode()
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 _encode = msgspec.json.Encoder().encode
 KEY_SCOPE = "memci.key"  # ASGI scope entry: the VirtualKey of the request (limits read its rate)
+ADMIN_SCOPE = "memci.admin"  # ASGI scope entry: True when the request bore the admin key (/memci/* only)
 PROMPT_LOG_LIMIT = 64 * 1024  # bytes of a request body the prompt log shows at most
 
 
@@ -58,7 +68,10 @@ def virtual_tenant(name: str) -> str:
 
 
 def bearer_of(headers: Mapping[str, str]) -> str:
+    """The client's key: the Authorization bearer token, else Anthropic's ``x-api-key``."""
     auth = headers.get("authorization") or headers.get("Authorization") or ""
+    if not auth:
+        return (headers.get("x-api-key") or headers.get("X-Api-Key") or "").strip()
     return auth[7:].strip() if auth[:7].lower() == "bearer " else auth.strip()
 
 
@@ -97,6 +110,8 @@ class Authenticator:
             for digest, k in self.seeds.items()
         }
         self.keys = KeyRegistry(static, virtual_tenant)
+        if self.admin_key:
+            _check_admin_key_distinct(settings, self.seeds)
 
     async def attach(self, repo: Any, redis_url: str = "") -> None:
         """Keys from PostgreSQL from now on (the settings' keys written there first)."""
@@ -126,6 +141,28 @@ class Authenticator:
         return Identity(found.tenant, found.upstream_key, found)
 
 
+def is_admin_request(scope: Mapping[str, Any]) -> bool:
+    """Whether the middleware found the admin key on this request (its Authorization header is gone by then)."""
+    return scope.get(ADMIN_SCOPE) is True
+
+
+def _check_admin_key_distinct(settings: Settings, seeds: Mapping[str, SettingsKey]) -> None:
+    """The admin key must not be a key the proxy sends anywhere, nor a client key: refuse such settings at start."""
+    admin = settings.admin_key
+    for name in ("upstream_api_key", "summary_model_api_key", "vision_api_key", "rewrite_model_api_key",
+                 "embeddings_api_key"):
+        if same_key(getattr(settings, name, ""), admin):
+            raise SettingsError(f"setting '{name}': must differ from admin_key (the admin key never leaves the proxy)")
+    for digest, seed in seeds.items():
+        if same_digest(digest, key_digest(admin)) or same_key(seed.upstream_key, admin):
+            raise SettingsError("setting 'virtual_keys': a client key or upstream key equals admin_key (the admin "
+                                "key is not a chat credential and never leaves the proxy)")
+
+
+def same_key(value: str, admin_key: str) -> bool:
+    return bool(value) and is_admin_key(value, admin_key)
+
+
 def _guarded(path: str) -> bool:
     return path.startswith("/v1/") or path.startswith("/memci/")
 
@@ -138,6 +175,16 @@ class AuthMiddleware:
         self.app = app
         self.auth = authenticator
         self.log_prompts = authenticator.settings.log_prompts
+        key = authenticator.admin_key
+        self._admin_bytes = key.encode("utf-8") if len(key) >= 8 else b""  # shorter: too likely to occur by chance
+
+    def _carries_admin_key(self, scope: dict, raw: list[tuple[bytes, bytes]]) -> bool:
+        """The admin key anywhere else a request could carry it upstream: another header (``api-key``,
+        ``x-api-key``...) or the query string (``?api_key=``). Byte searches: no cost worth counting."""
+        admin = self._admin_bytes
+        if not admin:
+            return False
+        return admin in scope.get("query_string", b"") or any(admin in v for _, v in raw)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope.get("type") != "http":
@@ -148,17 +195,27 @@ class AuthMiddleware:
         if not _guarded(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
+        if _CONTROL.search(scope.get("path", "")):  # no route has one; ids with NUL would reach PostgreSQL
+            await send_error(send, ProxyError(404, "no route for a path with control characters",
+                                              "invalid_request_error", "not_found"))
+            return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw}
-        if self.auth.is_admin(headers):
+        path = scope.get("path", "")
+        if self.auth.is_admin(headers) or (path.startswith("/v1/") and self._carries_admin_key(scope, raw)):
+            if not scope.get("path", "").startswith("/memci/"):
+                await send_error(send, invalid_key())  # not a chat credential: refused like an unknown key
+                return
+            scope[ADMIN_SCOPE] = True
+            scope["headers"] = [(k, v) for k, v in raw if k.lower() != b"authorization"]
             await self.app(scope, receive, send)
             return
         try:
             identity = await self.auth.resolve(headers)
         except ProxyError as exc:
-            await send_error(send, exc)
+            await send_error(send, exc, scope.get("path", ""))
             return
         if identity.upstream_key is not None:
-            raw = [(k, v) for k, v in raw if k.lower() != b"authorization"]
+            raw = [(k, v) for k, v in raw if k.lower() not in (b"authorization", b"x-api-key")]
             if identity.upstream_key:
                 raw.append((b"authorization", f"Bearer {identity.upstream_key}".encode("latin-1")))
         raw.append((_AUTH_TENANT, identity.tenant.encode()))
@@ -193,14 +250,15 @@ def _logged_body(receive: Any, tenant: str) -> Any:
             size += len(body)
             if not message.get("more_body"):
                 text = b"".join(chunks).decode("utf-8", "replace")
-                log.debug("chat request of tenant %s (%d bytes): %s", tenant, size, text)
+                log.debug("chat request of tenant %s (%d bytes): %s", tenant, size, logtext.field(text, PROMPT_LOG_LIMIT))
         return message
 
     return logged
 
 
-async def send_error(send: Any, exc: ProxyError) -> None:
-    body = exc.body()
+async def send_error(send: Any, exc: ProxyError, path: str = "") -> None:
+    """The error answered before a route runs, in the shape of the path's API (Anthropic's for /v1/messages)."""
+    body = anthropic_error_body(exc.status, exc.message) if path.startswith("/v1/messages") else exc.body()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
     await send({"type": "http.response.start", "status": exc.status, "headers": headers})

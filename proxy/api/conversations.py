@@ -1,7 +1,7 @@
 """Conversation APIs under /memci/conversations: list, history, export, delete.
 
 The caller's own key sees its own conversations (tenant = the key's tenant). The admin key sees any tenant's,
-named by the header `X-Memci-Tenant`.
+named by the header `X-Memci-Tenant` (proxy.api.tenants: a tenant name or id; an unknown one is a 404).
 """
 
 from __future__ import annotations
@@ -11,27 +11,21 @@ from typing import Any
 
 from litestar import Request, Response, delete, get
 
-from proxy.api.auth import bearer_of, is_admin_key
 from proxy.api.forwarding import services_of
 from proxy.blobs.store import description_blob_name, image_blob_name
 from proxy.api.services import Services
-from proxy.turn.identity import tenant_of
+from proxy.api.tenants import caller_tenant
 from proxy.store.ports import ConversationInfo, PageRow
 from proxy.wire.errors import ProxyError, bad_request
 
 MAX_PAGE = 1000
 
 
-def _caller(request: Request) -> tuple[Services, str]:
+async def _caller(request: Request) -> tuple[Services, str]:
     services = services_of(request)
     if services.context is None or services.store is None:
         raise ProxyError(404, "conversation APIs need context management on", "invalid_request_error", "context_off")
-    if is_admin_key(bearer_of(request.headers), services.settings.admin_key):
-        tenant = request.headers.get("x-memci-tenant", "").strip()
-        if not tenant:
-            raise bad_request("the admin key acts for a tenant named by the header X-Memci-Tenant", param="X-Memci-Tenant")
-        return services, tenant
-    return services, tenant_of(request.headers)
+    return services, await caller_tenant(request, services)
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -84,7 +78,7 @@ class _PageOf:
 
 @get("/memci/conversations")
 async def list_conversations(request: Request) -> Response:
-    services, tenant = _caller(request)
+    services, tenant = await _caller(request)
     limit = _int_param(request, "limit", 50, 1, MAX_PAGE)
     rows = await services.store.repo.list_conversations(tenant, limit=limit)
     return Response(content={"object": "list", "data": [_info_json(r) for r in rows]})
@@ -93,7 +87,7 @@ async def list_conversations(request: Request) -> Response:
 @get("/memci/conversations/{conversation_id:str}")
 async def conversation_history(request: Request, conversation_id: str) -> Response:
     """The conversation's messages with their page numbers and archive state (`after`/`limit` page through)."""
-    services, tenant = _caller(request)
+    services, tenant = await _caller(request)
     info = await _require(services, tenant, conversation_id)
     after = _int_param(request, "after", -1, -1, 2**31 - 1)
     limit = _int_param(request, "limit", 200, 1, MAX_PAGE)
@@ -115,7 +109,7 @@ async def conversation_history(request: Request, conversation_id: str) -> Respon
 @get("/memci/conversations/{conversation_id:str}/export")
 async def export_conversation(request: Request, conversation_id: str) -> Response:
     """Everything stored about one conversation, as one JSON document."""
-    services, tenant = _caller(request)
+    services, tenant = await _caller(request)
     info = await _require(services, tenant, conversation_id)
     repo = services.store.repo
     pages = await repo.load_pages(tenant, conversation_id, ("active", "archived", "evicted"))
@@ -138,7 +132,7 @@ async def delete_conversation(request: Request, conversation_id: str) -> Respons
     """Remove the conversation from every table (page vectors, summaries and profile facts learnt from it
     included), the images only it referenced from the blob store, and the conversation from the hot state and
     from this replica's caches."""
-    services, tenant = _caller(request)
+    services, tenant = await _caller(request)
     await _require(services, tenant, conversation_id)
     context = services.context
     # Queued writes and per-process caches first: nothing written behind may bring the conversation back.

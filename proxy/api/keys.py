@@ -13,11 +13,11 @@ from typing import Any
 from litestar import Request, Response, delete, get, patch, post
 
 from proxy.api.admin import check_admin_key
-from proxy.api.auth import Authenticator, virtual_tenant
+from proxy.api.auth import Authenticator, same_key, virtual_tenant
 from proxy.keys import key_digest, key_hint, new_key_id, new_secret
 from proxy.store.sql.key_queries import KeyRecord
 from proxy.wire.errors import ProxyError, bad_request
-from proxy.wire.validate import parse_json_object
+from proxy.wire.validate import parse_json_object, stored_text
 
 MAX_GRACE_SECONDS = 7 * 24 * 3600
 
@@ -64,8 +64,14 @@ def _optional_text(data: dict[str, Any], name: str, limit: int = 4096) -> str | 
     value = data.get(name)
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > limit:
-        raise bad_request(f"'{name}' must be text of at most {limit} characters", param=name)
+    return stored_text(value, name, limit)
+
+
+def _upstream_key(auth: Authenticator, data: dict[str, Any]) -> str:
+    """The key's upstream key (400 when it is the admin key: that one never leaves the proxy)."""
+    value = _optional_text(data, "upstream_key") or ""
+    if same_key(value, auth.admin_key):
+        raise bad_request("'upstream_key' must not be the admin key", param="upstream_key")
     return value
 
 
@@ -75,6 +81,12 @@ def _limits(data: dict[str, Any]) -> dict[str, Any]:
         "rate_limit_burst": _optional_number(data, "rate_limit_burst", integer=True),
         "budget_tokens": _optional_number(data, "budget_tokens", integer=True),
     }
+
+
+def _revoked(key_id: str) -> ProxyError:
+    """A revoked key is immutable: changing or rotating it is a conflict."""
+    return ProxyError(409, f"key {key_id!r} is revoked; a revoked key cannot be changed (create a new one)",
+                      "invalid_request_error", "key_revoked")
 
 
 async def _found(auth: Authenticator, key_id: str) -> KeyRecord:
@@ -96,7 +108,7 @@ async def create_key(request: Request) -> Response:
     secret = new_secret()
     record = await auth.keys.repo.create(
         new_key_id(), key_digest(secret), key_hint(secret), tenant.strip(),
-        upstream_key=_optional_text(data, "upstream_key") or "", name=_optional_text(data, "name", 256),
+        upstream_key=_upstream_key(auth, data), name=_optional_text(data, "name", 256),
         **_limits(data),
     )
     await auth.keys.changed()
@@ -108,6 +120,8 @@ async def list_keys(request: Request) -> Response:
     """Keys, masked, oldest first: ``tenant`` (a name) filters, ``include_revoked=true`` shows revoked ones."""
     auth = _admin(request)
     tenant = request.query_params.get("tenant")
+    if tenant is not None:
+        stored_text(tenant, "tenant", 256)
     include_revoked = request.query_params.get("include_revoked", "false").lower() in ("1", "true", "yes")
     records = await auth.keys.repo.list_keys(tenant=tenant, include_revoked=include_revoked)
     return Response(content={"object": "list", "data": [key_json(r) for r in records]})
@@ -128,10 +142,10 @@ async def change_key(request: Request, key_id: str) -> Response:
     for name in ("rate_limit_rps", "rate_limit_burst", "budget_tokens"):
         if name in data:
             changes[name] = _limits(data)[name]
-    for name, limit in (("name", 256), ("upstream_key", 4096)):
-        if name in data:
-            changes[name] = _optional_text(data, name, limit) if name == "name" else (
-                _optional_text(data, name, limit) or "")
+    if "name" in data:
+        changes["name"] = _optional_text(data, "name", 256)
+    if "upstream_key" in data:
+        changes["upstream_key"] = _upstream_key(auth, data)
     if "used_tokens" in data:
         used = _optional_number(data, "used_tokens", integer=True)
         changes["used_tokens"] = used or 0
@@ -139,8 +153,13 @@ async def change_key(request: Request, key_id: str) -> Response:
                            "used_tokens"}
     if unknown:
         raise bad_request(f"unknown field {sorted(unknown)[0]!r}", param=sorted(unknown)[0])
-    await _found(auth, key_id)
-    record = await auth.keys.repo.update_limits(key_id, changes) if changes else await _found(auth, key_id)
+    record = await _found(auth, key_id)
+    if record.revoked:
+        raise _revoked(key_id)
+    if changes:
+        record = await auth.keys.repo.update_limits(key_id, changes)
+        if record is None:  # revoked (or gone) meanwhile
+            raise _revoked(key_id)
     await auth.keys.changed()
     return Response(content=key_json(record))
 
@@ -178,11 +197,11 @@ async def rotate_key(request: Request, key_id: str) -> Response:
         raise bad_request(f"'grace_seconds' must be at most {MAX_GRACE_SECONDS}", param="grace_seconds")
     record = await _found(auth, key_id)
     if record.revoked:
-        raise ProxyError(409, f"key {key_id!r} is revoked", "invalid_request_error", "key_revoked")
+        raise _revoked(key_id)
     secret = new_secret()
     record = await auth.keys.repo.rotate(key_id, key_digest(secret), key_hint(secret), float(grace))
     if record is None:
-        raise ProxyError(409, f"key {key_id!r} is revoked", "invalid_request_error", "key_revoked")
+        raise _revoked(key_id)
     await auth.keys.changed()
     return Response(content={**key_json(record), "key": secret})
 

@@ -336,7 +336,7 @@ class LimitsMiddleware:
                 await self.limits.check_rate(tenant, key)
                 holding = await self.limits.acquire_upstream()
             except ProxyError as exc:
-                await send_error(send, exc)
+                await send_error(send, exc, scope.get("path", ""))
                 return
             await self.app(scope, receive, send)
         finally:

@@ -6,6 +6,7 @@ import time
 
 from litestar import Request, Response, get, post, route
 
+from proxy.api.api_metrics import metered
 from proxy.api.auth import with_cache_salt
 from proxy.api.forwarding import respond, services_of
 from proxy.api.limits import admit_stream
@@ -15,7 +16,7 @@ from proxy.upstream.exchange import Outgoing
 from proxy.upstream.route_check import PATH as ROUTE_PATH
 from proxy.upstream.route_check import ready as route_ready
 from proxy.wire.errors import ProxyError
-from proxy.wire.validate import parse_chat_body, parse_json_object, validate_chat_request
+from proxy.wire.validate import parse_chat_body, parse_json_object, require_utf8, validate_chat_request
 
 _FORWARD_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
@@ -39,7 +40,7 @@ async def chat_completions(request: Request) -> Response:
         body, data = with_cache_salt(body, data, tenant)
     if managed:
         call = chat_call(request.headers, data, body, raw_messages, request.url.query, started, tenant)
-        return respond(await services.context.handle(call))
+        return respond(metered(await services.context.handle(call), services.metrics, "chat", started))
     return respond(await services.exchange.send(Outgoing(
         "chat", "POST", "/chat/completions", request.url.query, request.headers, body, started, stream,
         route_key=pass_through_route_key(tenant, request.headers, data))))
@@ -50,6 +51,8 @@ async def forward_other(request: Request, path: str) -> Response:
     started = time.perf_counter()
     services = services_of(request)
     body = await request.body() if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
+    if body:
+        require_utf8(body, request.headers.get("content-type", ""))
     if body and services.settings.cache_salt_per_tenant and request.method == "POST" and path.strip("/") in (
         "completions", "chat/completions"
     ):

@@ -7,13 +7,14 @@ import time
 from litestar import Request, Response, post
 
 from proxy.api.forwarding import services_of
-from proxy.turn.identity import conversation_id_for_session, tenant_of
+from proxy.api.tenants import caller_tenant
+from proxy.turn.identity import conversation_id_for_session
 from proxy.engine import ConversationState
 from proxy.engine.state import STATUS_NAMES
 from proxy.recall.pagetext import excerpt
 from proxy.recall.resolver import RecallContext, query_terms
 from proxy.wire.errors import ProxyError, bad_request
-from proxy.wire.validate import parse_json_object
+from proxy.wire.validate import parse_json_object, stored_text
 
 
 @post("/memci/search", status_code=200)
@@ -29,13 +30,14 @@ async def search(request: Request) -> Response:
     k = data.get("k", 5)
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 100:
         raise bad_request("'k' must be an integer from 1 to 100", param="k")
-    tenant = tenant_of(request.headers)
+    tenant = await caller_tenant(request, services)
     conversation_id = data.get("conversation_id")
     session_key = data.get("session_key")
     if isinstance(session_key, str) and session_key:
         conversation_id = conversation_id_for_session(tenant, session_key)
     if not isinstance(conversation_id, str) or not conversation_id:
         raise bad_request("give 'conversation_id' or 'session_key'", param="conversation_id")
+    stored_text(conversation_id, "conversation_id", 256)
     stored = await services.store.repo.load_snapshot(tenant, conversation_id)
     if stored is None or stored[0] is None:
         raise ProxyError(404, f"no conversation {conversation_id!r} for this key", "invalid_request_error", "not_found")

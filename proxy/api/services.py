@@ -21,5 +21,6 @@ class Services:
     store: Any = None  # proxy.store.factory.Store once opened
     context: Any = None  # proxy.turn.service.TurnService when context management is on
     memory: Any = None  # proxy.workers.runner.MemoryWorker when the memory workers run
+    response_chain: Any = None  # proxy.api.response_chain.ResponseChain, made on first use
     notes: dict[str, str] = field(default_factory=dict)  # what start-up chose (database, hot state)
     route_watch: RouteWatch | None = None  # does each upstream worker serve the chat route? (/ready, start-up)

@@ -11,7 +11,8 @@ from urllib.parse import parse_qs
 
 import msgspec
 
-from proxy.emulator.chat import plan_chat, script_source
+from proxy.emulator import apis
+from proxy.emulator.chat import ChatPlan, plan_chat, script_source
 from proxy.emulator.completions import completion_body, completion_stream_events, plan_completion
 from proxy.emulator.config import EmulatorConfig
 from proxy.emulator.embeddings import embeddings_body
@@ -19,6 +20,7 @@ from proxy.emulator.errors import ErrorReply, bad_request
 from proxy.emulator.markers import Script, parse_markers
 from proxy.emulator.responses import MALFORMED_EVENT, chat_completion_body, chat_stream_events
 from proxy.emulator.state import EmulatorState
+from proxy.emulator.template import render_chat
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -71,9 +73,13 @@ class EmulatorApp:
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
         self.state = EmulatorState(config)
+        self.responses_book = apis.ResponsesBook()
         self._routes: dict[tuple[str, str], Callable[[Scope, Receive, Send], Awaitable[None]]] = {
             ("POST", "/v1/chat/completions"): self._chat_completions,
             ("POST", "/v1/completions"): self._completions,
+            ("POST", "/v1/responses"): self._responses,
+            ("POST", "/v1/messages"): self._messages,
+            ("POST", "/v1/messages/count_tokens"): self._count_tokens,
             ("POST", "/v1/embeddings"): self._embeddings,
             ("POST", "/tokenize"): self._tokenize,
             ("GET", "/v1/models"): self._models,
@@ -141,6 +147,50 @@ class EmulatorApp:
                 await _send_bytes(send, 200, b'{"id": "chatcmpl-malformed", "choices": [', _JSON_HEADERS)
                 return
             await _send_json(send, 200, chat_completion_body(plan))
+        finally:
+            state.running -= 1
+
+    async def _responses(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = _decode_body(await _read_body(receive))
+        book = self.responses_book
+        chat, conversation = apis.responses_chat(body, book.history(body))
+        plan = await self._api_plan(scope, receive, send, chat, apis.response_body, apis.response_stream)
+        if plan is not None and body.get("store") is not False:
+            book.keep("resp_" + plan.request_id, conversation + apis.response_messages(plan))
+
+    async def _messages(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            chat = apis.messages_chat(_decode_body(await _read_body(receive)))
+            await self._api_plan(scope, receive, send, chat, apis.message_body, apis.message_stream)
+        except ErrorReply as error:
+            self.state.totals.errors += 1
+            await _send_json(send, error.status, apis.anthropic_error(error.status, error.message))
+
+    async def _count_tokens(self, scope: Scope, receive: Receive, send: Send) -> None:
+        chat = apis.messages_chat({**_decode_body(await _read_body(receive)), "_count_only": True})
+        prompt = render_chat(chat["messages"], chat.get("tools"), True)
+        await _send_json(send, 200, {"input_tokens": self.state.tokenizer.count(prompt)})
+
+    async def _api_plan(self, scope: Scope, receive: Receive, send: Send, chat: dict[str, Any],
+                        whole: Callable[[ChatPlan], Any],
+                        streamed: Callable[[ChatPlan, Any, int], list[tuple[bytes, int]]]) -> ChatPlan | None:
+        """A Responses or Messages request planned as the chat it renders to, answered in that API's shape."""
+        state = self.state
+        state.running += 1
+        try:
+            plan = plan_chat(state, chat)
+            _log_headers(state, chat, scope)
+            script = plan.script
+            if plan.stream:
+                events = streamed(plan, state.tokenizer, max(1, self.config.stream_chunk_tokens))
+                await self._stream(receive, send, script, plan.time_to_first_token_s, plan.per_output_token_s,
+                                   events)
+                return plan
+            wait = script.delay_s + plan.time_to_first_token_s + plan.per_output_token_s * plan.completion_tokens
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await _send_json(send, 200, whole(plan))
+            return plan
         finally:
             state.running -= 1
 

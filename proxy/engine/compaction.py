@@ -14,6 +14,7 @@ from .condense import condense_message, condense_messages
 from .config import EngineConfig
 from .contents import contents_intro, entry_header, page_entry_body
 from .eviction import lru_evictions, rule_evictions
+from .offloading import condensed_offload
 from .state import ARCHIVED, EVICTED, ConversationState
 from .tokens import TokenCounter
 
@@ -58,7 +59,9 @@ def _condense_entry(
 ) -> bool:
     if entry in condensed_set:
         return False
-    c = condense_message(messages[entry], cfg.condense_tool_chars, image_texts)
+    c = condensed_offload(s, messages, entry, cfg.condense_tool_chars) if s.offloads else None
+    if c is None:
+        c = condense_message(messages[entry], cfg.condense_tool_chars, image_texts)
     if c is None:
         return False
     new_tokens = counter.count_message(c)

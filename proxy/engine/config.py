@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .offload import OffloadLimits
+
 
 # The contents page never takes more than this share of the prompt budget: everything after it is recomputed at
 # an epoch, so a small contents page makes epochs cheap (measured: 0.951 -> 0.980 token-weighted cache hit rate
@@ -36,6 +38,12 @@ class EngineConfig:
     # stable prefix (and the expected prefix is at least `cold_cache_min_tokens`).
     cold_cache_ratio: float = 0.5
     cold_cache_min_tokens: int = 256
+    # First-sight offload (proxy.engine.offload): thresholds (0: never) and the preview's size, in tokens.
+    offload: bool = True
+    offload_tool_tokens: int = 2000
+    offload_document_tokens: int = 8000
+    offload_preview_tokens: int = 192
+    offload_budget_share: float = 1 / 8
 
     @classmethod
     def from_settings(cls, settings: Any, context_window: int) -> "EngineConfig":
@@ -57,6 +65,10 @@ class EngineConfig:
             "condense_keep_pages": "condense_keep_pages",
             "cold_cache_ratio": "cold_cache_ratio",
             "cold_cache_min_tokens": "cold_cache_min_tokens",
+            "offload": "offload",
+            "offload_tool_tokens": "offload_tool_tokens",
+            "offload_document_tokens": "offload_document_tokens",
+            "offload_preview_tokens": "offload_preview_tokens",
         }
         values: dict[str, Any] = {"context_window": int(context_window)}
         for ours, theirs in mapping.items():
@@ -73,6 +85,17 @@ class EngineConfig:
         budget, so that an agent loop's closed pages can be archived long before its open page fills the window
         (the default 4,096 is 58% of an 8k window's budget)."""
         return max(256, min(self.page_max_tokens, int(self.budget(None) * self.page_budget_share)))
+
+    def offload_limits(self) -> OffloadLimits:
+        """A tool output over min(offload_tool_tokens, budget / 8) tokens is offloaded on arrival, a user message
+        over min(offload_document_tokens, budget / 4); the preview takes offload_preview_tokens, at most half the
+        tool threshold."""
+        budget = self.budget(None)
+        tool = min(self.offload_tool_tokens, max(64, int(budget * self.offload_budget_share)))
+        document = min(self.offload_document_tokens, max(64, int(budget * 2 * self.offload_budget_share)))
+        preview = max(32, min(self.offload_preview_tokens, tool // 2))
+        return OffloadLimits(tool if self.offload_tool_tokens > 0 else 0,
+                             document if self.offload_document_tokens > 0 else 0, preview)
 
     def budget(self, max_tokens: int | None) -> int:
         """Prompt budget (seed 003): window - answer reserve - safety margin; never below 1."""

@@ -76,9 +76,11 @@ def render_active(
     tool_chars: int,
     volatile: Mapping[int, str],
     image_texts: Mapping[str, str] | None = None,
+    previews: Mapping[int, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """B6: entries [start, len(messages)) verbatim, condensed where flagged (images decayed to `image_texts`
-    when given), hidden groups spliced in place, volatile blocks appended to the entries `volatile` maps."""
+    when given), offloaded ones by their `previews`, hidden groups spliced in place, volatile blocks appended to
+    the entries `volatile` maps."""
     cond = condensed[bisect.bisect_left(condensed, start) :]
     cond_set = set(cond)
     by_after: dict[int, list[HiddenGroup]] = {}
@@ -88,13 +90,17 @@ def render_active(
     points = set(cond_set)
     points.update(by_after)
     points.update(e for e, text in volatile.items() if text and e >= start)
+    if previews:
+        points.update(previews)
     out: list[dict[str, Any]] = []
     pos = start
     for p in sorted(points):
         if p > pos:
             out.extend(messages[pos:p])
         msg = messages[p]
-        if p in cond_set:
+        if previews and p in previews:
+            msg = previews[p]
+        elif p in cond_set:
             msg = condense_message(msg, tool_chars, image_texts) or msg
         block = volatile.get(p)
         if block:

@@ -12,6 +12,14 @@ and intent blocks, summaries and profile facts), ``quote`` neutralises look-alik
 * a markdown heading at the start of a line (the contents page, summary and memory headings): a backslash
   before the ``#``.
 
+Look-alikes are found on a folded view of the text, so no spelling the model would read as the markup gets
+through: every character NFKC-normalised and case-folded (a full-width ``＜`` is ``<``, a no-break space is a
+space), format characters (zero-width spaces, joiners, soft hyphens, direction marks) dropped, and any run of
+whitespace or control characters taken as a gap, allowed between every part (``<\nmemci - context>``,
+``[Page\u00a08]``). The escapes are then applied to the original characters. Text that a renderer normalises
+(whitespace collapsed, cut to an excerpt) is quoted after that normalisation, so escaping is always the last
+step.
+
 The client's own messages are forwarded byte for byte, with one exception: the user message that carries
 the proxy's ``<memci-context>`` block has the block's tags escaped in the client's text (``escape_tags``), so
 the only block the model sees there is the proxy's. That message is rendered without the block (and so
@@ -22,32 +30,103 @@ the same text always renders the same bytes (the prefix cache depends on it).
 from __future__ import annotations
 
 import re
+import unicodedata
+from functools import lru_cache
 
 VOLATILE_TAGS = ("memci-context", "task-state", "intent", "memory")
 
-_TAG = re.compile(r"<(?=[ \t]{0,3}/?[ \t]{0,3}(?:memci-context|task-state|intent|memory)\b)", re.IGNORECASE)
-_BRACKET = re.compile(r"(?<!\\)\[(?=page[ \t]|image[ \t]+memci-blob://)", re.IGNORECASE)
-_HEADING = re.compile(r"^(?=[ \t]{0,3}#{1,6}[ \t])", re.MULTILINE)
-# One pass to tell whether anything needs quoting (most text needs none).
-_ANY = re.compile(
-    r"<[ \t]{0,3}/?[ \t]{0,3}(?:memci-context|task-state|intent|memory)\b|(?<!\\)\[(?:page[ \t]|image[ \t]+memci-blob://)"
-    r"|^[ \t]{0,3}#{1,6}[ \t]",
-    re.IGNORECASE | re.MULTILINE,
-)
+# Patterns over the folded view (``_fold``): lower case, one " " per whitespace or control character, one "\n" per
+# line break, format characters gone.
+_GAP = r"[ \n]*"
+_NAMES = "|".join(_GAP.join(re.escape(c) if c == "-" else c for c in _split_name) for _split_name in (
+    ("memci", "-", "context"), ("task", "-", "state"), ("intent",), ("memory",)))
+_TAG = re.compile(r"<(?=" + _GAP + r"(?:/" + _GAP + r")?(?:" + _NAMES + r")\b)")
+_BRACKET = re.compile(r"(?<!\\)\[(?=" + _GAP + r"(?:page(?![a-z])|image" + _GAP + r"memci" + _GAP + r"-" + _GAP
+                      + r"blob" + _GAP + r":" + _GAP + r"/" + _GAP + r"/))")
+_HEADING = re.compile(r"^(?=[ ]{0,3}#{1,6}[ ])", re.MULTILINE)
+_ANY = re.compile("|".join(p.pattern for p in (_TAG, _BRACKET, _HEADING)), re.MULTILINE)
+# ASCII text folds character for character (no index map needed).
+_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_ASCII_FOLD = str.maketrans({**{chr(c): " " for c in range(32)}, "\x7f": " ",
+                             **{c: "\n" for c in _LINE_BREAKS if c.isascii()}})
+_MARKS = "<[#"
+
+
+@lru_cache(maxsize=8192)
+def _fold_char(c: str) -> str:
+    """What the model reads a character as, for finding look-alikes."""
+    if c in _LINE_BREAKS:
+        return "\n"
+    category = unicodedata.category(c)
+    if category == "Cf":
+        return ""
+    if c.isspace() or category[0] in "CZ":
+        return " "
+    folded = unicodedata.normalize("NFKC", c).casefold()
+    return "".join(" " if f.isspace() else f for f in folded)
+
+
+def _fold(text: str) -> tuple[str, list[int] | None]:
+    """The folded view of ``text``, and for each of its characters the index of the character it came from
+    (None: the same index, ASCII text)."""
+    if text.isascii():
+        return text.translate(_ASCII_FOLD).lower(), None
+    pieces: list[str] = []
+    origin: list[int] = []
+    for i, c in enumerate(text):
+        f = _fold_char(c)
+        if f:
+            pieces.append(f)
+            origin.extend([i] * len(f))
+    return "".join(pieces), origin
+
+
+def _may_hold_markup(text: str) -> bool:
+    """A cheap test that clears most text: no character that folds to ``<``, ``[`` or ``#``."""
+    if "<" in text or "[" in text or "#" in text:
+        return True
+    if text.isascii():
+        return False
+    normal = unicodedata.normalize("NFKC", text)
+    return "<" in normal or "[" in normal or "#" in normal
+
+
+def _escape(text: str, patterns: tuple[re.Pattern[str], ...]) -> str:
+    folded, origin = _fold(text)
+    edits: dict[int, str] = {}  # original index -> "lt" (the character becomes &lt;) or "bs" (a backslash before)
+    for pattern in patterns:
+        for match in pattern.finditer(folded):
+            j = match.start()
+            i = j if origin is None else origin[j]
+            edits.setdefault(i, "lt" if pattern is _TAG else "bs")
+    if not edits:
+        return text
+    out: list[str] = []
+    last = 0
+    for i in sorted(edits):
+        out.append(text[last:i])
+        if edits[i] == "lt":
+            out.append("&lt;")
+            last = i + 1
+        else:
+            out.append("\\")
+            last = i
+    out.append(text[last:])
+    return "".join(out)
 
 
 def escape_tags(text: str) -> str:
     """``text`` with look-alikes of the volatile block's tags made inert (``<`` -> ``&lt;``)."""
-    if "<" not in text:
+    if not text or not _may_hold_markup(text):
         return text
-    return _TAG.sub("&lt;", text)
+    return _escape(text, (_TAG,))
 
 
 def quote(text: str) -> str:
     """Client-derived ``text`` as it may appear inside one of the proxy's blocks (see the module docstring).
     Idempotent: quoting quoted text changes nothing."""
-    if not text or ("<" not in text and "[" not in text and "#" not in text) or _ANY.search(text) is None:
+    if not text or not _may_hold_markup(text):
         return text
-    text = _TAG.sub("&lt;", text)
-    text = _BRACKET.sub(r"\\[", text)
-    return _HEADING.sub("\\\\", text)
+    if text.isascii() and _ANY.search(text.translate(_ASCII_FOLD).lower()) is None:
+        return text
+    return _escape(text, (_TAG, _BRACKET, _HEADING))

@@ -65,6 +65,9 @@ def truncate(state: ConversationState, keep: int, next_role: object = None) -> t
     del state.tokens[keep:]
     del state.condensed[bisect.bisect_left(state.condensed, keep) :]
     state.hidden = [g for g in state.hidden if g.after < keep]
+    # offloaded outputs of dropped entries go too; their numbers are not given again
+    highest_offloaded = max((r.number for r in state.offloads), default=0)
+    state.offloads = [r for r in state.offloads if r.entry < keep]
     highest_archived_number = 0
     kept: list[PageRecord] = []
     for record in state.pages:
@@ -98,5 +101,5 @@ def truncate(state: ConversationState, keep: int, next_role: object = None) -> t
         state.first_active_page = min(state.first_active_page, len(kept) - 1)
     state.active_tokens = sum(p.tokens for p in kept[state.first_active_page :])
     top = max((p.number for p in kept), default=0)
-    state.next_page = max(top, highest_archived_number) + 1
+    state.next_page = max(top, highest_archived_number, highest_offloaded) + 1
     return dropped, contents_changed

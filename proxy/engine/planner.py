@@ -18,6 +18,7 @@ from .fingerprint import advance_prefix, encode_messages, entry_digest
 from .layout import (
     entry_position, frozen_volatile, render_active, render_system_text, system_message_text, volatile_block,
 )
+from .offloading import active_previews, offload_on_arrival, restore_active
 from .paging import append_entry, truncate
 from .state import ConversationState, common_prefix_of_blobs
 from .tokens import TokenCounter
@@ -53,6 +54,9 @@ class TurnInput:
     # as far as they are ready. Read only at epochs: an image that decays then takes its description (or the
     # placeholder with its type and size when none is ready), and keeps that text until its page is archived.
     image_descriptions: Mapping[str, str] = field(default_factory=dict)
+    # First-sight offload for this request (X-Memci-Offload): off offloads nothing new and shows the active
+    # offloaded outputs in full again.
+    offload: bool = True
 
 
 @dataclass
@@ -81,6 +85,10 @@ class Plan:
     forked_at: int | None = None
     stable_prefix_messages: int = 0
     dropped_pages: list[str] = field(default_factory=list)
+    # Outputs offloaded on arrival by this plan (pages of their own, to be stored before `messages` is sent),
+    # and the tokens their previews save on this prompt (full minus preview, raw estimate).
+    offloaded: list[str] = field(default_factory=list)
+    offload_tokens_saved: int = 0
 
 
 def split_leading_system(messages: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -158,6 +166,10 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     new_entries: list[tuple[int, dict[str, Any], str, int]] = []
     new_digests: list[bytes] = []
     page_limit = cfg.page_limit()
+    offloading = cfg.offload and turn.offload
+    limits = cfg.offload_limits() if offloading else None
+    offloaded: list[str] = []
+    saved = 0
     for i in range(keep, len(msgs)):
         m = msgs[i]
         d = digests[i] if digests is not None else entry_digest(m)
@@ -165,9 +177,18 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         new_digests.append(d)
         s.tokens.append(t)
         append_entry(s, i, m.get("role"), t, page_limit, turn.now)
+        if limits is not None and t > limits.preview_tokens:
+            record = offload_on_arrival(s, i, m, t, d, limits, counter)
+            if record is not None:
+                offloaded.append(record.label)
+                saved += t - s.tokens[i]
+                events.append({"type": "context.offloaded", "page": record.label, "entry": i, "kind": record.kind,
+                               "tokens": t, "preview_tokens": s.tokens[i], "lines": record.lines})
         new_entries.append((i, m, d.hex(), t))
     if new_digests:
         s.hash_blob += b"".join(new_digests)
+    if not offloading and s.offloads:
+        changed_at.extend(restore_active(s, msgs, counter, cfg.condense_tool_chars))
 
     # -- 3. the system message: B1 follows the client at once; profile, summary, contents wait for epochs
     b1 = system_message_text(turn.system)
@@ -254,8 +275,9 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         events.append({"type": "context.over_budget", "estimated_tokens": est, "budget_tokens": budget})
     else:
         upstream = [] if s.system_text is None else [{"role": "system", "content": s.system_text}]
+        previews = active_previews(s, msgs, start, cfg.condense_tool_chars) if s.offloads else None
         upstream.extend(render_active(msgs, start, s.condensed, s.hidden, cfg.condense_tool_chars,
-                                      rendered_volatile, s.image_texts))
+                                      rendered_volatile, s.image_texts, previews))
         blocks = []
         if system_count:
             blocks.append(("system", 0, 1))
@@ -330,6 +352,8 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         forked_at=forked_at,
         stable_prefix_messages=stable,
         dropped_pages=dropped,
+        offloaded=offloaded,
+        offload_tokens_saved=saved,
     )
 
 

@@ -7,6 +7,8 @@ from typing import Any, overload
 
 import msgspec
 
+from .offload import OffloadRecord
+
 HASH_SIZE = 16
 STATE_VERSION = 2
 ACTIVE = 0
@@ -69,6 +71,8 @@ class ConversationState(msgspec.Struct, kw_only=True):
     # frozen so that a description arriving later does not change text already sent upstream.
     image_texts: dict[str, str] = msgspec.field(default_factory=dict)
     hidden: list[HiddenGroup] = msgspec.field(default_factory=list)  # sorted by `after`
+    # Outputs offloaded on arrival (proxy.engine.offload), in entry order: each its own page, shown by a preview.
+    offloads: list[OffloadRecord] = msgspec.field(default_factory=list)
     next_page: int = 1
     # System message of the current epoch: B1 digest, B2a profile, B4 summary and contents page.
     b1_digest: str = ""
@@ -114,6 +118,7 @@ class ConversationState(msgspec.Struct, kw_only=True):
             pages=list(self.pages),
             condensed=list(self.condensed),
             hidden=list(self.hidden),
+            offloads=list(self.offloads),
             image_texts=dict(self.image_texts),
         )
 

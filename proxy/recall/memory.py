@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from proxy.engine.markup import quote
 from proxy.recall.text import keywords
 
 __all__ = [
@@ -86,7 +87,7 @@ def memory_line(source: str, text: str, cut_chars: int = DEFAULT_MEMORY_CUT_CHAR
     if len(flat) > cut_chars:
         flat = flat[:cut_chars].rstrip() + TRUNCATED
     label = " ".join(source.split()).replace("]", ")")
-    return f"[{label}] {flat}"
+    return f"[{label}] {quote(flat)}"  # quoted last, after the whitespace is collapsed and the text cut
 
 
 def format_memory(

@@ -94,10 +94,11 @@ def vector_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str,
 
 
 def excerpt(text: str, terms: list[str], limit: int = 300) -> str:
-    """About `limit` characters of `text` around the first place a query term occurs."""
+    """About `limit` characters of `text` around the first place a query term occurs, quoted after it is cut and
+    its whitespace collapsed (escaping comes last: proxy.engine.markup)."""
     flat = " ".join(text.split())
     lower = flat.lower()
     positions = [lower.find(t) for t in terms if t and lower.find(t) >= 0]
     start = max(0, min(positions) - limit // 3) if positions else 0
     piece = flat[start : start + limit]
-    return ("…" if start > 0 else "") + piece + ("…" if start + limit < len(flat) else "")
+    return ("…" if start > 0 else "") + quote(piece) + ("…" if start + limit < len(flat) else "")

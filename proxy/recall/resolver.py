@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from proxy.engine import ACTIVE, ConversationState, PageRecord, TokenCounter, page_entry_range, page_hidden_messages
 from proxy.engine.contents import utc_date
+from proxy.engine.offload import OffloadRecord, output_text
+from proxy.engine.offloading import find_offload
 from proxy.engine.state import STATUS_NAMES, find_page
 from proxy.caches import BoundedLru
 from proxy.recall.bm25 import BM25Index
@@ -18,6 +20,7 @@ from proxy.recall.dates import DaySpan, asked_days, day_of, prefer_days
 from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector
 from proxy.recall.neighbours import part_after, part_before
+from proxy.recall.offloaded import read_lines, search_lines
 from proxy.recall.pagetext import excerpt, index_text, message_text, page_messages_with_hidden, render_page, vector_text
 from proxy.recall.text import tokenize
 from proxy.recall.tool import RecallArgs
@@ -176,6 +179,9 @@ class RecallResolver:
         hits: list[tuple[str, float]] = []
         seconds = 0.0
         cap = self.max_tokens if limit is None else max(0, min(self.max_tokens, limit))
+        args, reads = self._offloaded_reads(ctx.state, args)
+        for record, lines, query in reads:
+            parts.append(await self._read_offloaded(ctx, record, lines, query, cap // max(1, len(reads))))
         if args.pages:
             parts.extend(await self._pages(ctx, args.pages, returned))
         if args.query:
@@ -190,7 +196,8 @@ class RecallResolver:
             parts.append(rendered)
         if args.problems:
             parts.append("Note: " + "; ".join(args.problems) + ".")
-        kind = "+".join(k for k, on in (("pages", bool(args.pages)), ("query", bool(args.query))) if on) or "invalid"
+        kind = "+".join(k for k, on in (("offloaded", bool(reads)), ("pages", bool(args.pages)),
+                                         ("query", bool(args.query))) if on) or "invalid"
         if cap < 64:
             text = ("The context window has no room left for recalled text in this answer: answer with what you "
                     "have, or ask the user to continue in a new message.")
@@ -273,6 +280,53 @@ class RecallResolver:
     def _fallback(self, reason: str) -> None:
         if self.metrics is not None:
             self.metrics.recall_fallbacks.labels(reason).inc()
+
+    @staticmethod
+    def _offloaded_reads(state: ConversationState, args: RecallArgs
+                         ) -> tuple[RecallArgs, list[tuple[OffloadRecord, tuple[int, int] | None, str]]]:
+        """The reads of offloaded outputs the arguments ask for, as (record, lines, query within), and the arguments
+        left for the archive: `page` with `lines` or `query` (also one of `pages` with a `query`) reads inside an
+        offloaded output; an offloaded output among `pages` is read from its first line."""
+        if not state.offloads and not getattr(args, "page", ""):  # (duck-typed arguments have pages and query only)
+            return args, []
+        pages, query, problems = list(args.pages), args.query, list(args.problems)
+        target = args.page
+        if not target and len(pages) == 1 and query and find_offload(state, pages[0]) is not None:
+            target = pages.pop()
+        reads: list[tuple[OffloadRecord, tuple[int, int] | None, str]] = []
+        if target:
+            record = find_offload(state, target)
+            if record is None:
+                if args.lines is not None or query:
+                    problems.append(f"page {target} is not an offloaded output: `lines` and a search within a page "
+                                    "apply to those; it is read in full")
+                if target not in pages:
+                    pages.append(target)
+            else:
+                reads.append((record, args.lines, query))
+                query = ""
+        rest = []
+        for label in pages:
+            record = find_offload(state, label)
+            if record is None:
+                rest.append(label)
+            elif all(r is not record for r, _, _ in reads):
+                reads.append((record, None, ""))
+        return replace(args, pages=rest, query=query, problems=problems), reads
+
+    async def _read_offloaded(self, ctx: RecallContext, record: OffloadRecord, lines: tuple[int, int] | None,
+                              query: str, cap: int) -> str:
+        (message,) = await self.source.messages(ctx, record.entry, record.entry + 1)
+        text = output_text(message) or ""
+        if query:
+            how, part = "search", search_lines(record, text, query, cap, self.counter)
+        else:
+            how = "lines" if lines is not None else "start"
+            first, last = lines if lines is not None else (1, 1 << 30)
+            part = read_lines(record, text, first, last, cap, self.counter)
+        if hasattr(self.metrics, "offload_reads"):
+            self.metrics.child(self.metrics.offload_reads, how).inc()
+        return part
 
     async def _pages(self, ctx: RecallContext, labels: list[str], returned: list[str]) -> list[str]:
         out: list[str] = []

@@ -10,8 +10,12 @@ import msgspec
 RECALL_DESCRIPTION = (
     "Read archived parts of this conversation. The contents page in the system message lists archived pages "
     "by number. Pass `pages` to read those pages in full, or `query` to search every archived page (also those "
-    "no longer listed) and get the best matching excerpts with their page numbers."
+    "no longer listed) and get the best matching excerpts with their page numbers. A large tool output or pasted "
+    "document shown only by a preview is a page of its own: pass its number as `page` with `lines` (e.g. "
+    "\"200-260\") to read those lines exactly, or with `query` to search within it."
 )
+LINES_HINT = 'a line range such as "200-260" or "1500" (the first line is 1)'
+
 
 
 def recall_tool(name: str) -> dict[str, Any]:
@@ -29,7 +33,11 @@ def recall_tool(name: str) -> dict[str, Any]:
                         "items": {"type": ["integer", "string"]},
                         "description": 'Page numbers from the contents page, e.g. [3, "12.2"].',
                     },
-                    "query": {"type": "string", "description": "Words to search the archived pages for."},
+                    "query": {"type": "string", "description": "Words to search the archived pages for (with "
+                              "`page`: within that page)."},
+                    "page": {"type": ["integer", "string"], "description": "One page: an offloaded output named by "
+                             "its preview, to read by `lines` or search by `query`."},
+                    "lines": {"type": "string", "description": f"With `page`: {LINES_HINT}."},
                 },
             },
         },
@@ -72,6 +80,46 @@ class RecallArgs:
     pages: list[str] = field(default_factory=list)
     query: str = ""
     problems: list[str] = field(default_factory=list)
+    page: str = ""  # one page to read by `lines` or search by `query` (an offloaded output)
+    lines: tuple[int, int] | None = None  # first and last line, 1-based, inclusive
+
+
+def _label(page: object) -> str | None:
+    if isinstance(page, (int, float, str)) and not isinstance(page, bool):
+        label = str(page).strip().lstrip("#")
+        if label.endswith(".0"):
+            label = label[:-2]
+        return label or None
+    return None
+
+
+def parse_lines(value: object) -> tuple[int, int] | None:
+    """A line range as the model writes it: "200-260", "200:260", "200..260", "1500", 1500, [200, 260]; "200-"
+    reads on from line 200. None when it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        first, last = value, value
+    elif isinstance(value, list) and len(value) in (1, 2) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        first, last = value[0], value[-1]
+    elif isinstance(value, str):
+        text = value.strip().lower().removeprefix("lines").removeprefix("line").strip()
+        for separator in ("..", "-", ":", "–", " to "):
+            if separator in text:
+                head, _, tail = text.partition(separator)
+                break
+        else:
+            head, tail = text, text
+        head, tail = head.strip().replace(",", ""), tail.strip().replace(",", "")
+        if not head.isdigit() or (tail and not tail.isdigit()):
+            return None
+        first, last = int(head), int(tail) if tail else 1 << 30
+    else:
+        return None
+    if first < 1 or last < first:
+        return None
+    return first, last
 
 
 def parse_arguments(raw: str | None) -> RecallArgs:
@@ -90,11 +138,9 @@ def parse_arguments(raw: str | None) -> RecallArgs:
         pages = [pages]
     if isinstance(pages, list):
         for page in pages:
-            if isinstance(page, (int, float, str)) and not isinstance(page, bool):
-                label = str(page).strip().lstrip("#")
-                if label.endswith(".0"):
-                    label = label[:-2]
-                if label and label not in args.pages:
+            label = _label(page)
+            if label is not None:
+                if label not in args.pages:
                     args.pages.append(label)
             else:
                 args.problems.append(f"ignored page reference {page!r}")
@@ -105,6 +151,23 @@ def parse_arguments(raw: str | None) -> RecallArgs:
         args.query = query.strip()
     elif query is not None:
         args.problems.append("`query` must be text")
-    if not args.pages and not args.query:
+    page = data.get("page")
+    if page is not None:
+        label = _label(page)
+        if label is None:
+            args.problems.append("`page` must be one page number, e.g. 17")
+        else:
+            args.page = label
+    lines = data.get("lines")
+    if lines is not None:
+        args.lines = parse_lines(lines)
+        if args.lines is None:
+            args.problems.append(f"`lines` must be {LINES_HINT}, not {lines!r}")
+        elif not args.page and len(args.pages) == 1:
+            args.page = args.pages.pop()
+        elif not args.page:
+            args.lines = None
+            args.problems.append("`lines` needs `page`: the number of the offloaded output to read")
+    if not args.pages and not args.query and not args.page:
         args.problems.append("give `pages` (page numbers from the contents page) or a `query`")
     return args

@@ -12,10 +12,11 @@ from proxy.settings import Settings
 from proxy.store.hot.memory import InProcessHotState
 from proxy.store.hot.redis import RedisHotState
 from proxy.store.hot.resilient import ResilientHotState
-from proxy.store.ports import BlobOwnership, ConversationRepository, HotState
+from proxy.store.ports import BlobOwnership, ConversationRepository, HotState, ResponseChains
 from proxy.store.sql.blob_queries import SqlBlobOwnership
 from proxy.store.sql.embedded import EmbeddedPostgres, start_embedded_postgres
 from proxy.store.sql.migrate import run_migrations
+from proxy.store.sql.response_chains import SqlResponseChains
 from proxy.store.sql.repository import SqlConversationRepository, create_engine_from_url
 from proxy.store.sql.urls import redact, to_async_url
 
@@ -33,6 +34,7 @@ class Store:
     embedded: EmbeddedPostgres | None = field(default=None, repr=False)
     write_engine: AsyncEngine | None = None  # the connections turns are written on
     owners: BlobOwnership | None = None  # who sent which image bytes (tenant walls for blobs)
+    chains: ResponseChains | None = None  # the messages behind previous_response_id
 
     async def close(self) -> None:
         await self.hot.close()
@@ -100,4 +102,5 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
         embedded=embedded,
         write_engine=write_engine,
         owners=SqlBlobOwnership(engine),
+        chains=SqlResponseChains(engine, write_engine),
     )

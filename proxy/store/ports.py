@@ -288,3 +288,16 @@ class BlobOwnership(Protocol):
 
     async def erase_conversation(self, tenant: str, conversation_id: str, delete_object: Any = None) -> Any:
         """Delete the conversation and what only it referenced (returns a blob_queries.ErasedConversation)."""
+
+
+@runtime_checkable
+class ResponseChains(Protocol):
+    """The messages behind each stored answer of an API that chains answers by id (Responses'
+    ``previous_response_id``), so that a client may send only what is new (proxy.store.sql.response_chains)."""
+
+    async def put_response(self, tenant: str, response_id: str, previous_id: str | None,
+                           messages: list[dict[str, Any]]) -> None:
+        """Store one answer: the messages it added to the chain (the request's new ones and the answer's own)."""
+
+    async def load_chain(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
+        """Every message of the chain ending at ``response_id``, oldest first; None when the tenant has none such."""

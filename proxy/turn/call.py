@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.turn.identity import session_key_of, tenant_of
+from proxy.wire.errors import bad_request
 
 REWRITE_MODES = ("off", "rules", "model")
 
@@ -24,6 +25,7 @@ class ChatCall:
     started: float = 0.0  # time.perf_counter() when the request arrived
     rewrite_mode: str = ""  # X-Memci-Rewrite for this request: "", "off", "rules" or "model"
     memory_mode: str = ""  # X-Memci-Memory for this request: "", "on" or "off"
+    offload_mode: str = ""  # X-Memci-Offload for this request: "", "on" or "off"
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -40,6 +42,10 @@ def chat_call(
 ) -> ChatCall:
     rewrite = _header(headers, "X-Memci-Rewrite")
     memory = _header(headers, "X-Memci-Memory")
+    offload = _header(headers, "X-Memci-Offload")
+    if offload not in ("", "on", "off"):
+        raise bad_request(f"X-Memci-Offload must be 'on' or 'off', not {offload!r}", param="X-Memci-Offload",
+                          code="invalid_header")
     return ChatCall(
         tenant=tenant if tenant is not None else tenant_of(headers),
         session_key=session_key_of(headers, data),
@@ -52,4 +58,5 @@ def chat_call(
         started=started,
         rewrite_mode=rewrite if rewrite in REWRITE_MODES else "",
         memory_mode=memory if memory in ("on", "off") else "",
+        offload_mode=offload,
     )

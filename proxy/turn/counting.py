@@ -90,6 +90,11 @@ class TurnCounts:
             await self.tokenizer.prefetch(new_texts(system, messages, known_prefix), model)
         return self.models.counter(model, self.base) if self.learning else self.base
 
+    async def prompt_tokens(self, model: str, messages: list[dict[str, Any]], tools_json: str) -> int:
+        """A whole prompt's count as the turns count it (an API's token-counting endpoint): messages and tools."""
+        counter = await self.counter_for(model, [], messages, 0)
+        return sum(counter.count_message(m) for m in messages) + self.tools_tokens(counter, tools_json)
+
     def answered(self, body: bytes) -> None:
         """A whole answer of one round: its text's count, from its completion tokens, kept for the next turn."""
         if self.tokenizer is not None:

@@ -47,6 +47,7 @@ from proxy.turn.window import ContextWindow
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
 from proxy.turn.memos import register_process_memos
 from proxy.turn.counting import TurnCounts
+from proxy.turn.offloads import count_offloads
 from proxy.vision import intake_images, make_describer
 from proxy.turn.page_counts import page_headers
 from proxy.wire.errors import ProxyError
@@ -86,7 +87,8 @@ class TurnService:
         self.last_prompts = LastPrompts(s.last_prompts_max_entries, s.last_prompts_max_mb << 20)
         self.blobs = make_blob_store(settings)
         owners = getattr(store, "owners", None)  # tenant walls for images (proxy.store.sql.blob_queries)
-        self.describer = make_describer(settings, self.blobs, owns=owners.owns_blob if owners else None)
+        self.describer = make_describer(settings, self.blobs, owns=owners.owns_blob if owners else None,
+                                        on_refused=lambda why: metrics.vision_urls_refused.labels(why).inc())
         self._configs: dict[int, EngineConfig] = {}
         self._finishing: set[asyncio.Task[None]] = set()
         self._preparing: set[asyncio.Task[None]] = set()  # search indexing after a turn (proxy.recall)
@@ -181,7 +183,8 @@ class TurnService:
         meanwhile (StaleState) plans once more from the stored state; a store that fails is StoreUnavailable."""
         for attempt in (0, 1):
             turn = await self._plan_once(call, found, system, messages, fresh=attempt > 0)
-            if not turn.plan.epoch and turn.known.state is not None:
+            # an output offloaded on arrival is a page that leaves the prompt: stored before the upstream sees it
+            if not turn.plan.epoch and not turn.plan.offloaded and turn.known.state is not None:
                 return turn
             try:
                 turn.known = await self.states.save_now(call.tenant, turn.conversation_id, turn.known, turn.state,
@@ -249,6 +252,7 @@ class TurnService:
             tools_tokens=self.counts.tools_tokens(counter, tools_json),
             max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
             raw_messages=call.raw_messages, image_descriptions=self.describer.for_tenant(tenant),  # its own only
+            offload=call.offload_mode != "off",
         )
         result = plan(state, turn_input, config, counter)
         await self._intake_images(result, tenant, conversation_id)
@@ -464,7 +468,7 @@ class TurnService:
         shed = 0
         if p.epoch:
             held = 0 if before is None else before.system_tokens + before.active_tokens
-            held += sum(t for _, _, _, t in p.new_entries)
+            held += sum(t for _, _, _, t in p.new_entries) - p.offload_tokens_saved
             shed = max(0, math.ceil((held - p.state.system_tokens - p.state.active_tokens) * ratio))
             m.epoch_tokens_shed.observe(shed)
             m.epoch_tokens_prefilled.observe(prefilled)
@@ -477,6 +481,7 @@ class TurnService:
             m.epochs.labels(p.epoch_reason or "unknown").inc()
         if p.archived:
             m.pages_archived.inc(len(p.archived))
+        count_offloads(m, p)
         for _, rule in p.evicted:
             m.evictions.labels(rule).inc()
         if p.over_budget:

@@ -34,6 +34,11 @@ def usage_of_event(event: bytes) -> dict | None:
     return None if not data or data == b"[DONE]" else usage_of_json(data)
 
 
+# The last event of the other APIs' streams (Responses, Anthropic Messages), which end without [DONE].
+_LAST_EVENTS = (b"event: response.completed", b"event: response.failed", b"event: response.incomplete",
+                b"event: message_stop", b"event: error")
+
+
 def cut_stream_event(detail: str) -> bytes:
     return encode_data(error_body(f"upstream stream ended early: {detail}", "upstream_error", "upstream_cut"))
 
@@ -61,7 +66,8 @@ async def relay_sse(
                 if on_first_byte is not None:
                     on_first_byte()
             for event in splitter.feed(chunk):
-                if event.startswith(b"data: [DONE]") or event_data(event) == b"[DONE]":
+                if (event.startswith(b"data: [DONE]") or event_data(event) == b"[DONE]"
+                        or event.startswith(_LAST_EVENTS)):
                     saw_done = True
                 elif on_usage is not None:
                     usage = usage_of_event(event)

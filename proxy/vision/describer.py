@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.caches import BoundedLru
+from proxy.wire import logtext
 from proxy.blobs.store import BlobStore, BlobStoreError, description_blob_name, image_blob_name
 from proxy.engine.condense import ImageRef, image_reference, image_url_of
 
 from .client import VisionClient, VisionError
+from .urls import Resolver, resolve_host, url_refusal
 
 log = logging.getLogger("memci.vision")
 
@@ -31,6 +33,7 @@ class DescriberStats:
     failed: int = 0  # images left with the placeholder (no model, no bytes, or the model failed)
     started: int = 0  # background tasks started (one per tenant and image hash at most, while it is not ready)
     refused: int = 0  # blob references to bytes the tenant does not own (never read, never described)
+    urls_refused: int = 0  # image URLs the vision model may not be given (proxy.vision.urls; never described)
 
 
 class DescriptionView(Mapping[str, str]):
@@ -72,8 +75,14 @@ class ImageDescriber:
         concurrency: int = 2,
         owns: Owner | None = None,
         max_bytes: int = 16 * 2**20,
+        allow_private_urls: bool = False,
+        on_refused: Callable[[str], None] | None = None,
+        resolve: Resolver = resolve_host,
     ) -> None:
         self.client = client
+        self.allow_private_urls = allow_private_urls
+        self.on_refused = on_refused  # called with the reason of each refused image URL (a metric)
+        self.resolve = resolve
         self.store = store
         self.owns = owns
         self.capacity = capacity
@@ -167,6 +176,11 @@ class ImageDescriber:
                 self._give_up(ref.key, tenant, "no vision model configured")
                 return
             image_url = await self._image_url(ref, url, tenant)
+            if image_url is not None:
+                why = await url_refusal(image_url, self.allow_private_urls, self.resolve)
+                if why is not None:
+                    self._refuse_url(ref.key, tenant, why)
+                    return
             if image_url is None:
                 self._give_up(ref.key, tenant, "image bytes not found")
                 return
@@ -183,10 +197,19 @@ class ImageDescriber:
             log.exception("image description failed")
             self._give_up(ref.key, tenant, type(exc).__name__)
 
+    def _refuse_url(self, key: str, tenant: str, why: str) -> None:
+        """An image URL the vision model may not be given: not described (the image stays in the prompt as the
+        client sent it, and decays to its placeholder at an epoch), counted, and not tried again."""
+        self.stats.urls_refused += 1
+        if self.on_refused is not None:
+            self.on_refused(why)
+        self._give_up(key, tenant, f"its URL is not passed to the vision model ({why}; setting "
+                      "vision_allow_private_urls)")
+
     def _give_up(self, key: str, tenant: str, why: str) -> None:
         self.stats.failed += 1
         self._given_up.put((tenant, key), True)
-        log.info("image %s keeps its placeholder: %s", key[:12], why)
+        log.info("image %s keeps its placeholder: %s", logtext.field(key, 12), logtext.field(why))
 
     async def _load(self, key: str, tenant: str) -> str | None:
         if self.store is None or len(key) != 64:
@@ -204,7 +227,7 @@ class ImageDescriber:
             await self.store.put(description_blob_name(key, tenant), text.encode("utf-8"),
                                  "text/plain; charset=utf-8")
         except (BlobStoreError, ValueError) as exc:
-            log.warning("cannot persist the description of image %s: %s", key[:12], exc)
+            log.warning("cannot persist the description of image %s: %s", logtext.field(key, 12), logtext.field(exc))
 
     async def _image_url(self, ref: ImageRef, url: str, tenant: str) -> str | None:
         """What the vision model gets: the data URI or remote URL as sent, or the stored bytes of a reference
@@ -216,7 +239,7 @@ class ImageDescriber:
         try:
             owned = await self.owns(tenant, ref.key)
         except Exception as exc:  # the ownership check failing means: not readable now
-            log.warning("cannot check who owns image %s: %s", ref.key[:12], type(exc).__name__)
+            log.warning("cannot check who owns image %s: %s", logtext.field(ref.key, 12), type(exc).__name__)
             return None
         if not owned:
             self.stats.refused += 1

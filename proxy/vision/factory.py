@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from proxy.blobs.store import BlobStore
@@ -10,12 +11,14 @@ from .client import DEFAULT_PROMPT, VisionClient
 from .describer import ImageDescriber, Owner
 
 
-def make_describer(settings: Any, store: BlobStore | None, owns: Owner | None = None) -> ImageDescriber:
+def make_describer(settings: Any, store: BlobStore | None, owns: Owner | None = None,
+                   on_refused: Callable[[str], None] | None = None) -> ImageDescriber:
     """Settings read (missing ones take these defaults): `vision_model` ("" = placeholders only),
     `vision_url` ("" = the first upstream URL), `vision_api_key` ("" = `upstream_api_key`),
     `vision_timeout` (60 s), `vision_max_tokens` (300), `vision_prompt`, `vision_concurrency` (2),
     `vision_cache_size` (4096 descriptions in memory). ``owns(tenant, key)``: whether a tenant may read stored
-    image bytes (see ImageDescriber)."""
+    image bytes (see ImageDescriber); `vision_allow_private_urls` (False) and ``on_refused(reason)``: see
+    proxy.vision.urls."""
     model = str(getattr(settings, "vision_model", "") or "")
     client = None
     if model:
@@ -35,4 +38,6 @@ def make_describer(settings: Any, store: BlobStore | None, owns: Owner | None = 
         capacity=int(getattr(settings, "vision_cache_size", 4096)),
         concurrency=int(getattr(settings, "vision_concurrency", 2)),
         owns=owns,
+        allow_private_urls=bool(getattr(settings, "vision_allow_private_urls", False)),
+        on_refused=on_refused,
     )

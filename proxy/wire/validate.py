@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -14,6 +15,8 @@ _fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 # Deeper JSON is refused with a 400: nothing legitimate nests that deep (tool schemas stay far below), and
 # Python's recursion limit (about 1000 frames, shared with the proxy's own calls) must never be reached.
 MAX_JSON_DEPTH = 256
+# A JSON escape of U+0000: ``\u0000`` after an even number of backslashes (an odd one escapes the backslash).
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def _too_deep(value: Any, limit: int) -> bool:
@@ -30,44 +33,78 @@ def _too_deep(value: Any, limit: int) -> bool:
     return True
 
 
-def parse_json_object(body: bytes) -> dict[str, Any]:
-    """The request body as a dict; 400 for an empty, malformed, non-object or too deeply nested body."""
+def decode_json(body: bytes, decoder: msgspec.json.Decoder = _decoder) -> Any:
+    """The one place a request body is decoded: 400 ``invalid_request_error`` for an empty body, bytes that are
+    not UTF-8, malformed JSON, JSON nested more than MAX_JSON_DEPTH levels, or (with a typed decoder) a body of
+    another shape than the decoder's."""
     if not body:
         raise bad_request("request body is empty; expected a JSON object", code="invalid_json")
-    too_deep = bad_request(f"request body nests JSON more than {MAX_JSON_DEPTH} levels deep", code="invalid_json")
     try:
-        data = _decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
-    except RecursionError:
-        raise too_deep from None
-    if not isinstance(data, dict):
-        raise bad_request("request body must be a JSON object", code="invalid_json")
-    # Depth cannot exceed the number of brackets: most bodies are cleared by two C-speed counts.
-    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _too_deep(data, MAX_JSON_DEPTH):
-        raise too_deep
-    return data
-
-
-def parse_chat_body(body: bytes) -> tuple[dict[str, Any], msgspec.Raw | None]:
-    """The body as a JSON object, and the bytes of its ``messages`` value exactly as sent, in one parse: the
-    top level is split into raw fields first, then each field is decoded once."""
-    if not body:
-        raise bad_request("request body is empty; expected a JSON object", code="invalid_json")
-    too_deep = bad_request(f"request body nests JSON more than {MAX_JSON_DEPTH} levels deep", code="invalid_json")
-    try:
-        fields = _fields_decoder.decode(body)
-        decode = _decoder.decode
-        data = {name: decode(raw) for name, raw in fields.items()}
+        return decoder.decode(body)
+    except UnicodeDecodeError:
+        raise not_utf8() from None
     except msgspec.ValidationError:
         raise bad_request("request body must be a JSON object", code="invalid_json") from None
     except msgspec.DecodeError as exc:
         raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     except RecursionError:
-        raise too_deep from None
+        raise _too_deep_error() from None
+
+
+def not_utf8() -> ProxyError:
+    return bad_request("request body is not valid UTF-8 (JSON is UTF-8: RFC 8259)", code="invalid_encoding")
+
+
+def require_utf8(body: bytes, content_type: str) -> None:
+    """400 for a body whose bytes are not UTF-8: what the proxy forwards without decoding (every /v1 body is JSON)
+    is held to the rule of what it decodes. File uploads (multipart, octet-stream) pass as they are."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if kind.startswith("multipart/") or kind == "application/octet-stream":
+        return
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise not_utf8() from None
+
+
+def stored_text(value: object, param: str, limit: int = 4096) -> str:
+    """A client's string that the proxy looks up or stores as text (an id, a name): 400 unless it is a string of at
+    most ``limit`` characters without NUL (which PostgreSQL text cannot hold)."""
+    if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+        raise bad_request(f"'{param}' must be text of at most {limit} characters, without NUL", param=param)
+    return value
+
+
+def _too_deep_error() -> ProxyError:
+    return bad_request(f"request body nests JSON more than {MAX_JSON_DEPTH} levels deep", code="invalid_json")
+
+
+def _check_depth(body: bytes, data: Any) -> None:
     # Depth cannot exceed the number of brackets: most bodies are cleared by two C-speed counts.
     if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _too_deep(data, MAX_JSON_DEPTH):
-        raise too_deep
+        raise _too_deep_error()
+
+
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    """The request body as a dict; 400 for an empty, malformed, non-UTF-8, non-object or too deeply nested body."""
+    data = decode_json(body)
+    if not isinstance(data, dict):
+        raise bad_request("request body must be a JSON object", code="invalid_json")
+    _check_depth(body, data)
+    return data
+
+
+def parse_chat_body(body: bytes) -> tuple[dict[str, Any], msgspec.Raw | None]:
+    """The body as a JSON object, and the bytes of its ``messages`` value exactly as sent, in one parse: the
+    top level is split into raw fields first, then each field is decoded once. A managed chat's body is stored,
+    so a U+0000 in it (which PostgreSQL cannot hold in text or JSON) is a 400 here rather than a turn that can
+    never be written."""
+    fields = decode_json(body, _fields_decoder)
+    data = {name: decode_json(raw) for name, raw in fields.items()}
+    _check_depth(body, data)
+    if b"\\u0000" in body and _NUL_ESCAPE.search(body):  # memchr first: the regex only runs on a hit
+        raise bad_request("the request holds the character U+0000 (NUL), which the conversation store cannot keep; "
+                          "remove it or send it without context management", code="unsupported_character")
     return data, fields.get("messages")
 
 
@@ -110,4 +147,4 @@ def validate_chat_request(data: dict[str, Any]) -> None:
         raise bad_request("'tools' must be an array", param="tools")
 
 
-__all__ = ["ProxyError", "parse_chat_body", "parse_json_object", "validate_chat_request", "ROLES"]
+__all__ = ["ProxyError", "decode_json", "parse_chat_body", "parse_json_object", "require_utf8", "stored_text", "validate_chat_request", "ROLES"]

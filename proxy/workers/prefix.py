@@ -71,7 +71,10 @@ def job_body(base: dict[str, Any], instruction: str, max_tokens: int) -> dict[st
 
 
 def _key(message: dict[str, Any]) -> str:
-    return message_text(message)
+    """A message as a base holds it: a tool result by its call id (a prompt may carry it whole, as the preview of an
+    offloaded output, or condensed), any other message by its text."""
+    call_id = message.get("tool_call_id") if message.get("role") == "tool" else None
+    return f"tool result {call_id}" if isinstance(call_id, str) and call_id else message_text(message)
 
 
 def covers(base_messages: Sequence[dict[str, Any]], page_messages: Sequence[dict[str, Any]]) -> bool:

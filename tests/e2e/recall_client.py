@@ -36,6 +36,13 @@ def search(proxy, api_key: str, conversation: str, query: str, k: int = 3) -> li
     return r.json()["hits"]
 
 
+def metric_sample(proxy, name: str, labels: str) -> float:
+    """One sample of a metric with several labels (``labels`` as scraped: 'api="chat",status="200"'); 0 if absent."""
+    text = httpx.get(proxy.url + "/metrics", timeout=10).text
+    found = re.search(re.escape(name + "{" + labels + "}") + r" ([0-9.e+]+)", text)
+    return float(found.group(1)) if found else 0.0
+
+
 def labelled_metric(proxy, name: str) -> dict[str, float]:
     """A metric with one label: label value -> sample."""
     text = httpx.get(proxy.url + "/metrics", timeout=10).text

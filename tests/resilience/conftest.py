@@ -139,6 +139,17 @@ def pg_proc() -> Iterator[PostgresProcess]:
         p.close()
 
 
+@pytest.fixture(scope="module")
+def module_db_url(postgres_server, migrated_template) -> Iterator[str]:
+    """A migrated database of the session's PostgreSQL for one test module (a module-scoped proxy's)."""
+    name = f"memci_m{os.getpid()}_{int(time.time() * 1000) % 10**9}"
+    postgres_server.create_database(name, template=migrated_template)
+    try:
+        yield postgres_server.url(name)
+    finally:
+        postgres_server.drop_database(name)
+
+
 # --- emulator and proxies ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def emulator_8k() -> Iterator[EmulatorProcess]:

@@ -1,11 +1,17 @@
-"""Malformed and odd chat requests (hypothesis over the request body) against a running managed proxy: no 5xx
-from the proxy itself (a 5xx the upstream gives for the same body is the upstream's), and the proxy stays healthy.
+"""Fuzzing a running managed proxy: no 5xx from the proxy itself (a 5xx the upstream gives for the same request
+is the upstream's), no traceback in its log, and the proxy stays healthy.
 
-MEMCI_FUZZ_EXAMPLES sets the number of requests (default 1000, under a minute here)."""
+- malformed and odd chat requests (hypothesis over the JSON of the body): MEMCI_FUZZ_EXAMPLES requests (default
+  1000, under a minute here);
+- every route at the byte level (hypothesis over raw bytes, text encodings, content types, JSON shapes, path
+  parameters, query strings and headers; the client's key, the admin key, none): /v1/chat/completions streamed
+  and not, /v1/* forwarding, every /memci/* endpoint, /health, /ready, /metrics. MEMCI_FUZZ_ROUTE_EXAMPLES
+  requests (default 400, about 15 s here)."""
 
 from __future__ import annotations
 
 import json
+import urllib.parse
 
 import httpx
 import pytest
@@ -15,6 +21,8 @@ from hypothesis import strategies as st
 from tests.resilience.conftest import env_int
 
 EXAMPLES = env_int("MEMCI_FUZZ_EXAMPLES", 1000)
+ROUTE_EXAMPLES = env_int("MEMCI_FUZZ_ROUTE_EXAMPLES", 400)
+ADMIN = "adm-fuzz-secret-0123456789"
 # Proxy error codes that describe what the upstream did (a malformed or cut answer, an injected status).
 UPSTREAM_FAULTS = ("upstream_malformed", "upstream_cut", "injected_fault")
 
@@ -90,10 +98,11 @@ request_body = st.one_of(
 
 
 @pytest.fixture(scope="module")
-def proxy(emulator_8k, tmp_path_factory):
+def proxy(emulator_8k, module_db_url, tmp_path_factory):
     from tests.e2e.proxyproc import ProxyProcess
 
-    p = ProxyProcess(emulator_8k.base_url, tmp_path_factory.mktemp("fuzz"), {"MEMCI_UPSTREAM_READ_TIMEOUT": "10"}).start()
+    p = ProxyProcess(emulator_8k.base_url, tmp_path_factory.mktemp("fuzz"),
+                     {"MEMCI_UPSTREAM_READ_TIMEOUT": "10", "MEMCI_ADMIN_KEY": ADMIN, "DATABASE_URL": module_db_url}).start()
     yield p
     p.stop()
 
@@ -135,3 +144,110 @@ def test_an_unhashable_role_is_a_400(proxy):
     r = httpx.post(proxy.base_url + "/chat/completions", json={"messages": [{"role": [], "content": None}]},
                    timeout=10)
     assert r.status_code == 400
+
+
+# --- every route, at the byte level ---------------------------------------------------------------------------
+ENCODINGS = ["utf-8", "utf-8-sig", "utf-16", "utf-16-be", "utf-32", "latin-1", "cp1252", "ascii"]
+path_text = st.lists(st.sampled_from(list("ab1-_.%/ \x00é🙂\u202e") + ["..", "%ff", "%0a", "%00"]),
+                     max_size=8).map(lambda t: urllib.parse.quote("".join(t), safe="%"))
+ROUTES = [  # (method, path template); {id}: a fuzzed path parameter
+    ("POST", "/v1/chat/completions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
+    ("POST", "/v1/embeddings"), ("POST", "/v1/completions"), ("DELETE", "/v1/{id}"), ("PATCH", "/v1/files/{id}"),
+    ("POST", "/memci/search"), ("POST", "/memci/rewrite"), ("GET", "/memci/keys"), ("POST", "/memci/keys"),
+    ("GET", "/memci/keys/{id}"), ("PATCH", "/memci/keys/{id}"), ("DELETE", "/memci/keys/{id}"),
+    ("POST", "/memci/keys/{id}/revoke"), ("POST", "/memci/keys/{id}/rotate"), ("GET", "/memci/conversations"),
+    ("GET", "/memci/conversations/{id}"), ("GET", "/memci/conversations/{id}/export"),
+    ("GET", "/memci/conversations/{id}/prompt"), ("DELETE", "/memci/conversations/{id}"), ("GET", "/health"),
+    ("GET", "/ready"), ("GET", "/metrics"), ("POST", "/health"), ("PUT", "/memci/search"),
+]
+shapes = st.one_of(
+    junk, chat_body, near_valid_body,
+    st.fixed_dictionaries({}, optional={"query": st.one_of(odd_text, junk), "k": junk, "conversation_id": junk,
+                                        "session_key": junk}),
+    st.fixed_dictionaries({}, optional={"tenant": st.one_of(odd_text, junk), "name": junk, "upstream_key": junk,
+                                        "rate_limit_rps": junk, "rate_limit_burst": junk, "budget_tokens": junk,
+                                        "used_tokens": junk, "grace_seconds": junk}),
+    st.fixed_dictionaries({"messages": st.lists(valid_message, max_size=3)}, optional={"mode": junk}),
+)
+
+
+@st.composite
+def raw_body(draw) -> bytes:
+    kind = draw(st.sampled_from(["json", "encoded", "mutated", "bytes", "empty"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=200))
+    if kind == "empty":
+        return draw(st.sampled_from([b"", b" ", b"\x00", b"\xef\xbb\xbf", b"null", b"{}", b"[]", b'""']))
+    # The emulator's fault markers make the upstream's answer malformed: the chat fuzz above covers them.
+    text = json.dumps(draw(shapes), ensure_ascii=draw(st.booleans())).replace("[[badsse]]", "[badsse]")
+    if kind == "encoded":
+        return text.encode(draw(st.sampled_from(ENCODINGS)), "replace")
+    data = bytearray(text.encode("utf-8", "surrogatepass"))
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, len(data)))
+        data[at:at] = draw(st.binary(min_size=1, max_size=3))
+    return bytes(data)
+
+
+header_value = st.sampled_from([b"", b"acme", b"\xff\xfe", b"t" + b"0" * 24, "é".encode("latin-1"), b"x" * 300])
+request_parts = st.fixed_dictionaries({
+    "route": st.sampled_from(ROUTES), "id": path_text, "body": raw_body(),
+    "query": st.sampled_from(["", "limit=abc", "limit=-1", "after=99999999999999999999", "tenant=%ff",
+                              "include_revoked=true", "limit=%00", "a=%zz&&=", "limit=1e9"]),
+    "content_type": st.sampled_from([b"application/json", b"application/json; charset=utf-16", b"text/plain",
+                                     b"application/x-www-form-urlencoded", b"multipart/form-data; boundary=x", b"",
+                                     b"application/octet-stream", b"*/*;;;=", b"application/json; charset=\xff"]),
+    "auth": st.sampled_from([b"Bearer sk-fuzz-a", f"Bearer {ADMIN}".encode(), b"", b"Basic eA==", b"Bearer  x",
+                             b"Bearer \xff\xfe"]),
+    "tenant": header_value, "session": header_value,
+})
+
+
+def _json_or_none(r: httpx.Response) -> dict | None:
+    try:
+        data = r.json()
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def test_every_route_at_the_byte_level_never_gets_a_5xx_from_the_proxy(proxy, emulator_8k):
+    client = httpx.Client(timeout=30)
+    counts: dict[str, int] = {}
+    log_start = proxy.log_path.stat().st_size  # the chat fuzz above shares the process: this test's part of the log
+
+    @settings(max_examples=ROUTE_EXAMPLES, deadline=None, derandomize=False, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(parts=request_parts)
+    def one(parts: dict) -> None:
+        method, template = parts["route"]
+        path = template.replace("{id}", parts["id"] or "x")
+        url = proxy.url + path + ("?" + parts["query"] if parts["query"] else "")
+        headers = [(b"Content-Type", parts["content_type"]), (b"Authorization", parts["auth"]),
+                   (b"X-Memci-Tenant", parts["tenant"]), (b"X-Session-Id", parts["session"])]
+        headers = [(k, v) for k, v in headers if v]
+        body = parts["body"] if method in ("POST", "PUT", "PATCH", "DELETE") else None
+        r = client.request(method, url, content=body, headers=headers)
+        counts[f"{method} {template} {r.status_code}"] = counts.get(f"{method} {template} {r.status_code}", 0) + 1
+        if r.status_code >= 500 and not (template == "/ready" and r.status_code == 503):
+            assert path.startswith("/v1/"), (method, path, r.status_code, r.text[:300])
+            error = (_json_or_none(r) or {}).get("error") or {}
+            assert "internal proxy error" not in str(error.get("message")), (method, path, r.text[:300])
+            if error.get("code") not in UPSTREAM_FAULTS:  # the upstream's own 5xx for the same request
+                direct = client.request(method, emulator_8k.url + path + ("?" + parts["query"] if parts["query"]
+                                                                          else ""), content=body, headers=headers)
+                assert direct.status_code >= 500, (method, path, r.status_code, r.text[:300])
+        if 400 <= r.status_code < 500 or (r.status_code >= 500 and not path.startswith("/v1/")):
+            assert "error" in (_json_or_none(r) or {}) or template == "/ready", r.text[:300]  # the proxy's own
+
+    try:
+        one()
+    finally:
+        client.close()
+    print("status counts:", dict(sorted(counts.items())))
+    assert sum(counts.values()) >= ROUTE_EXAMPLES
+    assert httpx.get(proxy.url + "/health", timeout=5).status_code == 200
+    with proxy.log_path.open("rb") as f:
+        f.seek(log_start)
+        log = f.read().decode(errors="replace")
+    assert "unhandled error" not in log and "Traceback" not in log, log[-3000:]

@@ -83,32 +83,13 @@ class UpstreamLog:
         return [t for t in texts if marker in t]
 
 
-class VisionStub:
-    """An OpenAI-style vision model: describes an image as the text its bytes carry. Keeps what it was sent."""
+class LocalServer:
+    """An HTTP server on a loopback port, served by a thread (an OpenAI-style base URL at /v1)."""
 
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.images: list[bytes] = []
-        stub = self
+    port: int
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                url = body["messages"][0]["content"][1]["image_url"]["url"]
-                data = base64.b64decode(url.split(",", 1)[1])
-                stub.images.append(data)
-                text = "A picture showing " + data[8:].decode(errors="replace")
-                out = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+    def serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -119,3 +100,79 @@ class VisionStub:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class VisionStub(LocalServer):
+    """An OpenAI-style vision model: describes an image as the text its bytes carry. Keeps what it was sent."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.images: list[bytes] = []
+        self.urls: list[str] = []  # every image URL it was given (data URIs included)
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                url = body["messages"][0]["content"][1]["image_url"]["url"]
+                stub.urls.append(url)
+                data = base64.b64decode(url.split(",", 1)[1]) if url.startswith("data:") else url.encode()
+                stub.images.append(data)
+                text = "A picture showing " + data[8:].decode(errors="replace")
+                out = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.serve(Handler)
+
+
+class Tap(LocalServer):
+    """A recording hop in front of the upstream: every request the proxy makes (method, path, all headers, body)
+    is kept, then forwarded; the upstream's answer comes back whole (streams included)."""
+
+    def __init__(self, upstream_base_url: str) -> None:
+        self.port = free_port()
+        self.requests: list[dict[str, Any]] = []
+        self.upstream = upstream_base_url.rstrip("/")
+        tap = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _relay(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+                tap.requests.append({"method": self.command, "path": self.path, "headers": dict(self.headers.items()),
+                                     "body": body})
+                path = self.path[len("/v1"):] if self.path.startswith("/v1") else self.path
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                r = httpx.request(self.command, tap.upstream + path, content=body or None, headers=headers,
+                                  timeout=120)
+                self.send_response(r.status_code)
+                for name in ("content-type",):
+                    if name in r.headers:
+                        self.send_header(name, r.headers[name])
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                self.wfile.write(r.content)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _relay
+
+        self.serve(Handler)
+
+    def holding(self, secret: str) -> list[str]:
+        """The requests (method and path) whose headers or body hold ``secret``."""
+        found = []
+        for item in self.requests:
+            text = json.dumps(item["headers"]) + item["body"].decode("utf-8", "replace")
+            if secret in text:
+                found.append(f"{item['method']} {item['path']}")
+        return found

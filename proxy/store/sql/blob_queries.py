@@ -23,6 +23,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from proxy.store.sql.models import BlobRef, Conversation, Event, MemoryVector
+from proxy.wire import logtext
 
 log = logging.getLogger("memci.store")
 
@@ -137,6 +138,6 @@ class SqlBlobOwnership:
                     if not anyone_has:
                         out.blobs_deleted.append(key)
             except Exception as exc:  # the conversation is gone; an orphaned object is unreadable, only space
-                log.warning("could not delete the stored image %s: %s", key[:12], type(exc).__name__)
+                log.warning("could not delete the stored image %s: %s", logtext.field(key, 12), type(exc).__name__)
                 out.blobs_failed.append(key)
         return out

@@ -113,15 +113,15 @@ class SqlKeyRepository:
             return [_record(r) for r in (await connection.execute(stmt)).all()]
 
     async def revoke(self, key_id: str) -> KeyRecord | None:
+        """Revoke a live key; a revoked one is returned as it is (revoking is idempotent, a revoked key immutable)."""
         stmt = (
-            update(keys_t).where(keys_t.c.id == key_id)
-            .values(revoked_at=func.coalesce(keys_t.c.revoked_at, func.now()), updated_at=func.now(),
-                    previous_key_hash=None, previous_valid_until=None)
+            update(keys_t).where(keys_t.c.id == key_id, keys_t.c.revoked_at.is_(None))
+            .values(revoked_at=func.now(), updated_at=func.now(), previous_key_hash=None, previous_valid_until=None)
             .returning(*_COLUMNS)
         )
         async with self.engine.begin() as connection:
             row = (await connection.execute(stmt)).first()
-        return None if row is None else _record(row)
+        return _record(row) if row is not None else await self.get(key_id)
 
     async def rotate(self, key_id: str, key_hash: str, key_hint: str, grace_seconds: float = 0.0) -> KeyRecord | None:
         """A new secret for a live key; the old one stays valid ``grace_seconds`` more (0: stops at once)."""
@@ -137,11 +137,13 @@ class SqlKeyRepository:
         return None if row is None else _record(row)
 
     async def update_limits(self, key_id: str, changes: dict[str, Any]) -> KeyRecord | None:
-        """Change some of: name, upstream_key, rate_limit_rps, rate_limit_burst, budget_tokens, used_tokens."""
+        """Change some of: name, upstream_key, rate_limit_rps, rate_limit_burst, budget_tokens, used_tokens, of a
+        live key (None for a revoked or unknown one: a revoked key is immutable)."""
         allowed = {"name", "upstream_key", "rate_limit_rps", "rate_limit_burst", "budget_tokens", "used_tokens"}
         values = {k: v for k, v in changes.items() if k in allowed}
         stmt = (
-            update(keys_t).where(keys_t.c.id == key_id).values(**values, updated_at=func.now()).returning(*_COLUMNS)
+            update(keys_t).where(keys_t.c.id == key_id, keys_t.c.revoked_at.is_(None))
+            .values(**values, updated_at=func.now()).returning(*_COLUMNS)
         )
         async with self.engine.begin() as connection:
             row = (await connection.execute(stmt)).first()

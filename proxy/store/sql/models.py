@@ -240,3 +240,15 @@ class VirtualKeyRow(Base):
         Index("ix_virtual_keys_previous_key_hash", "previous_key_hash"),
         Index("ix_virtual_keys_tenant", "tenant"),
     )
+
+
+class ResponseChainRow(Base):
+    """One stored answer of the Responses API: the messages it added, and the answer it continued (migration 0008)."""
+
+    __tablename__ = "response_chains"
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    previous_id: Mapped[str | None] = mapped_column(Text)
+    messages: Mapped[Any] = mapped_column(JSONB, nullable=False)
+    created_at: Mapped[datetime] = _created_at()

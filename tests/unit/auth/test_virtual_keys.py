@@ -117,12 +117,57 @@ async def test_middleware_answers_401_for_an_unknown_key():
     assert msgspec.json.decode(sent[1]["body"])["error"]["code"] == "invalid_api_key"
 
 
-async def test_middleware_passes_the_admin_key_and_unguarded_paths_but_drops_spoofed_tenants():
+async def test_middleware_marks_the_admin_key_drops_it_and_drops_spoofed_tenants():
     auth = authenticator(admin_key="adm")
     seen, _ = await _through(auth, "/memci/conversations", {"authorization": "Bearer adm", AUTH_TENANT_HEADER: "x"})
-    assert seen[b"authorization"] == b"Bearer adm" and AUTH_TENANT_HEADER.encode() not in seen
+    assert b"authorization" not in seen and AUTH_TENANT_HEADER.encode() not in seen
+    assert b"adm" not in b"".join(seen.values())
     seen, _ = await _through(auth, "/health", {AUTH_TENANT_HEADER: "x"})
     assert AUTH_TENANT_HEADER.encode() not in seen
+
+
+@pytest.mark.parametrize("mode", ["virtual_keys", "passthrough"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/models", "/v1/embeddings"])
+async def test_the_admin_key_is_refused_on_v1_like_an_unknown_key_in_every_mode(mode, path):
+    auth = Authenticator(Settings(auth_mode=mode, virtual_keys=json.dumps(KEYS), admin_key="adm"))
+    seen, sent = await _through(auth, path, {"authorization": "Bearer adm"})
+    assert seen is None
+    assert sent[0]["status"] == 401
+    assert msgspec.json.decode(sent[1]["body"])["error"] == msgspec.json.decode(
+        (await _through(authenticator(), path, {"authorization": "Bearer sk-eve"}))[1][1]["body"])["error"]
+
+
+@pytest.mark.parametrize("where", [{"x-api-key": "adm-secret-key"}, {"api-key": "Bearer adm-secret-key"}])
+async def test_the_admin_key_in_another_header_or_the_query_is_refused_on_v1_too(where):
+    auth = Authenticator(Settings(admin_key="adm-secret-key"))
+    seen, sent = await _through(auth, "/v1/chat/completions", {"authorization": "Bearer sk-client-1", **where})
+    assert seen is None and sent[0]["status"] == 401
+    app_seen = {}
+
+    async def app(scope, receive, send):
+        app_seen["ok"] = True
+
+    scope = {"type": "http", "path": "/v1/models", "query_string": b"api_key=adm-secret-key", "headers": []}
+    statuses = []
+
+    async def send(message):
+        statuses.append(message.get("status"))
+
+    await AuthMiddleware(app, auth)(scope, None, send)
+    assert not app_seen and statuses[0] == 401
+
+
+@pytest.mark.parametrize("setting", ["upstream_api_key", "summary_model_api_key", "vision_api_key",
+                                     "rewrite_model_api_key", "embeddings_api_key"])
+def test_no_upstream_key_may_be_the_admin_key(setting):
+    with pytest.raises(SettingsError, match=setting):
+        Authenticator(Settings(admin_key="adm", **{setting: "adm"}))
+
+
+@pytest.mark.parametrize("keys", [{"adm": {"tenant": "acme"}}, {"sk-a": {"tenant": "acme", "upstream_key": "adm"}}])
+def test_no_virtual_key_nor_its_upstream_key_may_be_the_admin_key(keys):
+    with pytest.raises(SettingsError, match="admin_key"):
+        Authenticator(Settings(auth_mode="virtual_keys", virtual_keys=json.dumps(keys), admin_key="adm"))
 
 
 def test_cache_salt_is_spliced_without_touching_the_messages_bytes():

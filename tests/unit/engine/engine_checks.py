@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.engine import ACTIVE, ConversationState, EngineConfig, Plan, condense_message, page_entry_range
+from proxy.engine.offload import output_text, split_lines
 
 
 def check_pages(state: ConversationState, messages: list[dict[str, Any]]) -> None:
@@ -76,6 +77,10 @@ def check_no_loss(plan: Plan, messages: list[dict[str, Any]], config: EngineConf
         condensed = condense_message(original, config.condense_tool_chars) or original
         if sent == condensed:
             continue
+        offloaded = next((r for r in state.offloads if r.entry == start + offset), None)
+        if offloaded is not None:
+            check_preview(sent, original, offloaded.number)
+            continue
         # the message carrying the volatile blocks (this request's, or those a user message followed by hidden
         # messages keeps): the client's text first, unchanged
         frozen = any(g.after == start + offset for g in state.hidden)
@@ -85,6 +90,16 @@ def check_no_loss(plan: Plan, messages: list[dict[str, Any]], config: EngineConf
             assert sent["content"][: len(content)] == content
         else:
             assert sent["content"].startswith(content or "")
+
+
+def check_preview(sent: dict[str, Any], original: dict[str, Any], number: int) -> None:
+    """An offloaded message: the same message but its content, which names its page and shows, as a preview
+    does, its first line (or, condensed, the start of it)."""
+    assert {k: v for k, v in sent.items() if k != "content"} == {k: v for k, v in original.items() if k != "content"}
+    text = sent["content"]
+    assert isinstance(text, str) and f"page {number}" in text and f"page={number}" in text
+    first = split_lines(output_text(original) or "")[0]
+    assert first[:60] in text or (original.get("role") == "user" and text.startswith("[Pasted")), (first, text[:300])
 
 
 def check_budget(plan: Plan, config: EngineConfig) -> None:

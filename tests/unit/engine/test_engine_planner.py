@@ -187,7 +187,7 @@ def _history_of(plans, state: ConversationState) -> list[dict]:
 
 def test_open_page_too_big_condenses_its_oldest_tool_outputs() -> None:
     cfg = EngineConfig(context_window=4000, output_reserve=500, condense_tool_chars=100, page_budget_share=2.0,
-                       page_max_tokens=100_000)  # one page larger than the budget
+                       page_max_tokens=100_000, offload=False)  # one page larger than the budget
     msgs = [{"role": "user", "content": "analyse the logs"}]
     for i in range(6):
         msgs += [{"role": "assistant", "content": None, "tool_calls": [
@@ -202,7 +202,7 @@ def test_open_page_too_big_condenses_its_oldest_tool_outputs() -> None:
 
 
 def test_over_budget_returns_the_request_unchanged() -> None:
-    cfg = EngineConfig(context_window=2000, output_reserve=200)
+    cfg = EngineConfig(context_window=2000, output_reserve=200, offload=False)
     msgs = [{"role": "user", "content": "x " * 8000}]
     p = plan(None, TurnInput(system=SYSTEM, messages=msgs), cfg, C)
     assert p.over_budget and p.messages == [*SYSTEM, *msgs]

@@ -192,3 +192,14 @@ def test_a_separate_summariser_gets_no_kept_prompts() -> None:
     w = MemoryWorker(None, FakeSummarizer(), InProcessJobQueue(), MemoryConfig.from_settings(Settings()))
     w.keep_base("t", "c", SummaryBase({"messages": []}, "", 1.0, 10))
     assert w.bases("t", "c") == ()
+
+
+def test_a_base_holding_a_tool_result_as_a_preview_still_covers_its_page() -> None:
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": "{}"}}]}
+    full = {"role": "tool", "tool_call_id": "c1", "content": "line\n" * 5000}
+    preview = {"role": "tool", "tool_call_id": "c1", "content": "[Tool output stored in full as page 2 ...]\nline"}
+    user = {"role": "user", "content": "run it"}
+    assert covers([{"role": "system", "content": "s"}, user, call, preview], [user, call, full])
+    other = {"role": "tool", "tool_call_id": "c9", "content": "line\n" * 5000}
+    assert not covers([user, call, preview], [user, call, other])

@@ -1,0 +1,52 @@
+"""What every API's route shares around its codec: the managed turn of a translated chat body, and plain forwarding
+of the body as sent (pass-through mode)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+from litestar import Request
+
+from proxy.api.auth import with_cache_salt
+from proxy.api.forwarding import services_of
+from proxy.api.limits import admit_stream
+from proxy.turn.call import chat_call
+from proxy.turn.identity import tenant_of
+from proxy.upstream.exchange import Answer, Outgoing
+from proxy.wire.validate import validate_chat_request
+
+_encode = msgspec.json.Encoder().encode
+
+
+async def managed_turn(request: Request, chat: dict[str, Any], started: float,
+                       headers: Mapping[str, str] | None = None) -> Answer:
+    """The one managed turn for a chat-completions body a codec built (``headers``: the client's, as the codec
+    adapted them for the upstream's chat completions)."""
+    services = services_of(request)
+    validate_chat_request(chat)
+    limits = request.app.state.limits
+    limits.check_messages(chat)
+    headers = request.headers if headers is None else headers
+    tenant = tenant_of(headers)
+    if chat.get("stream") is True:
+        await admit_stream(request.scope, limits, tenant)
+    body = _encode(chat)
+    if services.settings.cache_salt_per_tenant:
+        body, chat = with_cache_salt(body, chat, tenant)
+    # The messages' bytes, as a chat client's would be: the codecs write a conversation the same way every turn, so
+    # the turn recognises it by a byte prefix (one hash pass) rather than by hashing every message again.
+    raw_messages = _encode(chat["messages"])
+    call = chat_call(headers, chat, body, raw_messages, request.url.query, started, tenant)
+    return await services.context.handle(call)
+
+
+async def forward_as_sent(request: Request, path: str, body: bytes, stream: bool, started: float | None = None
+                          ) -> Answer:
+    """Pass-through mode: the body to the upstream's own endpoint, unchanged."""
+    services = services_of(request)
+    return await services.exchange.send(Outgoing(
+        "other", "POST", path, request.url.query, request.headers, body, started or time.perf_counter(), stream,
+        route_key=tenant_of(request.headers)))

@@ -1,0 +1,91 @@
+"""`POST /v1/messages` and `/v1/messages/count_tokens`: Anthropic's Messages API, managed through the one turn
+service (proxy.api.messages_codec in and out), its errors in Anthropic's shape; in pass-through mode the body goes
+to the upstream's own /v1/messages unchanged."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import msgspec
+from litestar import Request, Response, post
+
+from proxy.api.api_metrics import api_failed, metered
+from proxy.api.edge import forward_as_sent, managed_turn
+from proxy.api.forwarding import respond, services_of
+from proxy.api.messages_codec import (
+    chat_request, chat_tools, error_body, error_of_openai, message_of, prompt_messages,
+)
+from proxy.api.messages_stream import message_events
+from proxy.upstream.exchange import Answer
+from proxy.wire.chunks import completion_of_body
+from proxy.wire.errors import ProxyError
+from proxy.wire.validate import parse_json_object
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+# Anthropic's own headers stay here: the upstream's chat completions gets the key as a bearer token.
+_ANTHROPIC_HEADERS = ("x-api-key", "anthropic-version", "anthropic-beta", "anthropic-dangerous-direct-browser-access")
+
+
+def chat_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    out = {k.lower(): v for k, v in headers.items() if k.lower() not in _ANTHROPIC_HEADERS}
+    key = headers.get("x-api-key")
+    if key and "authorization" not in out:
+        out["authorization"] = f"Bearer {key}"
+    return out
+
+
+def _error(request: Request, exc: ProxyError) -> Response:
+    api_failed(services_of(request).metrics, request.url.path, exc.status)
+    return Response(content=error_body(exc.status, exc.message), status_code=exc.status,
+                    media_type="application/json", headers=exc.headers or None)
+
+
+def _anthropic_errors(answer: Answer) -> Answer:
+    if answer.events is None and answer.status != 200:
+        answer.body = error_of_openai(answer.status, answer.body)
+        answer.media_type = "application/json"
+    return answer
+
+
+@post("/v1/messages", status_code=200)
+async def create_message(request: Request) -> Response:
+    started = time.perf_counter()
+    try:
+        services = services_of(request)
+        body = await request.body()
+        data = parse_json_object(body)
+        stream = data.get("stream") is True
+        if services.context is None:
+            return respond(await forward_as_sent(request, "/messages", body, stream, started))
+        answer = await managed_turn(request, chat_request(data), started, chat_headers(request.headers))
+    except ProxyError as exc:
+        return _error(request, exc)
+    answer = metered(answer, services.metrics, "messages", started)
+    model = str(data.get("model") or "")
+    if answer.events is not None:
+        answer.events = message_events(model, answer.events)
+    elif answer.status == 200:
+        answer.body = _encode(message_of(completion_of_body(_decode(answer.body)), model))
+        answer.media_type = "application/json"
+    return respond(_anthropic_errors(answer))
+
+
+@post("/v1/messages/count_tokens", status_code=200)
+async def count_tokens(request: Request) -> Response:
+    try:
+        services = services_of(request)
+        body = await request.body()
+        data = parse_json_object(body)
+        if services.context is None:
+            return respond(_anthropic_errors(await forward_as_sent(request, "/messages/count_tokens", body, False)))
+        messages = prompt_messages(data)
+        tools = _encode(chat_tools(data["tools"])).decode() if data.get("tools") else ""
+        count = await services.context.counts.prompt_tokens(str(data.get("model") or ""), messages, tools)
+    except ProxyError as exc:
+        return _error(request, exc)
+    return Response(content={"input_tokens": count}, status_code=200)
+
+
+MESSAGES_ROUTES = [create_message, count_tokens]

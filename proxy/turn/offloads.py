@@ -1,0 +1,17 @@
+"""The metrics of first-sight offload (proxy.engine.offload) for one planned turn."""
+
+from __future__ import annotations
+
+from proxy.engine import Plan
+from proxy.engine.offloading import find_offload
+from proxy.metrics import Metrics
+
+
+def count_offloads(metrics: Metrics, plan: Plan) -> None:
+    """Outputs offloaded by the plan, by kind, and the tokens their previews saved on arrival."""
+    if not plan.offloaded:
+        return
+    for label in plan.offloaded:
+        record = find_offload(plan.state, label)
+        metrics.child(metrics.offloaded_outputs, record.kind if record is not None else "tool").inc()
+    metrics.offload_tokens_saved.inc(plan.offload_tokens_saved)
