@@ -100,6 +100,7 @@ class Weighing:
     match: float  # the best page's share of the message's specific idf
     pages: tuple[DocId, ...] = ()  # pages holding specific terms, best first (at most PAGES)
     terms: tuple[str, ...] = ()  # specific terms those pages hold, rarest first
+    held: frozenset[str] = frozenset()  # the message's rarest terms the best page holds (the push's query)
 
     @property
     def units(self) -> float:
@@ -163,7 +164,8 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
     best = ranked[0]
     held = {t for _, t, docs in specific for d in ranked if index.holds(d, t)}
     matched = tuple(t for _, t, _ in specific if t in held)
-    return Weighing(archived, scores[best], covered[best] / total, tuple(ranked), matched)
+    return Weighing(archived, scores[best], covered[best] / total, tuple(ranked), matched,
+                    frozenset(t for t in lacking if index.holds(best, t)))
 
 
 _CJK_PAIR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2}")

@@ -134,7 +134,8 @@ class ProactivePush:
         state = turn.state
         # the message's words holding the rare terms that matched (its phrasing and common words would find the
         # pages that share them, an earlier question put the same way, before the page that answers it)
-        query = search_words(need.text, wanted=set(need.weighing.terms)) or " ".join(need.weighing.terms)
+        query = (search_words(need.text, wanted=need.weighing.held | set(need.weighing.terms))
+                 or " ".join(need.weighing.terms))
         call = push_call(tool_name, query, f"{turn.redo.last_index}")
         counter = self.resolver.counter
         # Unlike a call the model makes, the push is the proxy's choice: it stays within the plan's budget (the
