@@ -88,6 +88,11 @@ class Metrics:
         self.tokenize_requests = Counter(
             "memci_tokenize_requests", "Calls of the upstream's /tokenize, by outcome.", ["outcome"], registry=r
         )
+        self.turn_resends = Counter(
+            "memci_turn_resends", "Managed turns the upstream refused and the proxy sent once more, by why: window (the "
+            "prompt was too long: the window was read again and the turn planned for it), rounds (the proxy's recall "
+            "rounds were refused: sent in another shape, remembered for that upstream).", ["why"], registry=r,
+        )
         self.epochs = Counter("memci_compaction_epochs", "Compaction epochs, by reason.", ["reason"], registry=r)
         self.pages_archived = Counter("memci_pages_archived", "Pages moved from the prompt to the archive.", registry=r)
         self.summary_calls = Counter(

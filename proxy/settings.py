@@ -210,8 +210,9 @@ class Settings:
     )
     upstream_tokenize: bool = field(
         default=True,
-        metadata=_doc("Without tokenizer_file, count text with the upstream's POST /tokenize (SGLang, vLLM) when it "
-                      "serves one, cached by text hash; the estimate meanwhile and whenever it fails."),
+        metadata=_doc("Without tokenizer_file, count text with the upstream's POST /tokenize (SGLang, vLLM) or "
+                      "/extras/tokenize/count (llama-cpp-python) when it serves one, cached by text hash; the estimate "
+                      "meanwhile and whenever it fails."),
     )
     tokenize_timeout_s: float = field(
         default=0.2,
@@ -383,6 +384,15 @@ class Settings:
         metadata=_doc("When the summary and profile jobs of an epoch run: 0, right after the epoch; N > 0, once the "
                       "conversation has had no turn for N seconds (or at its next epoch, whichever comes first).",
                       min=0.0),
+    )
+    upstream_cache: str = field(
+        default="auto",
+        metadata=_doc("The upstream's prefix cache, for when the memory jobs run: radix (many prefixes: SGLang, vLLM, "
+                      "OpenAI; the jobs follow the epoch's answer, on its cached prefix), single_slot (one prompt per "
+                      "slot: llama.cpp, llama-cpp-python; the jobs run before the epoch's request, on the prefix the "
+                      "slot still holds, so no job evicts the live conversation; the epoch's turn waits for them, at "
+                      "most summary_timeout_s), auto (llama.cpp and llama-cpp-python servers are recognised from "
+                      "their routes, anything else is radix).", choices=("auto", "radix", "single_slot")),
     )
     max_summary_tokens: int = field(
         default=1000, metadata=_doc("Largest conversation summary; over it the summary is re-compressed.", min=64)

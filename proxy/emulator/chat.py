@@ -114,11 +114,23 @@ def validate_chat_body(body: Any) -> None:
             raise bad_request("each message must be an object with a string 'role'", param="messages")
 
 
+def refuse_shapes(messages: list[dict[str, Any]], refuse: tuple[str, ...]) -> None:
+    """The message shapes the emulator was told to refuse (``--refuse``), worded as the servers that do."""
+    for i, message in enumerate(messages):
+        if "null_content" in refuse and message.get("role") == "assistant" and message.get("content") is None:
+            raise ErrorReply(500, f"1 validation error:\n  {{'type': 'string_type', 'loc': ('body', 'messages', {i}, "
+                                  "'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a "
+                                  "valid string', 'input': None}")
+        if "tool_messages" in refuse and (message.get("role") == "tool" or message.get("tool_calls")):
+            raise bad_request(f"messages[{i}]: tool calls and tool messages are not supported", param="messages")
+
+
 def plan_chat(state: EmulatorState, body: Any) -> ChatPlan:
     """Validate, render, account the cache and decide the answer. Raises ErrorReply for 4xx/5xx replies."""
     validate_chat_body(body)
     config = state.config
     messages: list[dict[str, Any]] = body["messages"]
+    refuse_shapes(messages, config.refuse)
     n = _optional_int(body, "n", 1) or 1
     if n > 128:
         raise bad_request("'n' must be at most 128", param="n")

@@ -16,6 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-model-len", type=int, default=defaults.max_model_len, help="context length in tokens (default %(default)s)"
     )
     parser.add_argument(
+        "--refuse", action="append", default=[], choices=("null_content", "tool_messages"),
+        help="refuse a message shape as some servers do: null_content (500, as llama-cpp-python's server), "
+             "tool_messages (400, a server without tools); may be repeated",
+    )
+    parser.add_argument(
         "--cache-tokens",
         type=int,
         default=defaults.cache_capacity_tokens,
@@ -45,6 +50,7 @@ def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
         port=args.port,
         model=args.model,
         max_model_len=args.max_model_len,
+        refuse=tuple(getattr(args, "refuse", None) or ()),
         cache_capacity_tokens=args.cache_tokens,
         embedding_dim=args.embedding_dim,
         per_uncached_token_s=args.per_uncached_token,

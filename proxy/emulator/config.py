@@ -11,6 +11,9 @@ class EmulatorConfig:
     port: int = 30000
     model: str = "memci-emulator"
     max_model_len: int = 32768
+    # Message shapes refused as some servers do: "null_content" (an assistant message with content null: 500, as
+    # llama-cpp-python's server), "tool_messages" (any tool call or tool message: 400, a server without tools).
+    refuse: tuple[str, ...] = ()
     # Radix cache capacity in tokens; least recently used leaves are evicted above it.
     cache_capacity_tokens: int = 2_000_000
     embedding_dim: int = 64

@@ -60,7 +60,12 @@ class LoopRecord:
 
 
 def assistant_call_message(content: str | None, calls: list[ToolCall], extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    """The assistant message of a recall round the proxy keeps (a model-called one, or the proactive push). Its
+    content is a string, "" without text: the shape every OpenAI-compatible server accepts beside ``tool_calls``
+    (OpenAI also takes null; llama-cpp-python's server, among others, rejects it). Rounds stored before this shape
+    keep their null content: their bytes, and so the upstream's cached prefix, stay as they were
+    (``proxy.turn.shapes`` answers an upstream that refuses them)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content or ""}
     message["tool_calls"] = [c.as_message_call() for c in calls]
     if extra:
         message.update(extra)

@@ -43,7 +43,10 @@ from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Kno
 from proxy.turn.turn import Redo, Release, Turn
 from proxy.turn.push import ProactivePush, with_push_room
 from proxy.turn.volatile import VolatileContext, push_on
+from proxy.turn.shapes import Shape, ShapeChoice, holds_rounds, renderer, resend
 from proxy.turn.window import ContextWindow
+from proxy.upstream.refusal import REFUSAL_STATUSES, context_refusal
+from proxy.upstream.cache_kind import CacheKind
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
 from proxy.turn.memos import register_process_memos
 from proxy.turn.counting import TurnCounts
@@ -69,6 +72,8 @@ class TurnService:
         self.counter = self.counts.base
         register_process_memos()  # the engine's and the search's memos, in memci_cache_*
         self.window = ContextWindow(settings, exchange.client)
+        self.cache_kind = CacheKind(s.upstream_cache, exchange.client)  # when the memory jobs run
+        self.shapes = ShapeChoice()  # per upstream: the shape of the recall rounds it accepts (proxy.turn.shapes)
         vectors = build_page_vectors(store.repo, s.embeddings_url, s.upstream_url, s.embeddings_model,
                                      s.embeddings_api_key, s.embeddings_timeout, local_model=s.embeddings_local,
                                      local_weights=s.embeddings_local_weights, metrics=metrics,
@@ -165,6 +170,15 @@ class TurnService:
             return await self._fallback(call, system, messages)
         try:
             answer = await self._exchange(turn)
+            if answer.events is None and answer.status in REFUSAL_STATUSES:
+                refusal = context_refusal(answer.status, answer.body)
+                window = await self.window.refused(refusal.window, turn.window) if refusal.too_long else None
+                if window is not None:  # the upstream's window shrank: plan the turn again for it, send it once more
+                    self.metrics.turn_resends.labels("window").inc()
+                    again = Found(turn.conversation_id, "prefix" if turn.how in ("new", "fork") else turn.how,
+                                  found.known_prefix, found.chains)
+                    turn = await self._plan(call, again, system, messages, retry=True)
+                    answer = await self._exchange(turn)
         except BaseException as exc:
             await self._finish(turn, release)
             if isinstance(exc, (ProxyError, asyncio.CancelledError)) or not isinstance(exc, Exception):
@@ -176,13 +190,13 @@ class TurnService:
         return await self._after_answer(answer, turn, release)
 
     # ------------------------------------------------------------------------------------------------------------
-    async def _plan(self, call: ChatCall, found: Found, system: list[dict[str, Any]], messages: list[dict[str, Any]]
-                    ) -> Turn:
+    async def _plan(self, call: ChatCall, found: Found, system: list[dict[str, Any]], messages: list[dict[str, Any]],
+                    retry: bool = False) -> Turn:
         """Plan, and store what leaves the prompt before the upstream sees it (an epoch). A conversation's first
         turn is stored now too, so that its identity (the prefix fingerprints) survives a crash. Another state stored
         meanwhile (StaleState) plans once more from the stored state; a store that fails is StoreUnavailable."""
         for attempt in (0, 1):
-            turn = await self._plan_once(call, found, system, messages, fresh=attempt > 0)
+            turn = await self._plan_once(call, found, system, messages, fresh=attempt > 0, counted=attempt > 0 or retry)
             # an output offloaded on arrival is a page that leaves the prompt: stored before the upstream sees it
             if not turn.plan.epoch and not turn.plan.offloaded and turn.known.state is not None:
                 return turn
@@ -203,7 +217,7 @@ class TurnService:
         raise AssertionError("unreachable")
 
     async def _plan_once(self, call: ChatCall, found: Found, system: list[dict[str, Any]],
-                         messages: list[dict[str, Any]], fresh: bool) -> Turn:
+                         messages: list[dict[str, Any]], fresh: bool, counted: bool = False) -> Turn:
         tenant, repo = call.tenant, self.store.repo
         conversation_id, how, known_prefix = found.conversation_id, found.how, found.known_prefix
         known, parent_id = NOTHING_STORED, None
@@ -226,10 +240,11 @@ class TurnService:
         except Exception as exc:
             log.warning("could not create conversation %s in the database: %s", conversation_id, exc)
             raise StoreUnavailable(str(exc)) from exc
-        if not fresh:
+        if not counted:
             self.metrics.child(self.metrics.conversations, how).inc()
         state = known.state
-        config = self._config(await self.window.tokens())
+        window = await self.window.tokens()
+        config = self._config(window)
         need = (await self.push.weigh(tenant, conversation_id, state, messages)
                 if self.recall_enabled and push_on(self.settings, call.memory_mode) else None)
         if need is not None and need.room_wanted:
@@ -265,7 +280,7 @@ class TurnService:
         rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints)
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
                     tools_json=tools_json, learned=isinstance(counter, LearnedCounter), accounting=accounting,
-                    need=need)
+                    need=need, window=window)
 
     async def _intake_images(self, result: Plan, tenant: str, conversation_id: str) -> None:
         """New messages' data: images to the blob store (once per hash), descriptions started; the entries
@@ -290,6 +305,7 @@ class TurnService:
             sent = {**data, "messages": turn.plan.messages}
             out.body = _encode(sent)
             self._remember_prompt(turn, sent, len(out.body))
+            await self._jobs_first(turn)
 
             def on_usage(usage: dict[str, Any]) -> None:
                 turn.usage = usage
@@ -315,9 +331,46 @@ class TurnService:
                 await self._keep(turn, pushed)
                 body["messages"] = [*body["messages"], *pushed]
                 turn.pushed_tokens = sum((turn.redo.counter or self.counter).count_message(m) for m in pushed)
-        out.body = _encode(body)
-        self._remember_prompt(turn, body, len(out.body), pushed)
-        return await self.exchange.send_with_recall(out, body, rounds)
+        name = loop_config.recall_name
+        upstream = self.exchange.client.url(out.path, out.query, out.route_key)
+        shape = self.shapes.renderer(upstream, name)
+        sent = shape(body) if shape is not None else body
+        out.body = _encode(sent)
+        self._remember_prompt(turn, sent, len(out.body), pushed)
+        await self._jobs_first(turn)
+        answer = await self.exchange.send_with_recall(out, sent, rounds, shape)
+        if (answer.events is None and answer.status in REFUSAL_STATUSES and holds_rounds(sent["messages"], name)
+                and not context_refusal(answer.status, answer.body).too_long):
+            answer = await self._reshaped(turn, out, body, rounds, upstream, name, answer)
+        return answer
+
+    async def _jobs_first(self, turn: Turn) -> None:
+        """On a one-slot engine (``upstream_cache``), an epoch's summary and profile jobs go upstream before its
+        request: they resend the pre-epoch prompt the slot still holds, and the epoch's request shares only its head
+        with either. Sent after the answer, they would take the slot from the live conversation."""
+        memory = self.memory
+        if not turn.plan.archived or memory is None or not getattr(memory, "shares_upstream", False):
+            return
+        if await self.cache_kind.single_slot():
+            turn.jobs_first = await memory.run_before(turn.call.tenant, turn.conversation_id,
+                                                      self.settings.summary_timeout_s)
+
+    async def _reshaped(self, turn: Turn, out: Outgoing, body: dict[str, Any], rounds: TurnRecall, upstream: str,
+                        name: str, refused: Answer) -> Answer:
+        """The upstream refused a request holding the proxy's recall rounds: the turn again with them in the next
+        shape (proxy.turn.shapes) until one is accepted, which is remembered for that upstream."""
+        async def send(sent: dict[str, Any], apply: Shape) -> Answer:
+            out.body = _encode(sent)
+            return await self.exchange.send_with_recall(out, sent, rounds, apply)
+
+        answer, shape = await resend(send, body, self.shapes.shape(upstream), name, REFUSAL_STATUSES)
+        if shape is not None:
+            self.shapes.choose(upstream, shape, refused.status)
+            self.metrics.turn_resends.labels("rounds").inc()
+            last = self.last_prompts.get(turn.conversation_id)
+            if last is not None:
+                last.body = renderer(shape, name)(body)  # as sent: a memory job resends it
+        return answer or refused
 
     async def _keep(self, turn: Turn, exchange: list[dict[str, Any]]) -> None:
         """A finished recall exchange becomes hidden messages of the state, stored before the next round: the client
@@ -397,7 +450,10 @@ class TurnService:
             if self.memory is not None:
                 self.memory.touch(turn.call.tenant, turn.conversation_id)
                 if turn.plan.archived:
-                    await self.memory.notify(turn.call.tenant, turn.conversation_id)
+                    if turn.jobs_first:  # the summary and profile jobs ran before the request
+                        await self.memory.notify(turn.call.tenant, turn.conversation_id, summaries=False)
+                    else:
+                        await self.memory.notify(turn.call.tenant, turn.conversation_id)
             if turn.plan.archived and self.resolver.vectors is not None and self.recall_enabled:
                 self._prepare_search(turn, state)
         except Exception as exc:

@@ -131,9 +131,11 @@ class Exchange:
         self._done(out, response.status, total)
         return Answer(response.status, headers, content_type or None, content)
 
-    async def send_with_recall(self, out: Outgoing, body: dict[str, Any], rounds: RecallRounds) -> Answer:
+    async def send_with_recall(self, out: Outgoing, body: dict[str, Any], rounds: RecallRounds,
+                               shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Answer:
         """The recall loop: ``body`` is the first round (recall tool injected, see recall.loop.prepare_rounds);
-        ``out.body``, when set, is its encoding."""
+        ``out.body``, when set, is its encoding. ``shape``, when given, renders every later round's body for this
+        upstream (``proxy.turn.shapes``; the first round's is rendered already)."""
         m = self.metrics
         cfg, record = rounds.config, rounds.record
         client = self.client
@@ -141,6 +143,8 @@ class Exchange:
         upstream_headers = self._upstream_headers(out)
 
         async def send(round_body: dict[str, Any]) -> UpstreamResponse:
+            if shape is not None:
+                round_body = shape(round_body)
             response, _ = await self._send(out, "POST", url, upstream_headers, _encode(round_body))
             return response
 

@@ -1,7 +1,9 @@
 """Does the upstream serve the route chat will use? The one check behind `/ready`, `doctor` and the start-up warning.
 
-The probe is ``POST {base}/chat/completions`` with the body ``{}``: any OpenAI-compatible server rejects it at once
-(400/422, or 401 without a key) without generating anything, while a base URL that misses the API's prefix (``/v1``)
+The probe is ``POST {base}/chat/completions`` with the body ``{"messages": null}``: any OpenAI-compatible server
+rejects it at once (400/422, 500 from llama-cpp-python's validation, or 401 without a key) without generating
+anything (an empty body ``{}`` is not enough: llama-cpp-python's server takes it for an empty conversation and
+generates, taking its one cache slot from the live conversation), while a base URL that misses the API's prefix (``/v1``)
 answers 404 or 405. The verdict and its message come from ``judge`` (one place); ``check`` sends the probe through
 the proxy's own upstream client (``/ready``, start-up), doctor sends it with its own HTTP client and judges it here.
 
@@ -20,7 +22,7 @@ from proxy.upstream.port import Upstream
 from proxy.wire.errors import ProxyError
 
 PATH = "/chat/completions"
-BODY = b"{}"
+BODY = b'{"messages": null}'
 HEADERS = {"Content-Type": "application/json"}
 TTL_S = 10.0
 
@@ -45,7 +47,7 @@ def judge(base_url: str, status: int, body: bytes = b"") -> RouteCheck:
                           status)
     if status in (502, 503, 504):  # unavailable (another 5xx to an empty body says nothing of the route)
         return RouteCheck(base_url, False, True, f"the upstream's {PATH} under {base_url} answers HTTP {status}", status)
-    return RouteCheck(base_url, True, True, f"{base_url}{PATH} answers (HTTP {status} to an empty request)", status)
+    return RouteCheck(base_url, True, True, f"{base_url}{PATH} answers (HTTP {status} to a request without messages)", status)
 
 
 def unreachable(base_url: str, detail: str) -> RouteCheck:

@@ -1,10 +1,13 @@
-"""Exact text counts from the upstream's own tokenizer: SGLang's and vLLM's `POST /tokenize`.
+"""Exact text counts from the upstream's own tokenizer: SGLang's and vLLM's `POST /tokenize`, llama-cpp-python's
+`POST /extras/tokenize/count`.
 
 Both serve it at the server root (next to `/v1`): `{"model", "prompt": "<text>", "add_special_tokens": false}`
 -> `{"tokens": [...], "count": N, "max_model_len": M}`. SGLang (and the emulator) also take a list of texts
 (`"prompt": [...]` -> `"count": [N, ...]`): a turn's new texts go in one request; an upstream that refuses the
-list (vLLM: 400 or 422) is asked one text per request from then on. An upstream without `/tokenize` (404, 405,
-an error) turns it off for `RETRY_AFTER_S`; counting then falls back to the estimate.
+list (vLLM: 400 or 422) is asked one text per request from then on. An upstream whose `/tokenize` is not found (404,
+405) is asked at llama-cpp-python's `/extras/tokenize/count` (`{"input": "<text>"}` -> `{"count": N}`, one text per
+request) and, when that answers, there from then on. An upstream with neither (or an error) turns counting off for
+`RETRY_AFTER_S`; counting then falls back to the estimate.
 
 The engine counts synchronously, so `UpstreamTokenCounter.count_text` answers from a bounded cache keyed by the
 text's xxh3 hash, and on a miss with the estimate scaled by the ratio of exact to estimated counts of the texts
@@ -42,12 +45,16 @@ REFUSES_LISTS = (400, 422)  # vLLM's answer to a list of prompts: one text per r
 _encode = msgspec.json.Encoder().encode
 
 
-def tokenize_url(upstream: Upstream) -> str:
-    """`/tokenize` at the upstream's root: the OpenAI base URL without its trailing `/v1`."""
+EXTRAS = "/extras/tokenize/count"  # llama-cpp-python's server
+NOT_FOUND = (404, 405)
+
+
+def tokenize_url(upstream: Upstream, path: str = "/tokenize") -> str:
+    """`/tokenize` (or `path`) at the upstream's root: the OpenAI base URL without its trailing `/v1`."""
     base = str(upstream.url("")).rstrip("/")
     if base.endswith("/v1"):
         base = base[: -len("/v1")]
-    return base + "/tokenize"
+    return base + path
 
 
 class UpstreamTokenCounter:
@@ -70,6 +77,8 @@ class UpstreamTokenCounter:
         self._off_until = 0.0
         self._gate = asyncio.Semaphore(MAX_CONCURRENT)
         self._lists = True  # the upstream takes a list of texts (until it refuses one)
+        self._path = "/tokenize"  # EXTRAS once /tokenize was not found and it answered
+        self._path_known = False  # a count came back from `_path`
         self.hits = self.misses = 0
         self._exact_sum = self._estimate_sum = 0.0
 
@@ -188,15 +197,22 @@ class UpstreamTokenCounter:
         if not self.available:
             return None
         many = isinstance(prompt, list)
-        body: dict[str, Any] = {"prompt": prompt, "add_special_tokens": False}
-        if self.model:
+        extras = self._path == EXTRAS
+        if many and extras:
+            self._lists = False
+            return None
+        body: dict[str, Any] = {"input": prompt} if extras else {"prompt": prompt, "add_special_tokens": False}
+        if self.model and not extras:  # llama-cpp-python's names are its aliases: its default model serves
             body["model"] = self.model
         try:
-            response, _ = await self.upstream.send("POST", tokenize_url(self.upstream),
+            response, _ = await self.upstream.send("POST", tokenize_url(self.upstream, self._path),
                                                    {**self.upstream.forward_headers({}),
                                                     "Content-Type": "application/json"}, _encode(body))
             status = response.status
             content = await self.upstream.read_body(response)
+            if status in NOT_FOUND and not self._path_known and not extras:
+                self._path = EXTRAS  # llama-cpp-python's route, asked once; off (below) if it is not there either
+                return await self._ask(prompt)
             if many and status in REFUSES_LISTS:
                 self._lists = False
                 return None
@@ -211,6 +227,7 @@ class UpstreamTokenCounter:
             if count is None:
                 self._off("no count in the answer")
                 return None
+            self._path_known = True
             self._outcome("ok")
             return count
         except Exception as exc:  # down, slow, malformed: the estimate serves meanwhile
@@ -218,6 +235,8 @@ class UpstreamTokenCounter:
             return None
 
     def _off(self, why: str) -> None:
+        if not self._path_known:
+            self._path = "/tokenize"  # asked again from the start after the pause
         if self.available:
             log.info("the upstream's /tokenize is not usable (%s); estimating counts for %.0f s", why, RETRY_AFTER_S)
         self._off_until = self.clock() + RETRY_AFTER_S

@@ -11,7 +11,8 @@ latest summary and profile to the managed turn (cached).
     await worker.stop()
 
 Summary and profile jobs run right after the epoch (``notify``), or with ``idle_s`` > 0 once the conversation has had
-no turn for that long (``touch`` pushes the moment back; a second epoch before it runs the first one's jobs at once).
+no turn for that long (``touch`` pushes the moment back; a second epoch before it runs the first one's jobs at once),
+or, on a one-slot engine, before the epoch's request (``run_before``, then ``notify(summaries=False)``).
 They reuse the kept pre-epoch prompt when it still holds the pages (``proxy.workers.prefix``), else plain calls.
 
 Tests drive it without tasks: ``handle(job, now)``, ``run_due(now)``, ``sweep_all(now)``, ``run_idle(at)``.
@@ -71,6 +72,7 @@ class MemoryWorker:
             size_of=lambda k, v: 256 + sum(b.size for b in v))
         self._idle: dict[tuple[str, str], float] = {}  # conversation -> monotonic time its jobs are due (idle_s > 0)
         self._tasks: list[asyncio.Task[None]] = []
+        self._before: set[asyncio.Task[None]] = set()  # jobs of run_before still running
         self.outcomes: dict[str, int] = {}
         self.calls: dict[str, int] = {}  # summariser calls by kind: "prefix" (on a kept prompt), "plain"
         self.metrics = metrics  # proxy.metrics.Metrics (memci_summary_calls) when the app runs the worker
@@ -87,10 +89,15 @@ class MemoryWorker:
         """The kept prompts of a conversation, oldest first; none when the summariser is another server."""
         return (self._bases.peek((tenant, conversation_id)) or ()) if self.config.prefix_jobs else ()
 
-    async def notify(self, tenant: str, conversation_id: str) -> None:
+    async def notify(self, tenant: str, conversation_id: str, summaries: bool = True) -> None:
         """Pages of the conversation were archived: bring its summary, the tenant's profile and its archival by
-        age (limits included) up to date, now or (``idle_s``) once the conversation is idle."""
+        age (limits included) up to date, now or (``idle_s``) once the conversation is idle. ``summaries=False``:
+        the summary and profile jobs ran already (``run_before``), only the archival is queued."""
         key = (tenant, conversation_id)
+        if not summaries:
+            self._idle.pop(key, None)
+            await self.queue.put(Job(ARCHIVE_JOB, tenant, conversation_id))
+            return
         if self.config.idle_s > 0:
             if key not in self._idle:
                 if len(self._idle) >= MAX_IDLE_WAITING:  # bounded: the oldest waiting conversation runs now
@@ -99,6 +106,30 @@ class MemoryWorker:
                 return
             del self._idle[key]  # a second epoch before the first one's jobs ran: run them now
         await self._enqueue(tenant, conversation_id)
+
+    @property
+    def shares_upstream(self) -> bool:
+        """The summary and profile jobs go to the conversation's upstream (no separate summariser)."""
+        return self.config.prefix_jobs
+
+    async def run_before(self, tenant: str, conversation_id: str, timeout_s: float) -> bool:
+        """The summary and profile jobs of an epoch, run now, before the epoch's own request goes upstream (a
+        one-slot engine: the slot still holds the pre-epoch prompt the jobs resend, and the epoch's request only
+        shares its head with either). Waits at most ``timeout_s``; jobs still running then finish in the background
+        (the engine answers them before the epoch's request). False when they were not started (nothing kept)."""
+        if not self.bases(tenant, conversation_id):
+            return False
+        self._idle.pop((tenant, conversation_id), None)
+
+        async def jobs() -> None:
+            for kind in (SUMMARY_JOB, PROFILE_JOB):
+                await self._safe_handle(Job(kind, tenant, conversation_id), self.clock())
+
+        task = asyncio.get_running_loop().create_task(jobs())
+        self._before.add(task)
+        task.add_done_callback(self._before.discard)
+        await asyncio.wait({task}, timeout=timeout_s)
+        return True
 
     def touch(self, tenant: str, conversation_id: str) -> None:
         """A turn of the conversation ran: its waiting jobs (idle delay) wait for the next quiet moment."""
@@ -265,12 +296,13 @@ class MemoryWorker:
             await asyncio.sleep(self.config.sweep_interval_s)
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        for task in [*self._tasks, *self._before]:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+        self._before.clear()
         await self.queue.close()
         close = getattr(self.summarizer, "aclose", None)
         if close is not None:

@@ -17,22 +17,14 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.proxyproc import REPO, ProxyProcess, free_port, wait_http
+from tests.e2e.proxyproc import REPO, LocalServer, ProxyProcess, free_port, wait_http
 
 
-class EmulatorProcess:
+class EmulatorProcess(LocalServer):
     def __init__(self, args: list[str] | None = None, home: Path | None = None):
         self.port = free_port()
         self.args = args or []
         self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        return self.url + "/v1"
 
     def start(self) -> "EmulatorProcess":
         self.proc = subprocess.Popen(

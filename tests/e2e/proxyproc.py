@@ -37,14 +37,23 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     raise TimeoutError(f"{url} did not answer within {timeout}s")
 
 
-class ProxyProcess:
-    def __init__(self, upstream_url: str, home: Path, env: dict[str, str] | None = None, port: int | None = None):
-        self.port = port or free_port()
-        self.upstream_url = upstream_url
-        self.home = home
-        self.extra_env = env or {}
-        self.proc: subprocess.Popen | None = None
-        self.log_path = home / f"proxy-{self.port}.log"
+def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    """Stop a process started in its own session, and its children (SIGKILL after 15 s)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+class LocalServer:
+    """An OpenAI-compatible server run as a local process on a free port."""
+
+    port: int
+    proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
@@ -53,6 +62,16 @@ class ProxyProcess:
     @property
     def base_url(self) -> str:
         return self.url + "/v1"
+
+
+class ProxyProcess(LocalServer):
+    def __init__(self, upstream_url: str, home: Path, env: dict[str, str] | None = None, port: int | None = None):
+        self.port = port or free_port()
+        self.upstream_url = upstream_url
+        self.home = home
+        self.extra_env = env or {}
+        self.proc: subprocess.Popen | None = None
+        self.log_path = home / f"proxy-{self.port}.log"
 
     def start(self, timeout: float = 180.0) -> "ProxyProcess":
         env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCI_")}
@@ -82,17 +101,9 @@ class ProxyProcess:
             return ""
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, sig)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=5)
-        self.proc = None
+        if self.proc is not None:
+            stop_group(self.proc, sig)
+            self.proc = None
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)

@@ -16,6 +16,7 @@ import httpx
 import openai
 import pytest
 
+from proxy.upstream import route_check
 from tests.e2e.proxyproc import ProxyProcess
 
 VIRTUAL_KEYS = {
@@ -99,8 +100,8 @@ def test_virtual_keys_never_reach_the_upstream(tmp_path, manage_context):
             assert info.value.status_code == 401 and info.value.code == "invalid_api_key"
         finally:
             proxy.stop()
-    # (the route check's empty probe, `{}`, is not a chat)
-    chats = [r for r in upstream.seen if r["path"].endswith("/chat/completions") and r["body"] != b"{}"]
+    # (the route check's probe, without messages, is not a chat)
+    chats = [r for r in upstream.seen if r["path"].endswith("/chat/completions") and r["body"] != route_check.BODY]
     assert len(chats) == 2  # the unknown key never reached the upstream
     keys_seen = {r["headers"].get("authorization") for r in upstream.seen if r["path"].startswith("/v1/")}
     assert {"Bearer sk-upstream-acme", "Bearer sk-upstream-globex"} <= keys_seen

@@ -84,7 +84,7 @@ def test_the_round_is_a_recall_call_and_its_result_with_a_deterministic_id(query
     exchange = recall_round(call, result)
     again = recall_round(push_call("recall", query, str(after)), result)
     assert json.dumps(exchange) == json.dumps(again)
-    assert exchange[0]["role"] == "assistant" and exchange[0]["content"] is None
+    assert exchange[0]["role"] == "assistant" and exchange[0]["content"] == ""
     (tc,) = exchange[0]["tool_calls"]
     assert tc["function"]["name"] == "recall" and json.loads(tc["function"]["arguments"]) == {"query": query}
     assert exchange[1] == {"role": "tool", "tool_call_id": tc["id"], "content": result}

@@ -50,7 +50,7 @@ class CountingUpstream:
 
     async def send(self, method, url, headers, body):
         self.calls += 1
-        assert (method, body) == ("POST", b"{}") and url.endswith("/chat/completions")
+        assert (method, body) == ("POST", b'{"messages": null}') and url.endswith("/chat/completions")
         if self.down:
             raise upstream_unreachable("connection refused")
         upstream = self

@@ -25,7 +25,9 @@ class Tokenizer:
         self.status, self.delay, self.lists, self.bodies = status, delay, lists, []
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
-        assert request.url.path == "/tokenize", request.url  # at the server root, not under /v1
+        if request.url.path != "/tokenize":  # e.g. llama-cpp-python's /extras/tokenize/count: not this server's
+            assert not request.url.path.startswith("/v1"), request.url  # at the server root, not under /v1
+            return httpx.Response(404, json={"detail": "Not Found"})
         body = json.loads(request.content)
         self.bodies.append(body)
         if self.delay:
@@ -248,3 +250,36 @@ async def test_a_streamed_answer_sent_back_is_not_asked_for_again():
     await asyncio.sleep(0.05)
     assert "And the second question?" in prompts and answer not in prompts
     await service.close()
+
+
+class ExtrasTokenizer:
+    """llama-cpp-python's server: no /tokenize; POST /extras/tokenize/count {"input": text} -> {"count": N}."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.bodies: list[dict] = []
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        if request.url.path != "/extras/tokenize/count":
+            return httpx.Response(404, json={"detail": "Not Found"})
+        body = json.loads(request.content)
+        self.bodies.append(body)
+        if not isinstance(body.get("input"), str):
+            return httpx.Response(422, json={"detail": "input: Input should be a valid string"})
+        return httpx.Response(200, json={"count": len(body["input"].split())})
+
+
+async def test_llama_cpp_pythons_extras_route_counts_when_tokenize_is_not_found():
+    server = ExtrasTokenizer()
+    counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0)
+    texts = [f"{TEXT} number {i}" for i in range(3)]
+    await counter.prefetch(texts, model="smollm2")
+    assert [counter.lookup(t) for t in texts] == [12, 12, 12] and counter.available
+    assert server.paths[0] == "/tokenize" and set(server.paths[1:]) == {"/extras/tokenize/count"}
+    assert all(body == {"input": t} for body, t in zip(server.bodies, texts))  # one text each, no model name
+    asked = len(server.paths)
+    await counter.prefetch([TEXT + " once more"])
+    assert server.paths[asked:] == ["/extras/tokenize/count"]  # straight to the route that answered
+    assert counter.lookup(TEXT + " once more") == 12
+    await counter.close()

@@ -236,7 +236,8 @@ class ChatUpstream:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/models"):
             return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": self.window}]})
-        if request.url.path.endswith("/tokenize"):  # an upstream without a tokenizer endpoint (OpenAI's shape)
+        if request.url.path.endswith(("/tokenize", "/tokenize/count")) or request.method == "GET":
+            # an upstream without a tokenizer endpoint (OpenAI's shape), nor llama.cpp's routes
             return httpx.Response(404, json={"error": {"message": "not found"}})
         body = json.loads(request.content)
         self.requests.append(body)

@@ -1,0 +1,124 @@
+"""A real (small) engine for end-to-end tests: llama-cpp-python's OpenAI-compatible server with SmolLM2-135M-Instruct,
+built by the shared tool `../shared/tools/real-llm.sh` (relative to the repository root; `MEMCI_REAL_LLM_SCRIPT`
+names another copy) and cached in `~/.cache/memci-real-llm` (`MEMCI_REAL_LLM_DIR`) between runs.
+
+What it gives the tests that the emulator cannot: a real tokenizer and chat template, real `prompt_tokens`, a real
+context limit (400 past `n_ctx`), one slot of prefix reuse, a server that validates message shapes, and its own log of
+prefix reuse ("Llama.generate: N prefix-match hit, remaining M prompt tokens to eval"), read by `engine_reuse`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.e2e.proxyproc import REPO, LocalServer, free_port, stop_group, wait_http
+
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUILD_TIMEOUT_S = 1800  # the first build compiles llama.cpp (about 6-10 minutes on 2 cores)
+
+
+def build_script() -> Path | None:
+    """The build script (None: not there, as in a clone without the shared tools beside it)."""
+    named = os.environ.get("MEMCI_REAL_LLM_SCRIPT")
+    script = Path(named) if named else REPO.parent / "shared" / "tools" / "real-llm.sh"
+    return script if script.is_file() else None
+
+
+def build(script: Path) -> Path:
+    """Build the engine (or find it cached); returns the directory holding venv/ and the model."""
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    if done.returncode != 0:
+        raise RuntimeError(f"{script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+class RealEngine(LocalServer):
+    """llama-cpp-python's server as a process; its log (stdout and stderr) in `log_path`."""
+
+    def __init__(self, directory: Path, log_path: Path, n_ctx: int = 2048, alias: str = "smollm2") -> None:
+        self.directory = directory
+        self.log_path = log_path
+        self.n_ctx = n_ctx
+        self.alias = alias
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 120.0) -> "RealEngine":
+        d = self.directory
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [str(d / "venv" / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(d / MODEL_FILE),
+             "--model_alias", self.alias, "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
+             "--n_threads", "1", "--n_threads_batch", "2", "--seed", "7"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            wait_http(self.url + "/v1/models", self.proc, timeout)
+        except Exception:
+            self.stop()
+            raise RuntimeError(f"the real engine did not start:\n{self.log()[-3000:]}") from None
+        return self
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_group(self.proc)
+            self.proc = None
+
+
+_HIT = re.compile(r"Llama\.generate: (\d+) prefix-match hit, remaining (\d+) prompt tokens")
+_FULL = re.compile(r"Llama\.generate: full prompt already cached")
+_EVAL = re.compile(r"llama_perf_context_print: +prompt eval time = +[\d.]+ ms / +(\d+) tokens")
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """One generate call of the engine: prompt tokens taken from its one cache slot, and evaluated anew."""
+
+    reused: int
+    evaluated: int
+
+
+def engine_reuse(log: str) -> list[Prefill]:
+    """The engine's generate calls, in order, from its own log: a "prefix-match hit" line (absent when nothing was
+    reused) followed by the call's timing block, whose "prompt eval" line counts the tokens evaluated."""
+    calls: list[Prefill] = []
+    reused: int | None = None
+    for line in log.splitlines():
+        hit = _HIT.search(line)
+        if hit:
+            reused = int(hit.group(1))
+            continue
+        if _FULL.search(line):
+            reused = -1  # the whole prompt: its size is the evaluated count the timing block reports as cached
+            continue
+        evaluated = _EVAL.search(line)
+        if evaluated:
+            n = int(evaluated.group(1))
+            calls.append(Prefill(n, 0) if reused == -1 else Prefill(reused or 0, n))
+            reused = None
+    return calls
+
+
+def reuse_ratio(calls: list[Prefill]) -> float:
+    reused = sum(c.reused for c in calls)
+    total = reused + sum(c.evaluated for c in calls)
+    return reused / total if total else 0.0
+
+
+def ceiling(prompts: list[int], epochs: list[bool]) -> tuple[float, float, int]:
+    """The best hit rate a bounded prompt can reach, 1 - 2d/H: d the tokens a request adds (the mean growth of the
+    prompt between two turns without an epoch), H the largest prompt. Returns (ceiling, d, H)."""
+    growth = [b - a for a, b, epoch in zip(prompts, prompts[1:], epochs[1:]) if not epoch and b > a]
+    d = sum(growth) / len(growth) if growth else 0.0
+    h = max(prompts) if prompts else 0
+    return (1 - 2 * d / h if h else 0.0), d, h
