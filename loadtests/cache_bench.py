@@ -75,6 +75,7 @@ class RequestRecord:
     probe_seen: bool | None = None
     newest_cut: bool = False  # the client's newest message did not reach the upstream unchanged
     seconds: float = 0.0
+    pushed_tokens: int = 0  # tokens of a proactive recall round the proxy added after the user's message (0: none)
 
 
 @dataclass
@@ -104,6 +105,11 @@ class Row:
     job_hit_rate: float | None = None
     turn_hit_rate: float | None = None  # the client's turns alone (recall rounds included)
     counting: dict[str, float] = field(default_factory=dict)  # the proxy's estimate error and /tokenize requests
+    pushes: int = 0  # user turns the proxy pushed a recall round on ...
+    ordinary_pushes: int = 0  # ... of them turns without a recall probe
+    ordinary_turns: int = 0
+    pushed_share: float = 0.0  # pushed tokens / all prompt tokens of the turns
+    ordinary_pushed_share: float = 0.0  # the same, pushes on turns without a probe only
     records: list[RequestRecord] = field(default_factory=list, repr=False)
 
 
@@ -227,6 +233,7 @@ class Run:
             record.prompt_largest = max((e["prompt_tokens"] or 0 for e in sent), default=0)
             bodies = [e["body"] for e in sent]
         if bodies:
+            record.pushed_tokens = pushed_tokens(bodies[0]["messages"], self.history[-1])
             record.verbatim = verbatim_tokens(bodies[0]["messages"], self.keys)
             newest = _key(self.history[-1])
             record.newest_cut = not any(_key(m) == newest for m in bodies[0]["messages"])
@@ -236,6 +243,35 @@ class Run:
         if probe is not None:
             record.probe_seen = any(probe in json.dumps(b, ensure_ascii=False) for b in bodies) if bodies else None
         return record
+
+
+def pushed_tokens(sent: list[dict], newest: dict) -> int:
+    """Tokens of the recall round a proxy pushed after the user's newest message (0 when it pushed none): the sent
+    prompt ends with ``assistant(tool_calls)`` + ``tool`` where the client's ends with a user message."""
+    if newest.get("role") != "user" or len(sent) < 3 or sent[-1].get("role") != "tool":
+        return 0
+    if sent[-3].get("role") != "user" or not sent[-2].get("tool_calls"):
+        return 0
+    return _TOKENIZER.count(render_chat(sent, None, False)) - _TOKENIZER.count(render_chat(sent[:-2], None, False))
+
+
+def push_figures(row: Row, records: list[RequestRecord], probe_turns: set[int]) -> None:
+    """Push rate and pushed-token share over every turn, and over the turns without a recall probe."""
+    ok = [r for r in records if not r.error]
+    prompt = sum(r.prompt for r in ok)
+    ordinary = [r for r in ok if r.turn not in probe_turns]
+    row.pushes = sum(1 for r in ok if r.pushed_tokens)
+    row.ordinary_pushes = sum(1 for r in ordinary if r.pushed_tokens)
+    row.ordinary_turns = len({r.turn for r in ordinary})
+    row.pushed_share = sum(r.pushed_tokens for r in ok) / prompt if prompt else 0.0
+    row.ordinary_pushed_share = sum(r.pushed_tokens for r in ordinary) / prompt if prompt else 0.0
+
+
+def push_line(row: Row) -> str:
+    return (f"{row.strategy}: pushes on {row.pushes} turns ({row.ordinary_pushes} of {row.ordinary_turns} ordinary "
+            f"turns, {100 * row.ordinary_pushes / max(1, row.ordinary_turns):.1f}%); pushed tokens "
+            f"{100 * row.pushed_share:.2f}% of all prompt tokens ({100 * row.ordinary_pushed_share:.2f}% on ordinary "
+            "turns)")
 
 
 def summarise(name: str, records: list[RequestRecord], budget: int, seconds: float, is_proxy: bool) -> Row:
@@ -333,6 +369,7 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
                     elapsed, key == "proxy")
     if key == "proxy":
         row.counting = counting
+        push_figures(row, records, {i for i, t in enumerate(workload.turns) if t.probe is not None})
     if totals and totals.get("prompt_tokens"):
         row.hit_rate = totals["cached_tokens"] / totals["prompt_tokens"]
         ok = [r for r in records if not r.error]
@@ -461,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
             print(markdown(workload, rows, args.window), flush=True)
             for row in rows:
                 if row.counting:
+                    print(push_line(row), flush=True)
                     shares = {k: f"{100 * row.counting.get(k, 0):.1f}%" for k in
                               ("under_share", "within_5_share", "over_10_share")}
                     print(f"{row.strategy}: estimates below the reported prompt {shares['under_share']}, within 5% "

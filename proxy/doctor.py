@@ -212,8 +212,8 @@ def explain(settings: Settings, facts: UpstreamFacts | None, report: Report) -> 
     else:
         report.add("plan", "pull: off (recall_enabled false): archived pages are reachable only through the admin API")
     mode = "injection" if settings.memory_injection_enabled else settings.memory_push
-    why = {"proactive": "the proxy runs one recall round itself when a turn looks something up (BM25 score >= "
-                        f"{settings.recall_push_min_score:g}), kept in the history so later turns keep their cache",
+    why = {"proactive": "the proxy runs one recall round itself when archived pages match what the user's message "
+                        "names and the prompt lacks, kept in the history so later turns keep their cache",
            "injection": "a B5 memory block next to the latest user message (a cache miss on the next turn)",
            "off": "only the model's own recall calls"}[mode]
     source = "memory_injection_enabled" if settings.memory_injection_enabled else "memory_push"

@@ -214,8 +214,10 @@ class Metrics:
 
         # proactive recall (the push) and what epochs cost (honest accounting)
         self.recall_pushes = Counter(
-            "memci_recall_pushes", "Look-up turns considered for a proactive recall round, by outcome (pushed, "
-            "in_prompt, no_hits, below_floor, no_room, failed).", ["outcome"], registry=r,
+            "memci_recall_pushes", "User turns weighed for a proactive recall round, by outcome: pushed, no_archive "
+            "(nothing archived yet), no_match (no archived page holds a rare term of the message), weak (the match is "
+            "not strong enough), in_prompt (the active pages hold what matched), no_hits, no_room, failed. The push "
+            "rate is pushed over the sum.", ["outcome"], registry=r,
         )
         self.recall_push_tokens = Histogram(
             "memci_recall_push_tokens", "Estimated tokens one proactive recall round added to the prompt (kept in the "

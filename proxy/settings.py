@@ -374,9 +374,6 @@ class Settings:
                       "a cache miss on the next turn; same as memory_injection_enabled), off (only the model's own "
                       "recall calls).", choices=("proactive", "injection", "off")),
     )
-    recall_push_min_score: float = field(
-        default=1.0, metadata=_doc("Best BM25 score an archived page must reach for a proactive recall round.", min=0.0)
-    )
     memory_budget_tokens: int = field(default=2048, metadata=_doc("Token budget of the injected memory.", min=0))
     memory_max_hits: int = field(default=5, metadata=_doc("Most memory hits injected per turn.", min=0, max=50))
     memory_cut_chars: int = field(default=300, metadata=_doc("Each memory hit is cut to this many characters.", min=20))

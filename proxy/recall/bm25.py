@@ -99,6 +99,16 @@ class BM25Index:
     def document_frequency(self, term: str) -> int:
         return len(self._postings.get(term, ()))
 
+    def documents_with(self, term: str) -> list[DocId]:
+        """Ids of the documents holding ``term`` (cost: its document frequency)."""
+        id_of = self._id_of
+        return [id_of[slot] for slot in self._postings.get(term, ())]
+
+    def holds(self, doc_id: DocId, term: str) -> bool:
+        """Whether document ``doc_id`` holds ``term``."""
+        slot = self._slot_of.get(doc_id)
+        return slot is not None and slot in self._postings.get(term, ())
+
     def idf(self, term: str) -> float:
         n = self.document_frequency(term)
         return math.log(1.0 + (len(self._slot_of) - n + 0.5) / (n + 0.5))

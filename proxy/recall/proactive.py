@@ -1,18 +1,18 @@
-"""Proactive recall, the cache-neutral push (pure, no I/O).
+"""Proactive recall, the cache-neutral push: its shape and its phrasing signal (pure, no I/O).
 
-When the user's latest message looks up something said earlier that the active pages no longer hold and the
-archive does, the proxy runs one recall round itself before the model answers. The round is shaped as if the
-model had called the tool (``assistant(tool_call recall{query})`` + ``tool(result)``) and is kept as hidden
-messages: later turns splice it back byte for byte, so the next turn's prefix is unchanged and the push costs
-no cache miss (unlike B5 injection, a per-turn block next to the latest message).
+Whether a turn gets a push is weighed by proxy.recall.salience (the message's specific terms against the
+archive); this module shapes the round. When the proxy pushes, it runs one recall round itself before the model
+answers. The round is shaped as if the model had called the tool (``assistant(tool_call recall{query})`` +
+``tool(result)``) and is kept as hidden messages: later turns splice it back byte for byte, so the next turn's
+prefix is unchanged and the push costs no cache miss (unlike B5 injection, a per-turn block next to the latest
+message).
 
 * ``is_look_up(text)``: the message asks about an earlier thing ("what did I tell you about…", "remind me…",
-  "what was the … we …", "when did…", Chinese equivalents). Ordinary questions do not fire (tested against the
-  chat and chat-zh workloads of the benchmark).
-* ``content_words(text)``: the look-up without its phrasing, what the search looks for.
-* ``missing_terms(query, active_texts)``: the query's keywords the active pages never mention.
-* ``decide(look_up, missing, hits, floor)``: fire only on a look-up whose words are not all in the prompt and
-  whose best archive hit scores at least ``floor`` (BM25).
+  "what was the … we …", "when did…", Chinese equivalents). A confidence signal only: it lowers the match the
+  archive must show (proxy.recall.salience.verdict), it is not the gate.
+* ``search_words(text)``: the message's words worth searching for (stop words and punctuation out), as the query
+  the pushed round shows the model.
+* ``missing_terms(query, active_texts)``: the query's keywords the active pages never mention (memory injection).
 * ``push_call(name, query, salt)`` and ``recall_round(call, result)``: the two messages, with a call id derived
   from the salt and the query, so that the same push renders the same bytes wherever it is rebuilt.
 """
@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Set
 from typing import Any
 
 import xxhash
@@ -30,11 +29,10 @@ import xxhash
 from proxy.recall.rounds import ToolCall, assistant_call_message, tool_result_message
 from proxy.recall.text import keywords, tokenize
 
-__all__ = ["DEFAULT_MIN_SCORE", "Decision", "call_id", "content_words", "decide", "is_look_up", "missing_terms", "push_call", "push_query",
-           "recall_round"]
+__all__ = ["call_id", "is_look_up", "missing_terms", "push_call", "recall_round", "search_words"]
 
-DEFAULT_MIN_SCORE = 1.0  # BM25 score of the best hit (seed 001's floor is 0.2: too weak to act on unasked)
 QUERY_TERMS = 6
+QUERY_WORDS = 16
 MAX_LOOK_UP_CHARS = 2000  # a look-up is a question; long pasted text is not read through
 
 _SPEECH = (r"(?:say|said|tell|told|mention(?:ed)?|ask(?:ed)?|write|wrote|share[sd]?|give|gave|decide[sd]?|agree[sd]?|"
@@ -85,20 +83,25 @@ def is_look_up(text: str) -> bool:
     return bool(_EN.search(head.lower()) or (not head.isascii() and _ZH.search(head)))
 
 
-_PHRASING = re.compile(
-    r"\b(?:remind|remember|recall|told|tell|said|say|mention(?:ed)?|earlier|before|previously|again|once|ago|last\s+time|"
-    r"asked|ask|shared|share|recommended|recommend|suggested|suggest|did|do|does|you|what|was|were|which|who|when|"
-    r"right)\b"
-    r"|之前|以前|上次|上回|刚才|早些时候|曾经|告诉过?你?|跟你说过|说过|讲过|提过|提到过|提醒我?|一下|还记得|记不记得|记得|来着|"
-    r"是什么|是哪|什么时候|什么|吗|呢",
-    re.IGNORECASE,
-)
+_WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[^\W_\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+(?:['’.,-][^\W_]+)*")
 
 
-def content_words(text: str) -> str:
-    """The look-up without its phrasing ("what did I tell you about…", 我之前告诉过你…来着): what it is about. The
-    phrasing would match every earlier look-up instead of the page that answers it."""
-    return _PHRASING.sub(" ", text[:MAX_LOOK_UP_CHARS])
+def search_words(text: str, most: int = QUERY_WORDS, wanted: Set[str] | None = None) -> str:
+    """The words of ``text`` that the search can use (each yields a search term: stop words and punctuation out),
+    each once, in order, at most ``most``: "What's my gym locker code?" -> "gym locker code". ``wanted``: only the
+    words (a Chinese or Japanese run counts as one) holding one of these search terms."""
+    words: list[str] = []
+    seen: set[str] = set()
+    for match in _WORD.finditer(text[:MAX_LOOK_UP_CHARS]):
+        word = match.group()
+        terms = tokenize(word) if word.casefold() not in seen else []
+        if not terms or (wanted is not None and wanted.isdisjoint(terms)):
+            continue
+        seen.add(word.casefold())
+        words.append(word)
+        if len(words) >= most:
+            break
+    return " ".join(words)
 
 
 def missing_terms(query: str, active_texts: Iterable[str], top: int = QUERY_TERMS) -> list[str]:
@@ -110,32 +113,6 @@ def missing_terms(query: str, active_texts: Iterable[str], top: int = QUERY_TERM
     for text in active_texts:
         seen.update(tokenize(text))
     return [word for word in wanted if not set(tokenize(word)) <= seen]
-
-
-def push_query(missing: Sequence[str]) -> str:
-    """The recall query the push shows the model: the missing keywords, in order."""
-    return " ".join(missing)
-
-
-@dataclass(frozen=True)
-class Decision:
-    push: bool
-    reason: str  # "pushed" | "not_look_up" | "in_prompt" | "no_hits" | "below_floor"
-
-
-def decide(look_up: bool, missing: Sequence[str], hits: Sequence[tuple[str, float]],
-           floor: float = DEFAULT_MIN_SCORE) -> Decision:
-    """Push only on a look-up the active pages cannot answer (some keyword is missing from them) and the archive
-    can (its best hit scores at least ``floor``)."""
-    if not look_up:
-        return Decision(False, "not_look_up")
-    if not missing:
-        return Decision(False, "in_prompt")
-    if not hits:
-        return Decision(False, "no_hits")
-    if max(score for _, score in hits) < floor:
-        return Decision(False, "below_floor")
-    return Decision(True, "pushed")
 
 
 def call_id(salt: str, query: str) -> str:

@@ -31,6 +31,7 @@ from proxy.store.ports import ConversationRepository
 SEARCH_HITS = 5
 MIN_SCORE = 0.2
 FUSION_CANDIDATES = 4  # each ranking contributes up to k * this candidates to the fusion
+EXCERPT_CHARS = 300  # characters shown of each search hit
 
 
 @dataclass
@@ -82,8 +83,12 @@ class RecallResolver:
         self.vector_weight = vector_weight
         self.min_cosine = min_cosine
 
-    async def resolve(self, ctx: RecallContext, args: RecallArgs, limit: int | None = None) -> RecallOutcome:
-        """``limit``: tokens the answer may take (the room left in the prompt budget); at most recall_max_tokens."""
+    async def resolve(self, ctx: RecallContext, args: RecallArgs, limit: int | None = None, newest_first: bool = False,
+                      excerpt_chars: int = EXCERPT_CHARS, hits_shown: int = SEARCH_HITS) -> RecallOutcome:
+        """``limit``: tokens the answer may take (the room left in the prompt budget); at most recall_max_tokens.
+        ``newest_first``: the search's hits shown newest page first (a fact said again later comes first), their
+        excerpts shortened (down to a quarter of ``excerpt_chars``) until every hit fits, none cut off;
+        ``excerpt_chars``: characters shown of each hit; ``hits_shown``: how many search hits."""
         parts: list[str] = []
         returned: list[str] = []
         hits: list[tuple[str, float]] = []
@@ -96,9 +101,14 @@ class RecallResolver:
             parts.extend(await self._pages(ctx, args.pages, returned))
         if args.query:
             started = time.perf_counter()
-            hits = await self.search(ctx, args.query, SEARCH_HITS)
+            hits = await self.search(ctx, args.query, hits_shown)
             seconds = time.perf_counter() - started
-            parts.append(await self._render_hits(ctx, args.query, hits))
+            rendered = await self._render_hits(ctx, args.query, hits, newest_first, excerpt_chars)
+            for chars in (excerpt_chars // 2, excerpt_chars // 4) if newest_first else ():
+                if self.counter.count_text(rendered) <= cap:
+                    break
+                rendered = await self._render_hits(ctx, args.query, hits, newest_first, chars)
+            parts.append(rendered)
         if args.problems:
             parts.append("Note: " + "; ".join(args.problems) + ".")
         kind = "+".join(k for k, on in (("offloaded", bool(reads)), ("pages", bool(args.pages)),
@@ -195,6 +205,15 @@ class RecallResolver:
         weights = boosted_query(dict.fromkeys(tokenize(query), 1.0), query, self.entity_boost)
         return [(str(label), score) for label, score in index.search_weighted(weights, k=k, min_score=MIN_SCORE)]
 
+    async def archive_index(self, ctx: RecallContext) -> BM25Index:
+        """The conversation's BM25 index of archived pages, brought up to date (pages new to it go to the vector
+        half too)."""
+        added: dict[str, str] = {}
+        index = await self.indexes.index_for(ctx, added)
+        if self.vectors is not None:
+            self.vectors.remember(ctx.conversation_id, added)
+        return index
+
     async def prepare(self, ctx: RecallContext) -> None:
         """Index the pages archived since the last call, lexically and (in the background) as vectors: run after
         the turn that archived them, so that the next search has only the query to embed."""
@@ -283,19 +302,25 @@ class RecallResolver:
             returned.append(record.label)
         return out
 
-    async def _render_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]]) -> str:
+    async def _render_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]],
+                           newest_first: bool = False, chars: int = EXCERPT_CHARS) -> str:
         if not hits:
             return f"No archived page matches {query!r}."
         terms = query_terms(query)
-        lines = [f"Archived pages matching {query!r} (best first; recall a page by number to read it in full):"]
+        order = "newest first" if newest_first else "best first"
+        lines = [f"Archived pages matching {query!r} ({order}; recall a page by number to read it in full):"]
         shown = {label for label, _ in hits}
-        for label, score, record, text in await self.hit_pages(ctx, hits):
-            lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: {excerpt(text, terms)}")
+        found = await self.hit_pages(ctx, hits)
+        if newest_first:
+            found.sort(key=lambda hit: -hit[2].start)
+        for label, score, record, text in found:
+            lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: "
+                         f"{excerpt(text, terms, chars)}")
             beside = [n for n in await self._neighbours(ctx, record, terms) if n not in shown]
             shown.update(beside)
             for neighbour, _score, other, other_text in await self.hit_pages(ctx, [(n, 0.0) for n in beside]):
                 lines.append(f"[Page {neighbour}] {utc_date(other.first_seen)}, the same turn as page {label}: "
-                             f"{excerpt(other_text, terms)}")
+                             f"{excerpt(other_text, terms, chars)}")
         return "\n".join(lines)
 
     async def _neighbours(self, ctx: RecallContext, record: PageRecord, terms: list[str]) -> list[str]:

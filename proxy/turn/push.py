@@ -1,5 +1,6 @@
-"""The proactive recall round of a managed turn (the cache-neutral push): decided and shaped by
-proxy.recall.proactive, answered within the room the plan left, kept as hidden messages like a model-called one."""
+"""The proactive recall round of a managed turn (the cache-neutral push): weighed on every user turn by what the
+message needs from the archive (proxy.recall.salience), shaped by proxy.recall.proactive, answered within the room
+the plan left, kept as hidden messages like a model-called one."""
 
 from __future__ import annotations
 
@@ -7,19 +8,20 @@ import dataclasses
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.engine.config import EngineConfig
 from proxy.engine.intent import message_text
 from proxy.engine.state import ConversationState
 from proxy.metrics import Metrics
-from proxy.recall.proactive import content_words, decide, is_look_up, missing_terms, push_call, push_query, recall_round
-from proxy.recall.resolver import SEARCH_HITS, RecallResolver
+from proxy.recall.bm25 import BM25Index
+from proxy.recall.proactive import is_look_up, push_call, recall_round, search_words
+from proxy.recall.resolver import SEARCH_HITS, RecallContext, RecallResolver
+from proxy.recall.salience import NOTHING, Weighing, asks, in_text, verdict, weigh
 from proxy.recall.tool import RecallArgs
-from proxy.settings import Settings
 from proxy.turn.recall_rounds import CALL_FRAMING_TOKENS, RESULT_FRAMING_TOKENS, TurnRecall
 from proxy.turn.turn import Turn
-from proxy.turn.volatile import VolatileContext
 
 log = logging.getLogger("memci.turn")
 MIN_RESULT_TOKENS = 64  # below this the resolver answers "no room": not worth a round
@@ -27,24 +29,50 @@ MIN_RESULT_TOKENS = 64  # below this the resolver answers "no room": not worth a
 # high watermark, so that the pushed round has room (the push stays under 0.90 of the budget): near the top of the
 # budget the epoch comes on the look-up's turn, a few turns early, instead of the look-up going without its round.
 PUSH_HIGH_WATERMARK = 0.85
+PUSH_SHARE = 0.8  # of the room left, what the pushed round may take
+UNASKED_HITS = 3  # pages shown by a round pushed on a message without a look-up phrase (five with one)
 
 
-def look_up_text(messages: Sequence[dict[str, Any]]) -> str | None:
-    """The latest message's text when it is the user's and looks something up (None otherwise): read once a turn,
-    for the plan's room and for the push."""
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What the latest user message needs from the archive, weighed on every user turn before planning."""
+
+    text: str  # the message
+    weighing: Weighing
+    asking: str  # "look_up" (a look-up phrase), "question" or "" (a statement): a question needs a weaker match
+    reason: str  # proxy.recall.salience.verdict ("pushed", "no_match", "weak", "in_prompt") or "no_archive"
+
+    @property
+    def wanted(self) -> bool:
+        return self.reason == "pushed"
+
+    @property
+    def room_wanted(self) -> bool:
+        """Plan the turn with room for the round (an epoch a few turns early, if need be): a question the archive
+        answers or a look-up phrase; a statement is pushed only where the prompt has room left."""
+        return self.wanted and self.asking != ""
+
+
+def latest_user_text(messages: Sequence[dict[str, Any]]) -> str | None:
     if not messages or messages[-1].get("role") != "user":
         return None
-    text = message_text(messages[-1])
-    return text if is_look_up(text) else None
+    return message_text(messages[-1])
 
 
-def push_wanted(state: ConversationState | None, messages: Sequence[dict[str, Any]], look_up: str | None) -> bool:
-    """Before planning: the look-up (``look_up_text``) asks for words that the active pages do not hold and the
-    conversation has archived pages (the push then needs room; whether it fires is decided after the plan)."""
-    if look_up is None or state is None or state.first_active_page == 0:
-        return False
-    start = min(state.active_start_entry(), len(messages) - 1)
-    return bool(missing_terms(content_words(look_up), (message_text(m) for m in messages[start:-1])))
+def need_of(index: BM25Index, text: str, state: ConversationState, messages: Sequence[dict[str, Any]]) -> Need:
+    """The message weighed against the archive (``index``); the active pages are read only when an archived page
+    matches strongly (a turn that does not push costs the message's terms and a few short postings), and then as
+    one case-folded text searched for the matched terms (proxy.recall.salience.in_text)."""
+    kind = "look_up" if is_look_up(text) else "question" if asks(text) else ""
+    weighing = weigh(index, text)
+    reason = verdict(weighing, kind)
+    if reason == "pushed":
+        start = min(state.active_start_entry(), len(messages) - 1)
+        active = "\n".join(message_text(m) for m in messages[start:-1]).casefold()
+        weighing = weigh(index, text, in_text(active))
+        if verdict(weighing, kind) != "pushed":
+            reason = "in_prompt"
+    return Need(text, weighing, kind, reason)
 
 
 def with_push_room(config: EngineConfig) -> EngineConfig:
@@ -56,59 +84,76 @@ def with_push_room(config: EngineConfig) -> EngineConfig:
 
 
 class ProactivePush:
-    def __init__(self, settings: Settings, metrics: Metrics, resolver: RecallResolver, volatile: VolatileContext
-                 ) -> None:
-        self.settings = settings
+    def __init__(self, metrics: Metrics, resolver: RecallResolver) -> None:
         self.metrics = metrics
         self.resolver = resolver
-        self.volatile = volatile
+
+    async def weigh(self, tenant: str, conversation_id: str, state: ConversationState | None,
+                    messages: list[dict[str, Any]]) -> Need | None:
+        """Before planning, on every user turn: what the message needs from the archive (a wanted push plans its
+        turn with room for the round). None: not a user turn, or the weighing failed."""
+        text = latest_user_text(messages)
+        if text is None:
+            return None
+        if state is None or state.first_active_page == 0:
+            return Need(text, NOTHING, "", "no_archive")
+        try:
+            index = await self.resolver.archive_index(RecallContext(tenant, conversation_id, state, messages))
+            return need_of(index, text, state, messages)
+        except Exception:
+            log.exception("weighing the message against the archive failed; no push this turn")
+            self.metrics.engine_errors.labels("push").inc()
+            return None
 
     async def exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str) -> list[dict[str, Any]]:
-        """The round to append after the latest user message ([] when none is due). Searches only on look-ups."""
-        messages, text = turn.redo.input.messages, turn.look_up
-        if turn.plan.over_budget or text is None:
+        """The round to append after the latest user message ([] when none is due)."""
+        need: Need | None = turn.need
+        if turn.plan.over_budget or need is None:
             return []
+        m = self.metrics
         if any(g.after == turn.redo.last_index for g in turn.state.hidden):
             # a retry of this message: the round it got is spliced back already
-            self.metrics.recall_pushes.labels("in_prompt").inc()
+            m.recall_pushes.labels("in_prompt").inc()
             return []
         try:
-            return await self._exchange(turn, rounds, tool_name, messages, text)
+            if turn.plan.epoch:  # pages left the prompt on this turn: weighed again against the new archive
+                index = await self.resolver.archive_index(rounds.context)
+                need = need_of(index, need.text, turn.state, turn.redo.input.messages)
+            if not need.wanted:
+                m.recall_pushes.labels(need.reason).inc()
+                return []
+            return await self._exchange(turn, rounds, tool_name, need)
         except Exception:
             log.exception("proactive recall failed; the turn goes on without it")
-            self.metrics.recall_pushes.labels("failed").inc()
-            self.metrics.engine_errors.labels("push").inc()
+            m.recall_pushes.labels("failed").inc()
+            m.engine_errors.labels("push").inc()
             return []
 
-    async def _exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str, messages: list[dict[str, Any]],
-                        text: str) -> list[dict[str, Any]]:
+    async def _exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str, need: Need) -> list[dict[str, Any]]:
         m = self.metrics
         state = turn.state
-        rewritten = await self.volatile.rewrite(messages, "rules")  # standalone words; no model call on this path
-        query_text = rewritten.query if rewritten is not None else text
-        start = state.active_start_entry()
-        missing = missing_terms(content_words(query_text), (message_text(x) for x in messages[start:-1]))
-        hits = []
-        if missing and state.first_active_page > 0:
-            # lexical: the floor is a BM25 score, and a turn that does not push never waits on an embedding
-            hits = await self.resolver.search(rounds.context, push_query(missing), SEARCH_HITS, use_vectors=False)
-        decision = decide(True, missing, hits, self.settings.recall_push_min_score)
-        if not decision.push:
-            m.recall_pushes.labels(decision.reason).inc()
-            return []
-        query = push_query(missing)
+        # the message's words holding the rare terms that matched (its phrasing and common words would find the
+        # pages that share them, an earlier question put the same way, before the page that answers it)
+        query = (search_words(need.text, wanted=need.weighing.held | set(need.weighing.terms))
+                 or " ".join(need.weighing.terms))
         call = push_call(tool_name, query, f"{turn.redo.last_index}")
         counter = self.resolver.counter
         # Unlike a call the model makes, the push is the proxy's choice: it stays within the plan's budget (the
         # model's own calls may still use half the safety margin), 10% kept for the estimate's error.
         within = int((0.90 * turn.plan.budget - turn.plan.estimated_tokens) / max(1.0, state.correction_ratio))
         # the resolver's limit is in the base count; the room in planned tokens (learned costs: `density` of each)
-        limit = (int(min(rounds.room, within) / rounds.density) - counter.count_text(call.arguments)
+        # At most PUSH_SHARE of it: the rest is the estimate's slack and the model's own recall round.
+        limit = (int(PUSH_SHARE * min(rounds.room, within) / rounds.density) - counter.count_text(call.arguments)
                  - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS)
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
             return []
-        outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit)
+        outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit,
+                                              newest_first=True, excerpt_chars=excerpt_chars(limit),
+                                              hits_shown=SEARCH_HITS if need.asking == "look_up" else UNASKED_HITS)
+        if not outcome.hits:
+            m.recall_pushes.labels("no_hits").inc()
+            return []
         m.recall_search_seconds.observe(outcome.search_seconds)
         exchange = recall_round(call, outcome.text)
         await rounds.exact(outcome.text, counter.count_text(outcome.text))  # the upstream's count when it can tell
@@ -120,3 +165,8 @@ class ProactivePush:
         m.recall_pushes.labels("pushed").inc()
         m.recall_push_tokens.observe(pushed)
         return exchange
+
+
+def excerpt_chars(limit: int) -> int:
+    """Characters shown of each hit, by the room (the resolver shortens them until all hits fit)."""
+    return max(300, min(800, limit // 2))  # 300 characters up to 600 tokens, 800 from 1,600

@@ -41,7 +41,7 @@ from proxy.turn.recall_rounds import TurnRecall, recall_room
 from proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
 from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
 from proxy.turn.turn import Redo, Release, Turn
-from proxy.turn.push import ProactivePush, look_up_text, push_wanted, with_push_room
+from proxy.turn.push import ProactivePush, with_push_room
 from proxy.turn.volatile import VolatileContext, push_on
 from proxy.turn.shapes import Shape, ShapeChoice, holds_rounds, renderer, resend
 from proxy.turn.window import ContextWindow
@@ -87,7 +87,7 @@ class TurnService:
         )
         self.recall_enabled = s.recall_enabled
         self.volatile = VolatileContext(settings, metrics, self.resolver, getattr(exchange.client, "session", None))
-        self.push = ProactivePush(settings, metrics, self.resolver, self.volatile)
+        self.push = ProactivePush(metrics, self.resolver)
         self.states = ConversationStates(store.repo, store.hot, store.kind_hot == "redis", metrics, settings, self._redo)
         self.lookup = ConversationLookup(store.hot, store.repo, self.states.state_of, s.state_cache_max_entries, metrics)
         self.last_prompts = LastPrompts(s.last_prompts_max_entries, s.last_prompts_max_mb << 20)
@@ -246,8 +246,9 @@ class TurnService:
         state = known.state
         window = await self.window.tokens()
         config = self._config(window)
-        look_up = look_up_text(messages) if self.recall_enabled and push_on(self.settings, call.memory_mode) else None
-        if push_wanted(state, messages, look_up):
+        need = (await self.push.weigh(tenant, conversation_id, state, messages)
+                if self.recall_enabled and push_on(self.settings, call.memory_mode) else None)
+        if need is not None and need.room_wanted:
             config = with_push_room(config)  # the round it may push needs room: an epoch now rather than no round
         data = call.data
         tools = list(data.get("tools") or [])
@@ -280,7 +281,7 @@ class TurnService:
         rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints)
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
                     tools_json=tools_json, learned=isinstance(counter, LearnedCounter), accounting=accounting,
-                    look_up=look_up, window=window)
+                    need=need, window=window)
 
     async def _intake_images(self, result: Plan, tenant: str, conversation_id: str) -> None:
         """New messages' data: images to the blob store (once per hash), descriptions started; the entries

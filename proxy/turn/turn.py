@@ -43,7 +43,7 @@ class Turn:
     learned: bool = False  # planned with the model's learned counts
     pushed_tokens: int = 0  # estimated tokens of the proactive recall round sent with the first round
     accounting: dict[str, int] = field(default_factory=dict)  # tokens shed / re-prefilled by the plan (admin view)
-    look_up: str | None = None  # the latest user message, when it looks something up and the push is on
+    need: Any = None  # proxy.turn.push.Need: what the latest user message needs from the archive (push on)
     window: int = 0  # the context window the turn was planned for
     jobs_first: bool = False  # the epoch's memory jobs ran before its request (a one-slot engine)
 

@@ -1,5 +1,5 @@
-"""proxy.recall.proactive: what counts as a look-up (no false positives on the benchmark's chats), the decision, and
-the shape of the pushed round (deterministic bytes)."""
+"""proxy.recall.proactive: what counts as a look-up phrase (a confidence signal of the push: no false positives on
+the benchmark's chats), the words the pushed round searches for, and its shape (deterministic bytes)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.recall.proactive import call_id, content_words, decide, is_look_up, missing_terms, push_call, push_query, recall_round
+from proxy.recall.proactive import call_id, is_look_up, missing_terms, push_call, recall_round, search_words
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "loadtests"))
 from workloads import make_workload  # noqa: E402
@@ -78,14 +78,6 @@ def test_missing_terms_are_the_query_words_the_active_pages_never_mention() -> N
     assert missing_terms("what is the locker code?", ["locker code 1234"]) == []
 
 
-def test_decide_fires_only_when_the_archive_holds_what_the_prompt_lacks() -> None:
-    assert decide(False, ["locker"], [("3", 5.0)]).reason == "not_look_up"
-    assert decide(True, [], [("3", 5.0)]).reason == "in_prompt"
-    assert decide(True, ["locker"], []).reason == "no_hits"
-    assert decide(True, ["locker"], [("3", 0.5)], floor=1.0).reason == "below_floor"
-    assert decide(True, ["locker"], [("4", 0.5), ("3", 2.0)], floor=1.0).push
-
-
 @given(st.text(min_size=1, max_size=60), st.text(max_size=200), st.integers(0, 10_000))
 def test_the_round_is_a_recall_call_and_its_result_with_a_deterministic_id(query: str, result: str, after: int) -> None:
     call = push_call("recall", query, str(after))
@@ -100,11 +92,18 @@ def test_the_round_is_a_recall_call_and_its_result_with_a_deterministic_id(query
     assert call_id(str(after + 1), query) != tc["id"]
 
 
-def test_the_search_looks_for_what_the_look_up_is_about() -> None:
-    assert missing_terms(content_words("Earlier I told you the code of my gym locker. What was it?"), []) == [
-        "code", "gym", "locker"]
-    assert missing_terms(content_words("我之前告诉过你我健身房储物柜的密码，是什么来着？"), []) == ["我健身房储物柜的密码"]
+def test_the_search_looks_for_the_words_the_message_is_about() -> None:
+    assert search_words("Earlier I told you the code of my gym locker. What was it?") == "Earlier told code gym locker"
+    assert search_words("What's my gym locker code?") == "gym locker code"
+    assert search_words("我的健身房储物柜密码是多少？") == "我的健身房储物柜密码是多少"
+    assert search_words("Flight ZX-1234, flight zx-1234!") == "Flight ZX-1234"
+    assert search_words(" ".join(f"word{i}" for i in range(40))).count(" ") == 15
+    assert search_words("what is it?") == ""
 
 
-def test_push_query_joins_the_missing_words() -> None:
-    assert push_query(["gym", "locker"]) == "gym locker"
+@given(st.text(max_size=300))
+def test_search_words_are_words_of_the_text_with_search_terms(text: str) -> None:
+    from proxy.recall.text import tokenize
+
+    for word in search_words(text).split():
+        assert word in text and tokenize(word)

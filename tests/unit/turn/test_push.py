@@ -63,15 +63,31 @@ async def test_a_search_that_finds_nothing_adds_no_round_and_is_counted(stream: 
     service = make_service(upstream)
     chat = Chat(service)
     await _past_an_epoch(chat)
+    before = _pushes(service, "no_match")
     out = await chat.send("Remind me what I said about zebra4242?", stream=stream)
     text = b"".join(out).decode() if stream else json.dumps(out)
     assert '"tool_calls"' not in text and "stop" in text  # an ordinary answer
     assert upstream.requests[-1]["messages"][-1]["role"] == "user"
-    assert _pushes(service, "no_hits") == 1 and _pushes(service, "pushed") == 0
-    recent = next(m["content"] for m in reversed(chat.messages) if m["role"] == "user" and "w" in m["content"])
-    await chat.send(f"Remind me what I said about {recent.split()[-1]}?")  # still in the active pages
+    assert _pushes(service, "no_match") == before + 1 and _pushes(service, "pushed") == 0
+    await chat.send(chat.user_text(300))
+    await chat.send("What about code0300 and code0000?")  # code0300 is in the active pages, code0000 archived
+    assert upstream.requests[-1]["messages"][-1]["role"] == "tool"
+    await chat.send("And code0300 again, what was it?")  # held by an active page only: nothing to weigh
     assert upstream.requests[-1]["messages"][-1]["role"] == "user"
-    assert _pushes(service, "in_prompt") == 1
+    assert _pushes(service, "no_match") == before + 3 and _pushes(service, "pushed") == 1
+    await service.close()
+
+
+async def test_ordinary_turns_are_weighed_and_not_pushed() -> None:
+    upstream = ChatUpstream()
+    service = make_service(upstream)
+    chat = Chat(service)
+    await _past_an_epoch(chat)
+    for i in range(100, 110):
+        await chat.send(chat.user_text(i))
+    assert _pushes(service, "pushed") == 0 and _pushes(service, "no_match") >= 10
+    await chat.send("Which code did I mention on turn 3, code0003?")  # no look-up phrasing needed
+    assert upstream.requests[-1]["messages"][-1]["role"] == "tool" and _pushes(service, "pushed") == 1
     await service.close()
 
 
@@ -121,24 +137,29 @@ async def test_epochs_are_accounted_in_metrics_and_the_admin_view() -> None:
     await service.close()
 
 
-def test_push_room_is_planned_only_for_look_ups_of_what_the_active_pages_lack() -> None:
+def test_push_room_is_planned_only_for_messages_whose_archived_match_the_active_pages_lack() -> None:
     from proxy.engine.config import EngineConfig
-    from proxy.turn.push import PUSH_HIGH_WATERMARK, look_up_text, push_wanted, with_push_room
+    from proxy.recall.bm25 import BM25Index
+    from proxy.turn.push import PUSH_HIGH_WATERMARK, latest_user_text, need_of, with_push_room
 
-    def wanted(state: ConversationState, messages: list[dict]) -> bool:
-        return push_wanted(state, messages, look_up_text(messages))
-
+    index = BM25Index()
+    index.add("1", "user: We chose the blue logo and the budget is 4200 euros for the print run.")
+    for i in range(2, 40):
+        index.add(str(i), f"user: small talk number {i} about the weather")
     state = ConversationState()
-    asked = [{"role": "user", "content": "We chose the blue logo."}, {"role": "assistant", "content": "Noted."},
-             {"role": "user", "content": "Remind me what I said about the budget?"}]
-    assert look_up_text(asked) == asked[-1]["content"]
-    assert look_up_text([*asked, {"role": "assistant", "content": "Remind me what I said about it?"}]) is None
-    assert not wanted(state, asked)  # nothing archived yet
     state.first_active_page = 1
-    assert wanted(state, asked)
-    assert not wanted(state, [*asked[:-1], {"role": "user", "content": "What should I cook tonight?"}])
-    # the words it looks up are in the active pages: the prompt answers it, no round to make room for
-    assert not wanted(state, [*asked[:-1], {"role": "user", "content": "Remind me what I said about the logo?"}])
+
+    def wanted(messages: list[dict]) -> bool:
+        return need_of(index, latest_user_text(messages), state, messages).wanted
+
+    asked = [{"role": "user", "content": "The weather again."}, {"role": "assistant", "content": "Noted."},
+             {"role": "user", "content": "How much was the print budget?"}]
+    assert latest_user_text(asked) == asked[-1]["content"]
+    assert latest_user_text([*asked, {"role": "assistant", "content": "What was the budget?"}]) is None
+    assert wanted(asked)
+    assert not wanted([*asked[:-1], {"role": "user", "content": "What should I cook tonight?"}])
+    # the words it matched are in the active pages: the prompt answers it, no round to make room for
+    assert not wanted([{"role": "user", "content": "the print budget, blue logo"}, *asked[1:]])
     config = EngineConfig()
     assert with_push_room(config).high_watermark == PUSH_HIGH_WATERMARK < config.high_watermark
     assert with_push_room(config).low_watermark == config.low_watermark

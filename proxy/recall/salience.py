@@ -1,0 +1,214 @@
+"""What a user message needs from the archive, whatever its wording (pure, no I/O).
+
+The push (proxy.turn.push) asks this module on every user turn, so it must be cheap and must not grow with the
+history:
+
+* ``message_terms(text)``: the message's search terms (proxy.recall.text.tokenize: stop words out, English lightly
+  stemmed, Chinese and Japanese as characters and character pairs), each once, from its first ``MAX_CHARS``.
+* ``weigh(index, text, known)``: the terms looked up in the conversation's BM25 index of archived pages. A term is
+  *specific* when the pages holding it are few (``PAGE_SHARE`` of the archive, at most ``MAX_DF``) and lie in few
+  episodes (runs of nearby pages, ``specific_episodes``): a fact said once, a subject talked over in one sitting,
+  not a theme that recurs all conversation long; a character pair only beside a specific character. Candidate pages
+  hold a specific term the active pages lack (``known``, from ``in_text``); the best candidate's *match* is the idf
+  of the message's terms it holds, as a share of the message's ``MATCH_TERMS`` rarest; its *strength* the
+  episode-idf of its specific terms, in units of a term held by one page (``one_page_idf``). Only the postings of
+  terms held by few pages are read: at most ``MAX_TERMS * MAX_DF`` page ids however long the conversation.
+* ``verdict(weighing, asking)``: push when the best page reaches one of the (strength, match) pairs of
+  ``STRENGTH`` for the kind of message: a statement needs more than a question (``asks``: a question mark, or a
+  Chinese interrogative), a question more than a look-up phrase (proxy.recall.proactive.is_look_up). The phrasing
+  lowers the bar; it never replaces the archive's match.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from functools import lru_cache
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from proxy.recall.bm25 import BM25Index, DocId
+from proxy.recall.text import tokenize
+
+__all__ = ["MAX_CHARS", "NOTHING", "STRENGTH", "Weighing", "asks", "in_text", "message_terms", "episodes", "one_page_idf", "specific_episodes", "verdict", "weigh"]
+
+MAX_CHARS = 2000  # a message is weighed by its head: a pasted document is not a question about the archive
+MAX_TERMS = 24  # specific terms weighed per message, the rarest first
+# A term is specific when the archived pages holding it lie in few episodes (a fact said once, a subject talked
+# over in one sitting), not spread over the conversation (a recurring theme, a word of every day):
+SPECIFIC_SHARE = 0.02  # at most this many episodes per archived page ...
+MIN_EPISODES = 1  # ... or this many, in a small archive ...
+EPISODE_GAP = 3  # (pages at most this far apart are one episode)
+PAGE_SHARE = 0.1  # ... and held by at most this share of the pages (or MIN_DF) ...
+MIN_DF = 4
+MAX_DF = 32  # ... and never by more: the postings a turn reads stay bounded
+MATCH_TERMS = 12  # the match is a share of the idf of the message's rarest terms (a long message is not diluted)
+UNSEEN_WEIGHT = 0.5
+PAGES = 8  # best pages kept (their matched terms are checked against the active pages)
+# By kind of message, the (strength in one-page idfs, share of what the message names) an archived page must reach,
+# either pair: a few rare terms that cover most of the message, or more rare terms that cover less of it
+STRENGTH = {
+    "": ((2.0, 0.5),),  # a statement: two rare terms of one page, most of what the message names
+    "question": ((0.6, 0.5), (1.5, 0.3)),
+    "look_up": ((0.5, 0.3),),  # a look-up phrase ("remind me", "what did I tell you about")
+}
+
+_QUESTION = re.compile(r"[?？]|[吗呢么]\s*[。！!]?\s*$|(?:什么|多少|几[个次天年月号点岁]|哪|谁|怎么|为什么|是否)")
+
+
+def message_terms(text: str) -> list[str]:
+    """The message's search terms, each once, in order of appearance."""
+    return list(dict.fromkeys(tokenize(text[:MAX_CHARS])))
+
+
+def asks(text: str) -> bool:
+    """Whether the message asks something (a question mark, full-width too, or a Chinese interrogative)."""
+    return bool(_QUESTION.search(text[:MAX_CHARS]))
+
+
+def specific_episodes(pages: int) -> int:
+    """Most episodes a specific term may be held in, in an archive of ``pages`` pages."""
+    return max(MIN_EPISODES, math.ceil(SPECIFIC_SHARE * pages))
+
+
+def episodes(docs: list[DocId]) -> int:
+    """In how many episodes of the conversation these pages lie: runs of pages at most ``EPISODE_GAP`` apart (page
+    labels are numbers, "12" or "12.2"; an id that is not is an episode of its own)."""
+    numbers: list[int] = []
+    alone = 0
+    for doc in docs:
+        head = str(doc).partition(".")[0]
+        if head.isdigit():
+            numbers.append(int(head))
+        else:
+            alone += 1
+    numbers.sort()
+    runs = 1 + sum(1 for a, b in zip(numbers, numbers[1:]) if b - a > EPISODE_GAP) if numbers else 0
+    return runs + alone
+
+
+def one_page_idf(pages: int) -> float:
+    """The idf of a term held by one page of ``pages`` (the unit of strength)."""
+    return math.log(1.0 + (pages - 0.5) / 1.5) if pages > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Weighing:
+    archived: int  # pages in the index
+    strength: float  # idf of the specific terms the best page holds (0: none)
+    match: float  # the best page's share of the message's specific idf
+    pages: tuple[DocId, ...] = ()  # pages holding specific terms, best first (at most PAGES)
+    terms: tuple[str, ...] = ()  # specific terms those pages hold, rarest first
+    held: frozenset[str] = frozenset()  # the message's rarest terms the best page holds (the push's query)
+
+    @property
+    def units(self) -> float:
+        """Strength in one-page idfs."""
+        unit = one_page_idf(self.archived)
+        return self.strength / unit if unit > 0 else 0.0
+
+
+NOTHING = Weighing(0, 0.0, 0.0)
+
+
+def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = None) -> Weighing:
+    """The message's terms against the archived pages (``index``). ``known(term)``: the term is in the active pages
+    already (what a page holds of it adds nothing the prompt lacks). Candidate pages are those holding a specific
+    term the active pages lack; each candidate's match is the idf of every term of the message it holds. Cost: the
+    message's terms (dictionary look-ups), at most ``MAX_TERMS * MAX_DF`` postings, ``PAGES`` candidates."""
+    archived = len(index)
+    if archived == 0 or not text:
+        return NOTHING
+    cap = specific_episodes(archived)
+    max_df = min(MAX_DF, max(MIN_DF, math.ceil(PAGE_SHARE * archived)))
+    terms = message_terms(text)
+    idf: dict[str, float] = {}
+    found: dict[str, tuple[int, list[DocId]]] = {}  # term -> (episodes, pages), for terms on few pages
+    for term in terms:
+        df = index.document_frequency(term)
+        if df == 0 and _pair(term):
+            continue  # an unseen character pair is mostly two words side by side, not a new word
+        # a term the archive never saw counts as half the rarest: the message names something the pages do not
+        # (or words they happen not to use: phrasing, in a short conversation)
+        idf[term] = _idf(archived, df) * (1.0 if df else UNSEEN_WEIGHT)
+        if 0 < df <= max_df:
+            docs = index.documents_with(term)
+            found[term] = (episodes(docs), docs)
+    # a character pair is specific only if one of its characters is (two common characters side by side are mostly
+    # the end of one word and the start of the next)
+    rare = {t for t, (runs, _) in found.items() if runs <= cap}
+    specific: list[tuple[float, str, list[DocId]]] = []  # (idf over episodes, term, its pages)
+    for term in sorted(rare):
+        if _pair(term) and rare.isdisjoint(term):
+            continue
+        runs, docs = found[term]
+        # a Chinese or Japanese word is indexed as its characters and their pairs: half each
+        specific.append((_idf(archived, runs) * (0.5 if _cjk(term) else 1.0), term, docs))
+    named = heapq.nlargest(MATCH_TERMS, idf, key=idf.__getitem__)  # what the message names most, however long
+    total = math.fsum(idf[t] for t in named)
+    specific.sort(key=lambda item: (-item[0], item[1]))
+    del specific[MAX_TERMS:]
+    scores: dict[DocId, float] = {}
+    for weight, term, docs in specific:
+        if known is not None and known(term):
+            continue
+        for doc in docs:
+            scores[doc] = scores.get(doc, 0.0) + weight
+    if not scores or total <= 0:
+        return Weighing(archived, 0.0, 0.0)
+    lacking = [t for t in named if known is None or not known(t)]
+    candidates = heapq.nlargest(PAGES, scores, key=scores.__getitem__)
+    covered = {doc: math.fsum(idf[t] for t in lacking if index.holds(doc, t)) for doc in candidates}
+    ranked = sorted(candidates, key=lambda d: (-covered[d], -scores[d]))
+    best = ranked[0]
+    held = {t for _, t, docs in specific for d in ranked if index.holds(d, t)}
+    matched = tuple(t for _, t, _ in specific if t in held)
+    return Weighing(archived, scores[best], covered[best] / total, tuple(ranked), matched,
+                    frozenset(t for t in lacking if index.holds(best, t)))
+
+
+_CJK_PAIR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2}")
+
+
+def _pair(term: str) -> bool:
+    return len(term) == 2 and _CJK_PAIR.fullmatch(term) is not None
+
+
+def _cjk(term: str) -> bool:
+    return _CJK_PAIR.match(term + term[:1]) is not None
+
+
+def _idf(total: int, count: int) -> float:
+    return math.log(1.0 + (total - count + 0.5) / (count + 0.5))
+
+
+def in_text(lowered: str) -> Callable[[str], bool]:
+    """``known`` for ``weigh``: whether a search term occurs in ``lowered`` (the active pages' text, case-folded),
+    one regular-expression pass per term asked (no tokenizing of the window). An English stem stands for its
+    inflections ("paint": paints, painted, painting; "histori": history, histories), not for longer words ("star"
+    is not "start"); a Chinese or Japanese term is a plain substring."""
+
+    def known(term: str) -> bool:
+        return _term_pattern(term).search(lowered) is not None
+
+    return known
+
+
+@lru_cache(maxsize=4096)
+def _term_pattern(term: str) -> re.Pattern[str]:
+    if _cjk(term):
+        return re.compile(re.escape(term))
+    base = re.escape(term[:-1]) + "(?:i|y)" if term.endswith("i") and len(term) > 2 else re.escape(term)
+    return re.compile(rf"(?<![^\W_]){base}(?:{re.escape(term[-1])})?(?:e|s|es|ed|d|ing|ly|'s)?(?![^\W_])")
+
+
+def verdict(weighing: Weighing, asking: str) -> str:
+    """``"pushed"`` or why not: ``"no_match"`` (no archived page holds a specific term of the message the active
+    pages lack), ``"weak"`` (the best page's match is not strong enough for this kind of message). ``asking``:
+    ``"look_up"`` (a look-up phrase), ``"question"``, or ``""`` (a statement)."""
+    if weighing.strength <= 0:
+        return "no_match"
+    if any(weighing.units >= needed and weighing.match >= share for needed, share in STRENGTH[asking]):
+        return "pushed"
+    return "weak"

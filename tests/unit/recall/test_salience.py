@@ -1,0 +1,112 @@
+"""proxy.recall.salience: a message weighed against the archive, whatever its wording. Everyday look-ups in English
+and Chinese match the page that answers them; chit-chat, a recurring theme and a lone coincidence do not; terms
+the active pages hold add nothing; the cost does not grow with the archive."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.recall.bm25 import BM25Index
+from proxy.recall.salience import (MAX_DF, MAX_TERMS, asks, episodes, in_text, message_terms, specific_episodes,
+                                   verdict, weigh)
+
+FACTS = {
+    "My gym locker code is PELICAN-8823.": ["What's my gym locker code?", "Can you tell me my gym locker code?"],
+    "I graduated with a degree in marine biology.": ["What degree did I graduate with?"],
+    "My daily commute to work takes 45 minutes by tram.": ["How long is my daily commute to work?"],
+    "I'm reading The Left Hand of Darkness, a novel by Le Guin; the book is great.": ["Which book was I reading?"],
+    "My dentist appointment is on March 14th.": ["When is my dentist appointment?"],
+    "我的健身房储物柜密码是鹈鹕5531。": ["我的健身房储物柜密码是多少？"],
+    "我对花生过敏，吃了会起荨麻疹。": ["我对什么东西过敏？"],
+}
+CHAT = ("We talked about the weather and the news today, number {n}. The model answer was long and the garden was "
+        "green; people work and go home, time after time.")
+
+
+def archive(extra: dict[int, str] | None = None, pages: int = 120) -> BM25Index:
+    index = BM25Index()
+    facts = list(FACTS)
+    for n in range(1, pages + 1):
+        text = CHAT.format(n=n)
+        if n % 15 == 3 and (n // 15) < len(facts):
+            text = "user: " + facts[n // 15] + "\nassistant: Noted. " + text
+        index.add(str(n), (extra or {}).get(n, text))
+    return index
+
+
+def kind(text: str) -> str:
+    return "question" if asks(text) else ""
+
+
+def test_everyday_look_ups_match_the_page_that_answers_them() -> None:
+    index = archive()
+    facts = list(FACTS)
+    for position, (fact, questions) in enumerate(FACTS.items()):
+        for question in questions:
+            w = weigh(index, question)
+            assert verdict(w, kind(question)) == "pushed", (question, w)
+            assert w.pages[0] == str(15 * position + 3), (question, w)
+    assert facts  # the archive holds them
+
+
+def test_chit_chat_a_coincidence_and_a_recurring_theme_do_not_push() -> None:
+    index = archive()
+    for text in ("What should I cook tonight?", "Tell me about the weather today.", "Thanks, that was helpful!",
+                 "今天天气怎么样？"):
+        assert verdict(weigh(index, text), kind(text)) != "pushed", text
+    # a theme spread over the whole conversation is no look-up, however rare on each page
+    spread = {n: CHAT.format(n=n) + " The sourdough starter again." for n in range(5, 120, 9)}
+    assert verdict(weigh(archive(spread), "How is the sourdough starter?"), "question") != "pushed"
+
+
+def test_what_the_active_pages_hold_adds_nothing() -> None:
+    index = archive()
+    question = "What's my gym locker code?"
+    assert verdict(weigh(index, question), "question") == "pushed"
+    active = "user: I went to the gym; the locker code is on a note.".casefold()
+    assert verdict(weigh(index, question, in_text(active)), "question") != "pushed"
+
+
+def test_a_statement_needs_more_than_a_question() -> None:
+    index = archive()
+    assert verdict(weigh(index, "Which book was I reading?"), "question") == "pushed"
+    assert verdict(weigh(index, "I like books."), "") != "pushed"
+
+
+def test_in_text_reads_inflections_not_longer_words() -> None:
+    known = in_text("i started painting the stars; my history; 储物柜密码".casefold())
+    assert known("paint") and known("star") and known("histori") and known("储物")
+    assert not known("start" + "le") and not known("hous") and not known("pain")
+
+
+def test_episodes_are_runs_of_nearby_pages() -> None:
+    assert episodes([]) == 0
+    assert episodes(["3", "4", "6", "6.2"]) == 1 and episodes(["3", "7"]) == 2
+    assert episodes(["3", "40", "41", "90"]) == 3
+    assert episodes(["a", "b"]) == 2
+    assert specific_episodes(10) == 1 and specific_episodes(250) == 5
+
+
+def test_question_detection_is_language_agnostic_enough() -> None:
+    assert asks("What's my code?") and asks("我的密码是多少？") and asks("密码是多少") and asks("你记得吗")
+    assert not asks("I like tea.") and not asks("好的，谢谢。")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(10, 250), st.text(max_size=300))
+def test_the_cost_is_bounded_whatever_the_archive(pages: int, text: str) -> None:
+    index = archive(pages=pages)
+    reads = []
+    original = index.documents_with
+
+    def counting(term: str):
+        docs = original(term)
+        reads.append(len(docs))
+        return docs
+
+    index.documents_with = counting  # type: ignore[method-assign]
+    w = weigh(index, text)
+    assert sum(reads) <= len(message_terms(text)) * MAX_DF
+    assert len(w.pages) <= 8 and 0.0 <= w.match <= 1.0 + 1e-9
+    assert len(w.terms) <= MAX_TERMS
