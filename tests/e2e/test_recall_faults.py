@@ -28,8 +28,11 @@ def pair(emulator_and_proxy, tmp_path_factory):
     weights = tmp_path_factory.mktemp("fake-model") / "weights.npz"
     weights.write_bytes(b"fake")
     # every archived page embedded (embeddings_pages=archive): the long page's chunks and the empty pages' zero
-    # vectors are embedded as they are archived, and the model's failure hits that background work too
+    # vectors are embedded as they are archived, and the model's failure hits that background work too. Offload is
+    # off: the long page stays a page of the chat, not a pasted document offloaded on first sight (which takes a
+    # page number of its own: tests/e2e/test_offload.py), so that the pages keep the numbers the cases name.
     made = emulator_and_proxy(16384, env={"MEMCI_EMBEDDINGS_LOCAL": "use-multilingual-v3",
+                                          "MEMCI_OFFLOAD": "false",
                                           "MEMCI_EMBEDDINGS_PAGES": "archive",
                                           "MEMCI_EMBEDDINGS_LOCAL_WEIGHTS": str(weights),
                                           "PYTHONPATH": str(FAKE_MODEL)})
