@@ -17,7 +17,8 @@ FACT = "My locker code is 7349 and my cat is called Brioche."
 
 @pytest.fixture(scope="module")
 def pair(emulator_and_proxy):
-    return emulator_and_proxy(4096)
+    # the model's own recall calls: the proxy's push (tests/e2e/test_push.py) would answer these questions first
+    return emulator_and_proxy(4096, env={"MEMCI_MEMORY_PUSH": "off"})
 
 
 def ask(client, messages, text, **kw):

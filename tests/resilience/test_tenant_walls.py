@@ -82,7 +82,7 @@ def test_tenant_b_never_gets_anything_of_tenant_a(redis_proc, migrated_db_url, e
     vision = VisionStub()
     env = {"DATABASE_URL": migrated_db_url, "REDIS_URL": redis_proc.url, "MEMCI_ADMIN_KEY": ADMIN,
            "MEMCI_VISION_MODEL": "stub-vision", "MEMCI_VISION_URL": vision.base_url,
-           "MEMCI_EMBEDDINGS_URL": "upstream", "MEMCI_MEMORY_WORKERS": "true", "MEMCI_CACHE_SALT_PER_TENANT": "true"}
+           "MEMCI_EMBEDDINGS_URL": "upstream", "MEMCI_EMBEDDINGS_PAGES": "archive", "MEMCI_MEMORY_WORKERS": "true", "MEMCI_CACHE_SALT_PER_TENANT": "true"}
     proxy = start_proxy(home / "p", env)
     blobs = home / "p" / "blobs"
     upstream = UpstreamLog(emulator_8k)
