@@ -217,10 +217,8 @@ class RecallResolver:
     async def prepare(self, ctx: RecallContext) -> None:
         """Index the pages archived since the last call, lexically and (in the background) as vectors: run after
         the turn that archived them, so that the next search has only the query to embed."""
-        added: dict[str, str] = {}
-        await self.indexes.index_for(ctx, added)
+        await self.archive_index(ctx)
         if self.vectors is not None:
-            self.vectors.remember(ctx.conversation_id, added)
             await self.vectors.prepare(ctx.tenant, ctx.conversation_id)
 
     async def close(self) -> None:

@@ -450,11 +450,8 @@ class TurnService:
             await self._store(turn, state)
             if self.memory is not None:
                 self.memory.touch(turn.call.tenant, turn.conversation_id)
-                if turn.plan.archived:
-                    if turn.jobs_first:  # the summary and profile jobs ran before the request
-                        await self.memory.notify(turn.call.tenant, turn.conversation_id, summaries=False)
-                    else:
-                        await self.memory.notify(turn.call.tenant, turn.conversation_id)
+                if turn.plan.archived:  # (jobs_first: the summary and profile jobs ran before the request)
+                    await self.memory.notify(turn.call.tenant, turn.conversation_id, summaries=not turn.jobs_first)
             if turn.plan.archived and self.resolver.embeds_archived_pages and self.recall_enabled:
                 self._prepare_search(turn, state)
         except Exception as exc:

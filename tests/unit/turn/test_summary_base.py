@@ -32,7 +32,7 @@ class RecordingMemory:
 
     def created(self, tenant: str, conversation_id: str) -> None: ...
 
-    async def notify(self, tenant: str, conversation_id: str) -> None:
+    async def notify(self, tenant: str, conversation_id: str, summaries: bool = True) -> None:
         self.notified.append(conversation_id)
 
     async def latest_summary(self, tenant: str, conversation_id: str) -> str:
