@@ -17,9 +17,9 @@ in ``memci_requests_total`` with status ``stream_cut``.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -33,6 +33,7 @@ from proxy.upstream.relay import relay_sse, usage_of_json
 from proxy.wire.errors import ProxyError
 from proxy.wire.sse import DONE, encode_data
 
+_T = TypeVar("_T")
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -117,8 +118,6 @@ class Exchange:
         m.upstream_ttft.observe(waited)
         read_started = time.perf_counter()
         content = await self._read(out, response)
-        if response.status >= 400:
-            self.failures.status(response.status, out.route, _conversation(out))
         upstream_time = waited + (time.perf_counter() - read_started)
         if response.status == 200 and out.route == "chat":
             usage = usage_of_json(content)
@@ -156,8 +155,6 @@ class Exchange:
         headers, content_type = self._headers(first, out)
         if first.status != 200 or (cfg.stream_upstream and not content_type.startswith(SSE)):
             raw = await read_body(first)
-            if first.status >= 400:
-                self.failures.status(first.status, out.route, _conversation(out))
             self._done(out, first.status)
             return Answer(first.status, headers, content_type or None, raw)
         if cfg.stream_upstream:
@@ -173,9 +170,7 @@ class Exchange:
         status, _, content = await complete_json(body, cfg, send, read_body, rounds.resolve, record,
                                                  first=(first, raw), keep=rounds.keep)
         self._account(record)
-        if status >= 400:  # a later round's error status, passed on
-            self.failures.status(status, out.route, _conversation(out))
-        self._done(out, status)
+        self._done(out, status)  # (a later round's error status is passed on, and counted there)
         if out.stream:  # n > 1 streamed: rounds were resolved per choice, now replayed as a stream
             return Answer(200, headers, SSE, events=replay_as_stream(_decode(content), cfg.client_wants_usage))
         return Answer(status, headers, "application/json", content)
@@ -183,15 +178,15 @@ class Exchange:
     # --------------------------------------------------------------------------------------------------------
     async def _send(self, out: Outgoing, method: str, url: str, headers: Mapping[str, str], body: bytes | None
                     ) -> tuple[UpstreamResponse, float]:
-        try:
-            return await self.client.send(method, url, headers, body)
-        except ProxyError as exc:
-            self.failures.report(kind_of_code(exc.code), exc.status, out.route, _conversation(out), exc.message)
-            raise
+        return await self._reported(out, self.client.send(method, url, headers, body))
 
     async def _read(self, out: Outgoing, response: UpstreamResponse) -> bytes:
+        return await self._reported(out, self.client.read_body(response))
+
+    async def _reported(self, out: Outgoing, pending: Awaitable[_T]) -> _T:
+        """``pending``'s result; a ProxyError it raises (no connection, a time-out) is counted and logged first."""
         try:
-            return await self.client.read_body(response)
+            return await pending
         except ProxyError as exc:
             self.failures.report(kind_of_code(exc.code), exc.status, out.route, _conversation(out), exc.message)
             raise
@@ -245,7 +240,10 @@ class Exchange:
         self.metrics.recall_rounds.observe(record.rounds)
 
     def _done(self, out: Outgoing, status: int | str, total: float | None = None) -> None:
+        """The request counted by its status; an error status the upstream answered is an upstream failure too."""
         m = self.metrics
+        if isinstance(status, int) and status >= 400:
+            self.failures.status(status, out.route, _conversation(out))
         m.child(m.request_duration, out.route).observe(time.perf_counter() - out.started if total is None else total)
         m.child(m.requests, out.route, str(status)).inc()
 
