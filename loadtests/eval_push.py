@@ -189,8 +189,11 @@ def ask(client: Client, history: LongMemEvalHistory, messages: list[dict], tally
         found = bool(archived & set(client.search(cid, question.question)))
         tally.found += found
     if verbose:
+        shown = {m.group(1) for m in re.finditer(r"\[Page ([0-9.]+)\]", sent[-1].get("content") or "")} \
+            if sent and sent[-1].get("role") == "tool" else set()
         print(f"  {question.id} {question.kind}: push {outcome or '-'}, reached {any(s for s, _ in marks)}, "
-              f"search {found}: {question.question}", file=sys.stderr, flush=True)
+              f"search {found}, pushed an evidence page {bool(archived & shown)}: {question.question}",
+              file=sys.stderr, flush=True)
 
 
 def replay(client: Client, history: LongMemEvalHistory, tally: Tally) -> None:

@@ -107,12 +107,42 @@ def vector_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str,
     return ""
 
 
+MAX_PLACES = 64  # places of each term looked at when choosing the excerpt
+
+
 def excerpt(text: str, terms: list[str], limit: int = 300) -> str:
-    """About `limit` characters of `text` around the first place a query term occurs, quoted after it is cut and
-    its whitespace collapsed (escaping comes last: proxy.engine.markup)."""
+    """About `limit` characters of `text` around the place where the most query terms occur together (the first
+    such place; a third of the window before its first term), quoted after it is cut and its whitespace collapsed
+    (escaping comes last: proxy.engine.markup)."""
     flat = " ".join(text.split())
-    lower = flat.lower()
-    positions = [lower.find(t) for t in terms if t and lower.find(t) >= 0]
-    start = max(0, min(positions) - limit // 3) if positions else 0
+    start = max(0, _densest(flat.lower(), terms, limit) - limit // 3)
     piece = flat[start : start + limit]
     return ("…" if start > 0 else "") + quote(piece) + ("…" if start + limit < len(flat) else "")
+
+
+def _densest(lower: str, terms: list[str], limit: int) -> int:
+    """Where the window of ``2 * limit // 3`` characters holding the most distinct terms starts (at a term's
+    place; 0 when no term occurs). Cost: at most ``MAX_PLACES`` places per term."""
+    places: list[tuple[int, int]] = []  # (position, term number)
+    for number, term in enumerate(dict.fromkeys(t for t in terms if t)):
+        at = lower.find(term)
+        while at >= 0 and len(places) < MAX_PLACES * (number + 1):
+            places.append((at, number))
+            at = lower.find(term, at + len(term))
+    if not places:
+        return 0
+    places.sort()
+    span = max(1, 2 * limit // 3)
+    best, best_count, right = places[0][0], 0, 0
+    counts: dict[int, int] = {}
+    for left, (start, _) in enumerate(places):  # two pointers: the terms in [start, start + span)
+        while right < len(places) and places[right][0] < start + span:
+            counts[places[right][1]] = counts.get(places[right][1], 0) + 1
+            right += 1
+        if len(counts) > best_count:
+            best, best_count = start, len(counts)
+        number = places[left][1]
+        counts[number] -= 1
+        if not counts[number]:
+            del counts[number]
+    return best

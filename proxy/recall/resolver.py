@@ -84,11 +84,12 @@ class RecallResolver:
         self.min_cosine = min_cosine
 
     async def resolve(self, ctx: RecallContext, args: RecallArgs, limit: int | None = None, newest_first: bool = False,
-                      excerpt_chars: int = EXCERPT_CHARS, hits_shown: int = SEARCH_HITS) -> RecallOutcome:
+                      excerpt_tokens: int | None = None, hits_shown: int = SEARCH_HITS) -> RecallOutcome:
         """``limit``: tokens the answer may take (the room left in the prompt budget); at most recall_max_tokens.
         ``newest_first``: the search's hits shown newest page first (a fact said again later comes first), their
-        excerpts shortened (down to a quarter of ``excerpt_chars``) until every hit fits, none cut off;
-        ``excerpt_chars``: characters shown of each hit; ``hits_shown``: how many search hits."""
+        excerpts shortened, then the lowest-ranked hits left out, until they fit (proxy.recall.resolver._fitted_hits);
+        ``excerpt_tokens``: tokens shown of each hit, in any script (default: ``EXCERPT_CHARS`` characters);
+        ``hits_shown``: how many search hits."""
         parts: list[str] = []
         returned: list[str] = []
         hits: list[tuple[str, float]] = []
@@ -103,12 +104,7 @@ class RecallResolver:
             started = time.perf_counter()
             hits = await self.search(ctx, args.query, hits_shown)
             seconds = time.perf_counter() - started
-            rendered = await self._render_hits(ctx, args.query, hits, newest_first, excerpt_chars)
-            for chars in (excerpt_chars // 2, excerpt_chars // 4) if newest_first else ():
-                if self.counter.count_text(rendered) <= cap:
-                    break
-                rendered = await self._render_hits(ctx, args.query, hits, newest_first, chars)
-            parts.append(rendered)
+            parts.append(await self._fitted_hits(ctx, args.query, hits, cap, newest_first, excerpt_tokens))
         if args.problems:
             parts.append("Note: " + "; ".join(args.problems) + ".")
         kind = "+".join(k for k, on in (("offloaded", bool(reads)), ("pages", bool(args.pages)),
@@ -190,8 +186,7 @@ class RecallResolver:
                 return ""
             record = ctx.state.pages[position]
             messages = await self.source.messages(ctx, record.start, record.end)
-            full = page_messages_with_hidden(messages, record.start, page_hidden_messages(ctx.state, label))
-            return vector_text(full, ctx.image_descriptions)
+            return vector_text(messages, ctx.image_descriptions)  # as indexed (proxy.recall.search_indexes)
 
         return await self.vectors.cosines(query, pairs, text_of)
 
@@ -300,8 +295,26 @@ class RecallResolver:
             returned.append(record.label)
         return out
 
+    async def _fitted_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]], cap: int,
+                           newest_first: bool, excerpt_tokens: int | None) -> str:
+        """The hits rendered; newest first, within ``cap``: their excerpts shortened (to half), then the
+        lowest-ranked hits left out, so that the best hit always shows whole (shown newest first, the oldest would
+        otherwise be the one cut off, and a fact said once long ago is the oldest)."""
+        rendered = await self._render_hits(ctx, query, hits, newest_first, tokens_each=excerpt_tokens)
+        if not newest_first or self.counter.count_text(rendered) <= cap:
+            return rendered
+        shorter = (excerpt_tokens or EXCERPT_CHARS // 4) // 2
+        rendered = await self._render_hits(ctx, query, hits, newest_first, tokens_each=shorter)
+        while len(hits) > 1 and self.counter.count_text(rendered) > cap:
+            hits = hits[:-1]
+            rendered = await self._render_hits(ctx, query, hits, newest_first, tokens_each=shorter)
+        return rendered
+
     async def _render_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]],
-                           newest_first: bool = False, chars: int = EXCERPT_CHARS) -> str:
+                           newest_first: bool = False, tokens_each: int | None = None) -> str:
+        """``tokens_each``: tokens shown of each hit, twice that of the best one, as characters of its own text (a
+        Chinese page has about four times fewer characters per token than an English one); default
+        ``EXCERPT_CHARS`` characters."""
         if not hits:
             return f"No archived page matches {query!r}."
         terms = query_terms(query)
@@ -311,15 +324,23 @@ class RecallResolver:
         found = await self.hit_pages(ctx, hits)
         if newest_first:
             found.sort(key=lambda hit: -hit[2].start)
+        best = hits[0][0]
         for label, score, record, text in found:
+            size = 2 * tokens_each if tokens_each is not None and label == best else tokens_each
             lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: "
-                         f"{excerpt(text, terms, chars)}")
+                         f"{excerpt(text, terms, self._excerpt_chars(text, size))}")
             beside = [n for n in await self._neighbours(ctx, record, terms) if n not in shown]
             shown.update(beside)
             for neighbour, _score, other, other_text in await self.hit_pages(ctx, [(n, 0.0) for n in beside]):
                 lines.append(f"[Page {neighbour}] {utc_date(other.first_seen)}, the same turn as page {label}: "
-                             f"{excerpt(other_text, terms, chars)}")
+                             f"{excerpt(other_text, terms, self._excerpt_chars(other_text, tokens_each))}")
         return "\n".join(lines)
+
+    def _excerpt_chars(self, text: str, tokens: int | None) -> int:
+        if tokens is None:
+            return EXCERPT_CHARS
+        sample = text[:4 * EXCERPT_CHARS]  # the script of the page's head is the script of its excerpt, mostly
+        return max(24, tokens * len(sample) // max(1, self.counter.count_text(sample)))
 
     async def _neighbours(self, ctx: RecallContext, record: PageRecord, terms: list[str]) -> list[str]:
         """The parts of the hit's user turn to show beside it (proxy.recall.neighbours): the part before a

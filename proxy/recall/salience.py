@@ -45,6 +45,7 @@ MIN_DF = 4
 MAX_DF = 32  # ... and never by more: the postings a turn reads stay bounded
 MATCH_TERMS = 12  # the match is a share of the idf of the message's rarest terms (a long message is not diluted)
 UNSEEN_WEIGHT = 0.5
+SHORT_NUMBER_DIGITS = 3  # a number of at most this many digits is not specific by itself
 PAGES = 8  # best pages kept (their matched terms are checked against the active pages)
 # By kind of message, the (strength in one-page idfs, share of what the message names) an archived page must reach,
 # either pair: a few rare terms that cover most of the message, or more rare terms that cover less of it
@@ -137,7 +138,9 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
             found[term] = (episodes(docs), docs)
     # a character pair is specific only if one of its characters is (two common characters side by side are mostly
     # the end of one word and the start of the next)
-    rare = {t for t, (runs, _) in found.items() if runs <= cap}
+    # a short number is never specific by itself: a thousand values, met by chance in any long conversation (a
+    # quantity, a time, a price); it still counts in what the message names
+    rare = {t for t, (runs, _) in found.items() if runs <= cap and not _short_number(t)}
     specific: list[tuple[float, str, list[DocId]]] = []  # (idf over episodes, term, its pages)
     for term in sorted(rare):
         if _pair(term) and rare.isdisjoint(term):
@@ -173,6 +176,10 @@ _CJK_PAIR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{
 
 def _pair(term: str) -> bool:
     return len(term) == 2 and _CJK_PAIR.fullmatch(term) is not None
+
+
+def _short_number(term: str) -> bool:
+    return len(term) <= SHORT_NUMBER_DIGITS and term.isascii() and term.isdigit()
 
 
 def _cjk(term: str) -> bool:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.caches import BoundedLru
-from proxy.engine import ACTIVE, ConversationState, PageRecord, page_hidden_messages
+from proxy.engine import ACTIVE, ConversationState, PageRecord
 from proxy.recall.bm25 import BM25Index
-from proxy.recall.pagetext import index_terms, page_messages_with_hidden, vector_text
+from proxy.recall.pagetext import index_terms, vector_text
 from proxy.recall.vector_index import text_digest
 from proxy.store.ports import ConversationRepository
 
@@ -94,15 +94,15 @@ class SearchIndexes:
                 continue
             if entry.starts.get(record.label) == record.start:
                 continue
+            # The page's own messages: its hidden recall rounds are copies of other pages (which are indexed
+            # themselves) and would rank this page for what they quote (its excerpts show its own messages only)
             messages = await self.source.messages(ctx, record.start, record.end)
-            hidden = page_hidden_messages(ctx.state, record.label)
-            full = page_messages_with_hidden(messages, record.start, hidden)
-            terms = index_terms(full, ctx.image_descriptions, self.user_weight)
+            terms = index_terms(messages, ctx.image_descriptions, self.user_weight)
             if record.label in entry.starts:
                 entry.index.remove(record.label)
             entry.index.add_terms(record.label, terms)
             entry.starts[record.label] = record.start
-            vector_source = vector_text(full, ctx.image_descriptions)
+            vector_source = vector_text(messages, ctx.image_descriptions)
             entry.chars[record.label] = len(vector_source)
             entry.digests[record.label] = text_digest(vector_source)
             grew = True

@@ -31,6 +31,9 @@ MIN_RESULT_TOKENS = 64  # below this the resolver answers "no room": not worth a
 PUSH_HIGH_WATERMARK = 0.85
 PUSH_SHARE = 0.8  # of the room left, what the pushed round may take
 UNASKED_HITS = 3  # pages shown by a round pushed on a message without a look-up phrase (five with one)
+# Tokens shown of each page (about 400 characters of English, 100 of Chinese): what the push adds stays in the
+# history until the next epoch, so its size is what it costs the prefix cache
+EXCERPT_TOKENS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +70,20 @@ def need_of(index: BM25Index, text: str, state: ConversationState, messages: Seq
     weighing = weigh(index, text)
     reason = verdict(weighing, kind)
     if reason == "pushed":
-        start = min(state.active_start_entry(), len(messages) - 1)
-        active = "\n".join(message_text(m) for m in messages[start:-1]).casefold()
-        weighing = weigh(index, text, in_text(active))
+        weighing = weigh(index, text, in_text(active_text(state, messages)))
         if verdict(weighing, kind) != "pushed":
             reason = "in_prompt"
     return Need(text, weighing, kind, reason)
+
+
+def active_text(state: ConversationState, messages: Sequence[dict[str, Any]]) -> str:
+    """What the prompt already shows of the conversation, case-folded: the active pages' messages (the latest user
+    message left out) and the hidden rounds spliced among them (a page an earlier round brought back is in the
+    prompt: pushing it again would add its tokens to the history a second time)."""
+    start = min(state.active_start_entry(), len(messages) - 1)
+    parts = [message_text(m) for m in messages[start:-1]]
+    parts += [message_text(m) for g in state.hidden if g.after >= start for m in g.messages]
+    return "\n".join(parts).casefold()
 
 
 def with_push_room(config: EngineConfig) -> EngineConfig:
@@ -149,7 +160,7 @@ class ProactivePush:
             m.recall_pushes.labels("no_room").inc()
             return []
         outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit,
-                                              newest_first=True, excerpt_chars=excerpt_chars(limit),
+                                              newest_first=True, excerpt_tokens=EXCERPT_TOKENS,
                                               hits_shown=SEARCH_HITS if need.asking == "look_up" else UNASKED_HITS)
         if not outcome.hits:
             m.recall_pushes.labels("no_hits").inc()
@@ -165,8 +176,3 @@ class ProactivePush:
         m.recall_pushes.labels("pushed").inc()
         m.recall_push_tokens.observe(pushed)
         return exchange
-
-
-def excerpt_chars(limit: int) -> int:
-    """Characters shown of each hit, by the room (the resolver shortens them until all hits fit)."""
-    return max(300, min(800, limit // 2))  # 300 characters up to 600 tokens, 800 from 1,600

@@ -110,3 +110,9 @@ def test_the_cost_is_bounded_whatever_the_archive(pages: int, text: str) -> None
     assert sum(reads) <= len(message_terms(text)) * MAX_DF
     assert len(w.pages) <= 8 and 0.0 <= w.match <= 1.0 + 1e-9
     assert len(w.terms) <= MAX_TERMS
+
+
+def test_a_short_number_alone_is_no_match_a_code_is() -> None:
+    index = archive({40: "user: The parcel weighed 182 grams, the shop said.", 55: "user: The vault code is 88231."})
+    assert verdict(weigh(index, "What about 182?"), "question") == "no_match"  # a chance number
+    assert verdict(weigh(index, "What was 88231 again?"), "question") == "pushed"

@@ -197,3 +197,27 @@ async def test_a_look_up_near_the_top_of_the_budget_gets_an_epoch_and_its_round(
     assert [m["role"] for m in sent[-3:]] == ["user", "assistant", "tool"] and "code0000" in sent[-1]["content"]
     assert _pushes(service, "pushed") == 1 and _pushes(service, "no_room") == 0
     await service.close()
+
+
+def test_a_page_an_earlier_round_brought_back_into_the_prompt_is_not_pushed_again() -> None:
+    from proxy.engine import EstimateCounter
+    from proxy.engine.feedback import add_hidden
+    from proxy.engine.state import ACTIVE, ARCHIVED, PageRecord
+    from proxy.recall.bm25 import BM25Index
+    from proxy.turn.push import need_of
+
+    index = BM25Index()
+    index.add("1", "user: We chose the blue logo and the budget is 4200 euros for the print run.")
+    for i in range(2, 40):
+        index.add(str(i), f"user: small talk number {i} about the weather")
+    messages = [{"role": "user", "content": "The weather again."}, {"role": "assistant", "content": "Noted."},
+                {"role": "user", "content": "How much was the print budget?"}]
+    state = ConversationState(pages=[PageRecord(number=1, part=1, start=0, end=0, tokens=0, status=ARCHIVED),
+                                     PageRecord(number=2, part=1, start=0, end=3, tokens=30, status=ACTIVE)],
+                              first_active_page=1, hash_blob=b"\0" * 48, tokens=[10, 10, 10])
+    assert need_of(index, messages[-1]["content"], state, messages).wanted
+    pushed = [{"role": "assistant", "content": "", "tool_calls": [{"id": "p", "type": "function", "function": {
+        "name": "recall", "arguments": '{"query": "print budget"}'}}]},
+        {"role": "tool", "tool_call_id": "p", "content": "[Page 1] user: ... the budget is 4200 euros for the print run."}]
+    state = add_hidden(state, 0, pushed, EstimateCounter())
+    assert need_of(index, messages[-1]["content"], state, messages).reason == "in_prompt"

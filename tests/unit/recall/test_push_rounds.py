@@ -1,0 +1,90 @@
+"""What a pushed round shows (proxy.recall.resolver with ``newest_first``): pages newest first, but when they do not
+all fit, the lowest-ranked go and the best stays; excerpts sized in tokens whatever the script; the best hit shown
+longer; a page's hidden recall rounds are not searched (they quote other pages)."""
+
+from __future__ import annotations
+
+import re
+
+from proxy.engine import EstimateCounter
+from proxy.engine.feedback import add_hidden
+from proxy.engine.state import ACTIVE, ARCHIVED, ConversationState, PageRecord
+from proxy.recall.pagetext import excerpt
+from proxy.recall.resolver import RecallContext, RecallResolver
+from proxy.recall.tool import RecallArgs
+
+FILLER = "We talked about the weather and the news, and the garden was green again that day. "
+
+
+def conversation(facts: dict[int, str], pages: int = 12) -> tuple[ConversationState, list[dict]]:
+    messages: list[dict] = []
+    records = []
+    for n in range(1, pages + 1):
+        start = len(messages)
+        messages.append({"role": "user", "content": facts.get(n, FILLER * 3)})
+        messages.append({"role": "assistant", "content": FILLER * 4})
+        status = ACTIVE if n == pages else ARCHIVED
+        records.append(PageRecord(number=n, part=1, start=start, end=start + 2, tokens=200, status=status))
+    state = ConversationState(pages=records, first_active_page=pages - 1, next_page=pages + 1)
+    state.hash_blob = b"\0" * 16 * len(messages)
+    state.tokens = [50] * len(messages)
+    return state, messages
+
+
+def shown(text: str) -> list[str]:
+    return re.findall(r"\[Page ([0-9.]+)\]", text)
+
+
+async def test_the_best_hit_stays_when_not_all_fit_and_they_show_newest_first() -> None:
+    facts = {2: "My flight to Oslo is SK4711, the flight number I keep forgetting. " + FILLER,
+             6: "The Oslo weather was cold. " + FILLER, 9: "Another flight, to Rome, next spring. " + FILLER}
+    state, messages = conversation(facts)
+    resolver = RecallResolver(None, EstimateCounter(), 4096)
+    ctx = RecallContext("t", "c", state, messages)
+    ranked = [label for label, _ in await resolver.search(ctx, "flight Oslo", 3)]
+    assert ranked[0] == "2"
+    roomy = await resolver.resolve(ctx, RecallArgs(query="flight Oslo"), limit=2000, newest_first=True,
+                                   excerpt_tokens=60, hits_shown=3)
+    assert shown(roomy.text) == sorted(ranked, key=int, reverse=True)  # newest first
+    tight = await resolver.resolve(ctx, RecallArgs(query="flight Oslo"), limit=90, newest_first=True,
+                                   excerpt_tokens=60, hits_shown=3)
+    assert shown(tight.text) == ["2"] and "SK4711" in tight.text  # the oldest page is the best: it stays whole
+
+
+async def test_excerpts_are_sized_in_tokens_and_the_best_hit_gets_twice_as_many() -> None:
+    zh = "我的航班号是SK4711，飞往奥斯陆。" + "今天天气很好，我们聊了很多关于花园和新闻的事情。" * 20
+    en = "My flight to Oslo is SK4711. " + FILLER * 6
+    counter = EstimateCounter()
+    for text in (zh, en):
+        state, messages = conversation({3: text, 7: text.replace("SK4711", "SK4712")})
+        resolver = RecallResolver(None, counter, 4096)
+        ctx = RecallContext("t", "c", state, messages)
+        out = await resolver.resolve(ctx, RecallArgs(query="航班 SK4711" if text is zh else "flight SK4711"),
+                                     limit=4000, newest_first=True, excerpt_tokens=40, hits_shown=2)
+        lines = out.text.splitlines()[1:]
+        assert len(lines) == 2
+        sizes = {shown(line)[0]: counter.count_text(line.split(": ", 1)[1]) for line in lines}
+        best = (await resolver.search(ctx, out.text.split("'")[1], 2))[0][0]
+        other = next(label for label in sizes if label != best)
+        assert 25 <= sizes[other] <= 60 and 60 <= sizes[best] <= 110, (text[:10], sizes)
+
+
+async def test_a_page_is_not_found_by_the_recall_rounds_it_holds() -> None:
+    state, messages = conversation({4: "The harbour festival starts on Friday. " + FILLER})
+    round_ = [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "recall", "arguments": '{"query": "festival"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "[Page 4] user: The harbour festival starts on Friday."}]
+    state = add_hidden(state, 16, round_, EstimateCounter())  # after page 9's user message
+    resolver = RecallResolver(None, EstimateCounter(), 4096)
+    ctx = RecallContext("t", "c", state, messages)
+    assert [label for label, _ in await resolver.search(ctx, "harbour festival", 5)] == ["4"]
+    read = await resolver.resolve(ctx, RecallArgs(pages=["9"]))
+    assert "harbour festival" in read.text  # reading the page by number still shows its round
+
+
+def test_the_excerpt_is_where_most_query_terms_meet() -> None:
+    text = "alpha once here. " + "filler words " * 40 + "Then gamma, delta and alpha together. " + "tail " * 40
+    piece = excerpt(text, ["alpha", "gamma", "delta"], 90)
+    assert "gamma, delta and alpha" in piece
+    assert excerpt("nothing matches here", ["zzz"], 40) == "nothing matches here"
+    assert excerpt(text, ["alpha"], 60).startswith("alpha once")  # a single term: its first place
