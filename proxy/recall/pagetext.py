@@ -112,10 +112,15 @@ MAX_PLACES = 64  # places of each term looked at when choosing the excerpt
 
 def excerpt(text: str, terms: list[str], limit: int = 300) -> str:
     """About `limit` characters of `text` around the place where the most query terms occur together (the first
-    such place; a third of the window before its first term), quoted after it is cut and its whitespace collapsed
-    (escaping comes last: proxy.engine.markup)."""
+    such place): from the start of the message holding it when that place is within two thirds of the window from
+    there (a short message is shown whole), a third of the window before it otherwise; quoted after it is cut and
+    its whitespace collapsed (escaping comes last: proxy.engine.markup)."""
     flat = " ".join(text.split())
-    start = max(0, _densest(flat.lower(), terms, limit) - limit // 3)
+    densest = _densest(flat.lower(), terms, limit)
+    start = max(0, densest - limit // 3)
+    opening = max(flat.rfind(" user: ", 0, densest + 1), flat.rfind(" assistant: ", 0, densest + 1)) + 1
+    if densest - opening <= 2 * limit // 3:  # the message holding it fits from its start: shown from there
+        start = opening
     piece = flat[start : start + limit]
     return ("…" if start > 0 else "") + quote(piece) + ("…" if start + limit < len(flat) else "")
 

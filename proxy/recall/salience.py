@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from proxy.recall.bm25 import BM25Index, DocId
 from proxy.recall.text import tokenize
 
-__all__ = ["MAX_CHARS", "NOTHING", "STRENGTH", "Weighing", "asks", "in_text", "message_terms", "episodes", "one_page_idf", "specific_episodes", "verdict", "weigh"]
+__all__ = ["MAX_CHARS", "NOTHING", "NARROW", "STRENGTH", "Weighing", "asks", "in_text", "message_terms", "episodes", "one_page_idf", "specific_episodes", "verdict", "weigh"]
 
 MAX_CHARS = 2000  # a message is weighed by its head: a pasted document is not a question about the archive
 MAX_TERMS = 24  # specific terms weighed per message, the rarest first
@@ -53,6 +53,15 @@ STRENGTH = {
     "": ((2.0, 0.5),),  # a statement: two rare terms of one page, most of what the message names
     "question": ((0.6, 0.5), (1.5, 0.3)),
     "look_up": ((0.5, 0.3),),  # a look-up phrase ("remind me", "what did I tell you about")
+}
+
+# Below those, the pairs at which a question (or a look-up phrase) still gets the one best page, not a few: a rare
+# term of the message held in a few episodes (a subject met more than once) answers a question often enough to be
+# worth one short excerpt
+NARROW = {
+    "": (),
+    "question": ((0.7, 0.2),),
+    "look_up": ((0.5, 0.1),),
 }
 
 _QUESTION = re.compile(r"[?？]|[吗呢么]\s*[。！!]?\s*$|(?:什么|多少|几[个次天年月号点岁]|哪|谁|怎么|为什么|是否)")
@@ -101,7 +110,8 @@ class Weighing:
     match: float  # the best page's share of the message's specific idf
     pages: tuple[DocId, ...] = ()  # pages holding specific terms, best first (at most PAGES)
     terms: tuple[str, ...] = ()  # specific terms those pages hold, rarest first
-    held: frozenset[str] = frozenset()  # the message's rarest terms the best page holds (the push's query)
+    held: frozenset[str] = frozenset()  # the message's rarest terms the best page holds
+    named: frozenset[str] = frozenset()  # the message's rarest terms that some archived page holds (the push's query)
 
     @property
     def units(self) -> float:
@@ -125,6 +135,7 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
     max_df = min(MAX_DF, max(MIN_DF, math.ceil(PAGE_SHARE * archived)))
     terms = message_terms(text)
     idf: dict[str, float] = {}
+    seen: set[str] = set()  # terms some archived page holds
     found: dict[str, tuple[int, list[DocId]]] = {}  # term -> (episodes, pages), for terms on few pages
     for term in terms:
         df = index.document_frequency(term)
@@ -133,6 +144,8 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
         # a term the archive never saw counts as half the rarest: the message names something the pages do not
         # (or words they happen not to use: phrasing, in a short conversation)
         idf[term] = _idf(archived, df) * (1.0 if df else UNSEEN_WEIGHT)
+        if df:
+            seen.add(term)
         if 0 < df <= max_df:
             docs = index.documents_with(term)
             found[term] = (episodes(docs), docs)
@@ -168,7 +181,7 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
     held = {t for _, t, docs in specific for d in ranked if index.holds(d, t)}
     matched = tuple(t for _, t, _ in specific if t in held)
     return Weighing(archived, scores[best], covered[best] / total, tuple(ranked), matched,
-                    frozenset(t for t in lacking if index.holds(best, t)))
+                    frozenset(t for t in lacking if index.holds(best, t)), frozenset(t for t in named if t in seen))
 
 
 _CJK_PAIR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2}")
@@ -211,11 +224,13 @@ def _term_pattern(term: str) -> re.Pattern[str]:
 
 
 def verdict(weighing: Weighing, asking: str) -> str:
-    """``"pushed"`` or why not: ``"no_match"`` (no archived page holds a specific term of the message the active
+    """``"pushed"``, ``"narrow"`` (pushed, the best page only: ``NARROW``) or why not: ``"no_match"`` (no archived page holds a specific term of the message the active
     pages lack), ``"weak"`` (the best page's match is not strong enough for this kind of message). ``asking``:
     ``"look_up"`` (a look-up phrase), ``"question"``, or ``""`` (a statement)."""
     if weighing.strength <= 0:
         return "no_match"
     if any(weighing.units >= needed and weighing.match >= share for needed, share in STRENGTH[asking]):
         return "pushed"
+    if any(weighing.units >= needed and weighing.match >= share for needed, share in NARROW[asking]):
+        return "narrow"
     return "weak"

@@ -36,6 +36,9 @@ UNASKED_HITS = 3  # pages shown by a round pushed on a message without a look-up
 EXCERPT_TOKENS = 100
 
 
+WANTED = ("pushed", "narrow")
+
+
 @dataclass(frozen=True, slots=True)
 class Need:
     """What the latest user message needs from the archive, weighed on every user turn before planning."""
@@ -43,17 +46,17 @@ class Need:
     text: str  # the message
     weighing: Weighing
     asking: str  # "look_up" (a look-up phrase), "question" or "" (a statement): a question needs a weaker match
-    reason: str  # proxy.recall.salience.verdict ("pushed", "no_match", "weak", "in_prompt") or "no_archive"
+    reason: str  # proxy.recall.salience.verdict ("pushed", "narrow", "no_match", "weak", "in_prompt") or "no_archive"
 
     @property
     def wanted(self) -> bool:
-        return self.reason == "pushed"
+        return self.reason in WANTED
 
     @property
     def room_wanted(self) -> bool:
         """Plan the turn with room for the round (an epoch a few turns early, if need be): a question the archive
         answers or a look-up phrase; a statement is pushed only where the prompt has room left."""
-        return self.wanted and self.asking != ""
+        return self.reason == "pushed" and self.asking != ""  # a narrow match: only where the prompt has room
 
 
 def latest_user_text(messages: Sequence[dict[str, Any]]) -> str | None:
@@ -69,9 +72,10 @@ def need_of(index: BM25Index, text: str, state: ConversationState, messages: Seq
     kind = "look_up" if is_look_up(text) else "question" if asks(text) else ""
     weighing = weigh(index, text)
     reason = verdict(weighing, kind)
-    if reason == "pushed":
+    if reason in WANTED:
         weighing = weigh(index, text, in_text(active_text(state, messages)))
-        if verdict(weighing, kind) != "pushed":
+        reason = verdict(weighing, kind)
+        if reason not in WANTED:
             reason = "in_prompt"
     return Need(text, weighing, kind, reason)
 
@@ -143,8 +147,9 @@ class ProactivePush:
     async def _exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str, need: Need) -> list[dict[str, Any]]:
         m = self.metrics
         state = turn.state
-        # the message's words holding the rare terms that matched (its phrasing and common words would find the
-        # pages that share them, an earlier question put the same way, before the page that answers it)
+        # the message's words holding its rarest terms that the archive holds (what it names: the search ranks the
+        # pages holding the most of them; its common words would find the pages that share them, an earlier
+        # question put the same way, before the page that answers it)
         query = (search_words(need.text, wanted=need.weighing.held | set(need.weighing.terms))
                  or " ".join(need.weighing.terms))
         call = push_call(tool_name, query, f"{turn.redo.last_index}")
@@ -161,7 +166,7 @@ class ProactivePush:
             return []
         outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit,
                                               newest_first=True, excerpt_tokens=EXCERPT_TOKENS,
-                                              hits_shown=SEARCH_HITS if need.asking == "look_up" else UNASKED_HITS)
+                                              hits_shown=hits_shown(need))
         if not outcome.hits:
             m.recall_pushes.labels("no_hits").inc()
             return []
@@ -176,3 +181,11 @@ class ProactivePush:
         m.recall_pushes.labels("pushed").inc()
         m.recall_push_tokens.observe(pushed)
         return exchange
+
+
+def hits_shown(need: Need) -> int:
+    """Pages a pushed round shows: five for a look-up phrase, a few for a question or a statement, the best one
+    for a narrow match (proxy.recall.salience.NARROW)."""
+    if need.reason == "narrow":
+        return 1
+    return SEARCH_HITS if need.asking == "look_up" else UNASKED_HITS

@@ -116,3 +116,17 @@ def test_a_short_number_alone_is_no_match_a_code_is() -> None:
     index = archive({40: "user: The parcel weighed 182 grams, the shop said.", 55: "user: The vault code is 88231."})
     assert verdict(weigh(index, "What about 182?"), "question") == "no_match"  # a chance number
     assert verdict(weigh(index, "What was 88231 again?"), "question") == "pushed"
+
+
+def test_a_match_below_the_bar_of_a_question_still_gets_its_best_page() -> None:
+    from proxy.recall.salience import NARROW, STRENGTH, Weighing, one_page_idf
+
+    def at(units: float, match: float) -> Weighing:
+        return Weighing(100, units * one_page_idf(100), match)
+
+    units, share = NARROW["question"][0]
+    assert all(units < needed or share < least for needed, least in STRENGTH["question"])  # below the bar
+    assert verdict(at(units, share), "question") == "narrow"
+    assert verdict(at(units, share), "") == "weak"  # a statement never
+    assert verdict(at(units - 0.1, share), "question") == "weak"
+    assert verdict(at(2.0, 0.6), "question") == "pushed"

@@ -221,3 +221,14 @@ def test_a_page_an_earlier_round_brought_back_into_the_prompt_is_not_pushed_agai
         {"role": "tool", "tool_call_id": "p", "content": "[Page 1] user: ... the budget is 4200 euros for the print run."}]
     state = add_hidden(state, 0, pushed, EstimateCounter())
     assert need_of(index, messages[-1]["content"], state, messages).reason == "in_prompt"
+
+
+def test_a_narrow_match_shows_one_page_and_plans_no_room() -> None:
+    from proxy.recall.resolver import SEARCH_HITS
+    from proxy.recall.salience import NOTHING
+    from proxy.turn.push import UNASKED_HITS, Need, hits_shown
+
+    narrow, full = Need("q?", NOTHING, "question", "narrow"), Need("q?", NOTHING, "question", "pushed")
+    assert narrow.wanted and not narrow.room_wanted and hits_shown(narrow) == 1
+    assert full.wanted and full.room_wanted and hits_shown(full) == UNASKED_HITS
+    assert hits_shown(Need("remind me", NOTHING, "look_up", "pushed")) == SEARCH_HITS
