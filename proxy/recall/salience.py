@@ -50,7 +50,7 @@ PAGES = 8  # best pages kept (their matched terms are checked against the active
 # By kind of message, the (strength in one-page idfs, share of what the message names) an archived page must reach,
 # either pair: a few rare terms that cover most of the message, or more rare terms that cover less of it
 STRENGTH = {
-    "": ((2.0, 0.5),),  # a statement: two rare terms of one page, most of what the message names
+    "": ((3.0, 0.6),),  # a statement: three rare terms of one page, most of what the message names
     "question": ((0.6, 0.5), (1.5, 0.3)),
     "look_up": ((0.5, 0.3),),  # a look-up phrase ("remind me", "what did I tell you about")
 }

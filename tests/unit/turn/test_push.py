@@ -223,12 +223,13 @@ def test_a_page_an_earlier_round_brought_back_into_the_prompt_is_not_pushed_agai
     assert need_of(index, messages[-1]["content"], state, messages).reason == "in_prompt"
 
 
-def test_a_narrow_match_shows_one_page_and_plans_no_room() -> None:
+def test_only_a_look_up_plans_room_and_a_narrow_match_shows_one_page() -> None:
     from proxy.recall.resolver import SEARCH_HITS
     from proxy.recall.salience import NOTHING
     from proxy.turn.push import UNASKED_HITS, Need, hits_shown
 
     narrow, full = Need("q?", NOTHING, "question", "narrow"), Need("q?", NOTHING, "question", "pushed")
     assert narrow.wanted and not narrow.room_wanted and hits_shown(narrow) == 1
-    assert full.wanted and full.room_wanted and hits_shown(full) == UNASKED_HITS
-    assert hits_shown(Need("remind me", NOTHING, "look_up", "pushed")) == SEARCH_HITS
+    assert full.wanted and not full.room_wanted and hits_shown(full) == UNASKED_HITS
+    look_up = Need("remind me", NOTHING, "look_up", "pushed")
+    assert look_up.room_wanted and hits_shown(look_up) == SEARCH_HITS
