@@ -110,17 +110,23 @@ def vector_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str,
 MAX_PLACES = 64  # places of each term looked at when choosing the excerpt
 
 
-def excerpt(text: str, terms: list[str], limit: int = 300) -> str:
+def excerpt(text: str, terms: list[str], limit: int = 300, whole: int = 0) -> str:
     """About `limit` characters of `text` around the place where the most query terms occur together (the first
     such place): from the start of the message holding it when that place is within two thirds of the window from
-    there (a short message is shown whole), a third of the window before it otherwise; quoted after it is cut and
-    its whitespace collapsed (escaping comes last: proxy.engine.markup)."""
+    there (a short message is shown whole), a third of the window before it otherwise; the whole message, when it
+    is longer than `limit` but at most `whole` characters. Quoted after it is cut and its whitespace collapsed
+    (escaping comes last: proxy.engine.markup)."""
     flat = " ".join(text.split())
     densest = _densest(flat.lower(), terms, limit)
     start = max(0, densest - limit // 3)
     opening = max(flat.rfind(" user: ", 0, densest + 1), flat.rfind(" assistant: ", 0, densest + 1)) + 1
     if densest - opening <= 2 * limit // 3:  # the message holding it fits from its start: shown from there
         start = opening
+    if whole > limit:
+        ends = [at for at in (flat.find(" user: ", densest), flat.find(" assistant: ", densest)) if at >= 0]
+        closing = min(ends, default=len(flat))
+        if closing - opening <= whole:  # the message that matched, whole
+            start, limit = opening, max(limit, closing - opening)
     piece = flat[start : start + limit]
     return ("…" if start > 0 else "") + quote(piece) + ("…" if start + limit < len(flat) else "")
 

@@ -32,6 +32,7 @@ SEARCH_HITS = 5
 MIN_SCORE = 0.2
 FUSION_CANDIDATES = 4  # each ranking contributes up to k * this candidates to the fusion
 EXCERPT_CHARS = 300  # characters shown of each search hit
+WHOLE_MESSAGE_TOKENS = 320  # a pushed round's best hit shows the message that matched whole up to this size
 
 
 @dataclass
@@ -326,9 +327,11 @@ class RecallResolver:
             found.sort(key=lambda hit: -hit[2].start)
         best = hits[0][0]
         for label, score, record, text in found:
-            size = 2 * tokens_each if tokens_each is not None and label == best else tokens_each
+            size, whole = tokens_each, 0
+            if tokens_each is not None and label == best:  # longer, and the message that matched whole if short
+                size, whole = 2 * tokens_each, self._excerpt_chars(text, WHOLE_MESSAGE_TOKENS)
             lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: "
-                         f"{excerpt(text, terms, self._excerpt_chars(text, size))}")
+                         f"{excerpt(text, terms, self._excerpt_chars(text, size), whole)}")
             beside = [n for n in await self._neighbours(ctx, record, terms) if n not in shown]
             shown.update(beside)
             for neighbour, _score, other, other_text in await self.hit_pages(ctx, [(n, 0.0) for n in beside]):

@@ -10,7 +10,7 @@ from proxy.engine import EstimateCounter
 from proxy.engine.feedback import add_hidden
 from proxy.engine.state import ACTIVE, ARCHIVED, ConversationState, PageRecord
 from proxy.recall.pagetext import excerpt
-from proxy.recall.resolver import RecallContext, RecallResolver
+from proxy.recall.resolver import WHOLE_MESSAGE_TOKENS, RecallContext, RecallResolver
 from proxy.recall.tool import RecallArgs
 
 FILLER = "We talked about the weather and the news, and the garden was green again that day. "
@@ -51,7 +51,7 @@ async def test_the_best_hit_stays_when_not_all_fit_and_they_show_newest_first() 
     assert shown(tight.text) == ["2"] and "SK4711" in tight.text  # the oldest page is the best: it stays whole
 
 
-async def test_excerpts_are_sized_in_tokens_and_the_best_hit_gets_twice_as_many() -> None:
+async def test_excerpts_are_sized_in_tokens_and_the_best_hit_shows_its_message_whole() -> None:
     zh = "我的航班号是SK4711，飞往奥斯陆。" + "今天天气很好，我们聊了很多关于花园和新闻的事情。" * 20
     en = "My flight to Oslo is SK4711. " + FILLER * 6
     counter = EstimateCounter()
@@ -66,7 +66,9 @@ async def test_excerpts_are_sized_in_tokens_and_the_best_hit_gets_twice_as_many(
         sizes = {shown(line)[0]: counter.count_text(line.split(": ", 1)[1]) for line in lines}
         best = (await resolver.search(ctx, out.text.split("'")[1], 2))[0][0]
         other = next(label for label in sizes if label != best)
-        assert 25 <= sizes[other] <= 60 and 60 <= sizes[best] <= 110, (text[:10], sizes)
+        assert 25 <= sizes[other] <= 60, (text[:10], sizes)
+        # the best hit: the message that matched, whole (it is under WHOLE_MESSAGE_TOKENS), then the window
+        assert 80 <= sizes[best] <= WHOLE_MESSAGE_TOKENS + 20 and text[-20:] in lines[0] + lines[1], (text[:10], sizes)
 
 
 async def test_a_page_is_not_found_by_the_recall_rounds_it_holds() -> None:
@@ -88,3 +90,6 @@ def test_the_excerpt_is_where_most_query_terms_meet() -> None:
     assert "gamma, delta and alpha" in piece
     assert excerpt("nothing matches here", ["zzz"], 40) == "nothing matches here"
     assert excerpt(text, ["alpha"], 60).startswith("alpha once")  # a single term: its first place
+    page = "user: The parcel to Oslo left on Monday; " + "it holds books and maps, " * 12 + "end. assistant: " + "ok " * 200
+    assert excerpt(page, ["parcel"], 80, whole=400).endswith("end.…")  # the message that matched, whole
+    assert not excerpt(page, ["parcel"], 80, whole=100).endswith("end.…")  # too long to show whole
