@@ -10,14 +10,16 @@ everything but the instruction.
 Pure helpers, no I/O:
     job_body(base, instruction, max_tokens)   -> the request body of the job
     covers(base_messages, page_messages)      -> whether a base still holds a page
+    SummaryBase.holds(page_messages)          -> the same, on the base's key index (built once per base)
     page_instruction(template, pages)         -> the instruction naming the pages
     is_job_body(body)                         -> whether an upstream body is a memory job (benchmarks)
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.recall.pagetext import message_text
@@ -52,6 +54,15 @@ class SummaryBase:
     base_url: str
     at: float
     size: int = 0  # bytes of the body as encoded (for the memory bound)
+    # digest of each message key -> (first, last) position: filled by the first ``holds``, so that every job and
+    # page of the epoch asks a dictionary instead of re-rendering the whole prompt (the contents page included)
+    _positions: dict[bytes, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+
+    def holds(self, page_messages: Sequence[dict[str, Any]]) -> bool:
+        """``covers(self.body["messages"], page_messages)``."""
+        if not self._positions:
+            self._positions.update(key_positions(self.body.get("messages") or ()))
+        return held(self._positions, page_messages)
 
 
 def job_body(base: dict[str, Any], instruction: str, max_tokens: int) -> dict[str, Any]:
@@ -77,18 +88,35 @@ def _key(message: dict[str, Any]) -> str:
     return f"tool result {call_id}" if isinstance(call_id, str) and call_id else message_text(message)
 
 
+def _digest(message: dict[str, Any]) -> bytes:
+    return hashlib.blake2b(_key(message).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def key_positions(base_messages: Sequence[dict[str, Any]]) -> dict[bytes, tuple[int, int]]:
+    """Each message key of a base (as a digest) with the first and the last position it holds."""
+    out: dict[bytes, tuple[int, int]] = {}
+    for i, message in enumerate(base_messages):
+        key = _digest(message)
+        seen = out.get(key)
+        out[key] = (i, i) if seen is None else (seen[0], i)
+    return out
+
+
+def held(positions: dict[bytes, tuple[int, int]], page_messages: Sequence[dict[str, Any]]) -> bool:
+    """The base of ``positions`` holds the page: its first message appears in it, and its last one there or after."""
+    if not page_messages:
+        return False
+    first = positions.get(_digest(page_messages[0]))
+    if first is None:
+        return False
+    last = positions.get(_digest(page_messages[-1]))
+    return last is not None and last[1] >= first[0]
+
+
 def covers(base_messages: Sequence[dict[str, Any]], page_messages: Sequence[dict[str, Any]]) -> bool:
     """The base holds the page: its first and last messages appear in the base, in that order (the active pages of
     a prompt are the stored messages verbatim)."""
-    if not page_messages:
-        return False
-    keys = [_key(m) for m in base_messages]
-    first, last = _key(page_messages[0]), _key(page_messages[-1])
-    try:
-        start = keys.index(first)
-    except ValueError:
-        return False
-    return last in keys[start:]
+    return held(key_positions(base_messages), page_messages)
 
 
 def _quote(message: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from proxy.recall.text import keywords
 from proxy.workers.backoff import BACKLOG_EVENT, after_failure
 from proxy.workers.config import MemoryConfig
-from proxy.workers.prefix import PROFILE_INSTRUCTION, SUMMARY_INSTRUCTION, SummaryBase, covers, job_body, page_instruction
+from proxy.workers.prefix import PROFILE_INSTRUCTION, SUMMARY_INSTRUCTION, SummaryBase, job_body, page_instruction
 from proxy.workers.summarizer import COMPRESS_PROMPT, PAGES_PROMPT, PROFILE_PROMPT, Summarizer, SummaryFailed
 from proxy.workers.text import batches, cut_to_tokens, estimate_tokens, fact_digest, messages_text, parse_facts
 
@@ -40,7 +40,7 @@ class PageText:
 async def new_archived_pages(
     repo: Any, tenant: str, conversation_id: str, after_seq: int, message_chars: int
 ) -> list[PageText]:
-    pages = [p for p in await repo.load_pages(tenant, conversation_id) if p.first_seq > after_seq]
+    pages = await repo.load_pages(tenant, conversation_id, after_seq=after_seq)
     if not pages:
         return []
     entries = await repo.load_entries(tenant, conversation_id, pages[0].first_seq, pages[-1].last_seq)
@@ -58,7 +58,7 @@ def prefix_groups(pages: list[PageText], bases: Sequence[SummaryBase]
     """Consecutive pages grouped by the newest base that still holds each of them (None: no base holds it)."""
     groups: list[tuple[SummaryBase | None, list[PageText]]] = []
     for page in pages:
-        base = next((b for b in reversed(bases) if covers(b.body.get("messages") or (), page.rows)), None)
+        base = next((b for b in reversed(bases) if b.holds(page.rows)), None)
         if groups and groups[-1][0] is base:
             groups[-1][1].append(page)
         else:
