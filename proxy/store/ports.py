@@ -193,9 +193,10 @@ class ConversationRepository(Protocol):
         """Entries with first_seq <= seq <= last_seq, in order."""
 
     async def load_pages(
-        self, tenant: str, conversation_id: str, states: tuple[str, ...] = ("archived", "evicted")
+        self, tenant: str, conversation_id: str, states: tuple[str, ...] = ("archived", "evicted"),
+        after_seq: int | None = None,
     ) -> list[PageRow]:
-        """Pages in those states, ordered by first_seq."""
+        """Pages in those states (starting after ``after_seq``, when given), ordered by first_seq."""
 
     async def update_recall_stats(self, tenant: str, conversation_id: str, numbers: list[str], turn: int) -> None:
         """recall_count += 1 and last_recalled_turn = turn for each page listed."""

@@ -89,6 +89,11 @@ def _owned(conversation_id: str, tenant: str) -> Any:
     return exists().where(conv.c.id == conversation_id, conv.c.tenant == tenant)
 
 
+# What a PageRow holds: not the tsvector (a page's indexed words, about as large as its text) nor the timestamps.
+_PAGE_COLUMNS = (pages_t.c.number, pages_t.c.first_seq, pages_t.c.last_seq, pages_t.c.state, pages_t.c.tokens,
+                 pages_t.c.summary, pages_t.c.recall_count, pages_t.c.last_recalled_turn)
+
+
 def _page_row(row: Any) -> PageRow:
     return PageRow(
         number=row.number,
@@ -298,17 +303,14 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
         return [EntryRow(seq=r.seq, hash=r.hash, role=r.role, message=r.message, tokens=r.tokens) for r in rows]
 
     async def load_pages(
-        self, tenant: str, conversation_id: str, states: tuple[str, ...] = ("archived", "evicted")
+        self, tenant: str, conversation_id: str, states: tuple[str, ...] = ("archived", "evicted"),
+        after_seq: int | None = None,
     ) -> list[PageRow]:
-        stmt = (
-            select(pages_t)
-            .where(
-                pages_t.c.conversation_id == conversation_id,
-                pages_t.c.state.in_(list(states)),
-                _owned(conversation_id, tenant),
-            )
-            .order_by(pages_t.c.first_seq, pages_t.c.number)
-        )
+        conditions = [pages_t.c.conversation_id == conversation_id, pages_t.c.state.in_(list(states)),
+                      _owned(conversation_id, tenant)]
+        if after_seq is not None:
+            conditions.append(pages_t.c.first_seq > after_seq)
+        stmt = select(*_PAGE_COLUMNS).where(*conditions).order_by(pages_t.c.first_seq, pages_t.c.number)
         async with self.engine.connect() as connection:
             rows = (await connection.execute(stmt)).all()
         return [_page_row(r) for r in rows]

@@ -143,6 +143,9 @@ async def test_entries_change_only_by_an_edit_pages_take_their_latest_form(repo:
     assert (await repo.load_entries(TENANT, "c1", 0, 0)) == [changed_entry]  # same hash: first write wins
     assert await repo.load_pages(TENANT, "c1", ("archived",)) == [archived[0]]
     assert await repo.load_pages(TENANT, "c1", ("active",)) == [archived[1]]
+    both = ("archived", "active")
+    assert await repo.load_pages(TENANT, "c1", both, after_seq=1) == [archived[1]]  # pages starting after entry 1
+    assert await repo.load_pages(TENANT, "c1", both, after_seq=-1) == archived
     assert await repo.load_snapshot(TENANT, "c1") == (b"v2", 3)
     async with repo.engine.connect() as connection:
         archived_at = (

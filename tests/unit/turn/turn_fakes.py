@@ -145,10 +145,12 @@ class MemoryRepository:
         c = self._owned(tenant, conversation_id)
         return [] if c is None else [c.entries[s] for s in sorted(c.entries) if first_seq <= s <= last_seq]
 
-    async def load_pages(self, tenant: str, conversation_id: str,
-                         states: tuple[str, ...] = ("archived", "evicted")) -> list[PageRow]:
+    async def load_pages(self, tenant: str, conversation_id: str, states: tuple[str, ...] = ("archived", "evicted"),
+                         after_seq: int | None = None) -> list[PageRow]:
         c = self._owned(tenant, conversation_id)
-        return [] if c is None else sorted((p for p in c.pages.values() if p.state in states), key=lambda p: p.first_seq)
+        after = -1 if after_seq is None else after_seq
+        return [] if c is None else sorted((p for p in c.pages.values() if p.state in states and p.first_seq > after),
+                                           key=lambda p: p.first_seq)
 
     async def update_recall_stats(self, tenant: str, conversation_id: str, numbers: list[str], turn: int) -> None:
         return None
