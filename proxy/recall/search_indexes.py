@@ -89,7 +89,9 @@ class SearchIndexes:
         elif entry.seen == ctx.state.pages:  # one comparison in C instead of a Python pass over every page
             return entry
         grew = False
-        for record in ctx.state.pages:
+        # the records as they were last time (the same page ranges and states: nothing to index) are passed over in C;
+        # the Python pass starts at the first record that changed (a page archived, one more page)
+        for record in ctx.state.pages[_same_prefix(entry.seen, ctx.state.pages):]:
             if record.status == ACTIVE:
                 continue
             if entry.starts.get(record.label) == record.start:
@@ -115,3 +117,17 @@ class SearchIndexes:
 
     def forget(self, conversation_id: str) -> None:
         self._indexes.pop(conversation_id)
+
+
+def _same_prefix(before: list[PageRecord], now: list[PageRecord]) -> int:
+    """How many leading records of ``now`` equal those of ``before`` (list comparisons in C: a binary search)."""
+    low, high = 0, min(len(before), len(now))
+    if before[:high] == now[:high]:
+        return high
+    while high - low > 1:  # before[:low] == now[:low] and before[:high] != now[:high]
+        middle = (low + high) // 2
+        if before[:middle] == now[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from proxy.engine import EstimateCounter
 from proxy.engine.state import ARCHIVED, PageRecord
 from proxy.recall.resolver import RecallResolver
+from proxy.recall.search_indexes import _same_prefix
 from proxy.recall.vector_index import PageVectors
 from tests.unit.recall.test_embeddings_fusion import PAGES, MemoryVectorStore, TopicEmbedder, _context
 
@@ -58,3 +62,14 @@ async def test_vectors_stored_after_a_search_are_in_the_next_scan() -> None:
     store.nearest_pages = no_store  # type: ignore[method-assign]
     assert "5" in dict(await vectors.nearest("t1", "c1", "rail", 5))
     await vectors.close()
+
+
+@given(st.lists(st.integers(0, 3), max_size=12), st.lists(st.integers(0, 3), max_size=12))
+def test_the_records_passed_over_are_exactly_the_unchanged_leading_ones(before: list[int], now: list[int]) -> None:
+    def records(starts: list[int]) -> list[PageRecord]:
+        return [PageRecord(number=i + 1, part=1, start=s, end=s + 1, tokens=5, status=ARCHIVED)
+                for i, s in enumerate(starts)]
+
+    old, new = records(before), records(now)
+    naive = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+    assert _same_prefix(old, new) == naive
