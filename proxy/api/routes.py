@@ -28,7 +28,7 @@ async def chat_completions(request: Request) -> Response:
     services = services_of(request)
     body = await request.body()
     managed = services.context is not None
-    data, raw_messages = parse_chat_body(body) if managed else (parse_json_object(body), None)
+    data, fields = parse_chat_body(body) if managed else (parse_json_object(body), None)
     validate_chat_request(data)
     limits = request.app.state.limits
     limits.check_messages(data)
@@ -39,7 +39,8 @@ async def chat_completions(request: Request) -> Response:
     if services.settings.cache_salt_per_tenant:
         body, data = with_cache_salt(body, data, tenant)
     if managed:
-        call = chat_call(request.headers, data, body, raw_messages, request.url.query, started, tenant)
+        call = chat_call(request.headers, data, body, fields.get("messages") if fields else None, request.url.query,
+                         started, tenant, raw_fields=fields)
         return respond(metered(await services.context.handle(call), services.metrics, "chat", started))
     return respond(await services.exchange.send(Outgoing(
         "chat", "POST", "/chat/completions", request.url.query, request.headers, body, started, stream,

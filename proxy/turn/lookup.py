@@ -31,6 +31,7 @@ class Found:
     how: str  # "session_key" | "prefix" | "new"
     known_prefix: int  # leading messages already known (-1: by session key)
     chains: list[str] | None = None  # the request's whole prefix chain, when it had to be computed
+    raw_known: int = 0  # leading bytes of the raw messages that are a request's this process took before
 
 
 class ConversationLookup:
@@ -70,7 +71,7 @@ class ConversationLookup:
             state = self.state_of(cid)
             if (state is not None and state.messages_kind == "raw" and 0 < state.entry_count <= len(messages)
                     and advance_prefix(call.raw_messages, state.messages_length, state.messages_digest)[0]):
-                return Found(cid, "prefix", state.entry_count)
+                return Found(cid, "prefix", state.entry_count, raw_known=state.messages_length)
         return None
 
     def remember(self, tenant: str, messages: list[dict[str, Any]], conversation_id: str) -> None:
