@@ -118,22 +118,28 @@ def tokenize(text: str) -> list[str]:
     term is at most ``MAX_TERM_CHARS`` long (a longer run of letters or digits is cut), which also bounds the
     ``stem`` memo in bytes."""
     terms: list[str] = []
-    for match in _TOKEN_PATTERN.finditer(text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'")):
-        token = match.group()
+    for token in _TOKEN_PATTERN.findall(text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'")):
         first = token[0]
         if "\u3040" <= first <= "\u30ff" or "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
             terms.extend(_cjk_terms(token))  # unigrams and bigrams: no term is long
             continue
-        token = token[:MAX_TERM_CHARS]
-        if first.isdigit():
-            terms.append(token)
-        elif any(char.isdigit() for char in token):  # identifiers such as v2, gpt4, h264: kept whole
-            terms.append(token)
-        elif len(token) > 1 and token not in STOP_WORDS_EN:
-            stemmed = stem(token)
-            if stemmed not in STOP_WORDS_EN:
-                terms.append(stemmed)
+        term = _term(token[:MAX_TERM_CHARS])
+        if term is not None:
+            terms.append(term)
     return terms
+
+
+@lru_cache(maxsize=65536)
+def _term(token: str) -> str | None:
+    """The term of a (cut) Latin-script or number token, None when it is none: memoised, as a chat repeats its words
+    (the per-character digit test and the stemming ran for every occurrence)."""
+    if token[0].isdigit() or any(char.isdigit() for char in token):  # numbers; identifiers such as v2, gpt4, h264
+        return token
+    if len(token) > 1 and token not in STOP_WORDS_EN:
+        stemmed = stem(token)
+        if stemmed not in STOP_WORDS_EN:
+            return stemmed
+    return None
 
 
 def keywords(text: str, top: int = 6) -> list[str]:

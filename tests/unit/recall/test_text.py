@@ -74,3 +74,27 @@ def test_keywords_follow_seed_001() -> None:
 def test_keywords_respect_top_and_drop_single_characters() -> None:
     assert keywords("a b c x1 x1 我 好", top=6) == ["x1"]
     assert keywords("alpha beta", top=0) == []
+
+
+def _tokenize_unmemoised(text: str) -> list[str]:
+    """The tokenizer spelled out token by token (what the memoised one must equal)."""
+    from proxy.recall.text import _TOKEN_PATTERN, MAX_TERM_CHARS, MAX_TOKENIZE_CHARS, _cjk_terms
+
+    terms: list[str] = []
+    for match in _TOKEN_PATTERN.finditer(text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'")):
+        token = match.group()
+        first = token[0]
+        if "\u3040" <= first <= "\u30ff" or "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
+            terms.extend(_cjk_terms(token))
+            continue
+        token = token[:MAX_TERM_CHARS]
+        if first.isdigit() or any(char.isdigit() for char in token):
+            terms.append(token)
+        elif len(token) > 1 and token not in STOP_WORDS_EN and stem(token) not in STOP_WORDS_EN:
+            terms.append(stem(token))
+    return terms
+
+
+@given(st.text(alphabet=st.sampled_from("ab yesing's 2٣²x.,'’ÉßİŉǅⅫ天気のはé\u0301-_") | st.characters(), max_size=120))
+def test_the_memoised_tokenizer_gives_the_terms_of_the_plain_one(text: str) -> None:
+    assert tokenize(text) == _tokenize_unmemoised(text) == tokenize(text)
