@@ -50,6 +50,7 @@ _LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _ASCII_FOLD = str.maketrans({**{chr(c): " " for c in range(32)}, "\x7f": " ",
                              **{c: "\n" for c in _LINE_BREAKS if c.isascii()}})
 _MARKS = "<[#"
+_NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
 
 
 @lru_cache(maxsize=8192)
@@ -68,16 +69,27 @@ def _fold_char(c: str) -> str:
 
 def _fold(text: str) -> tuple[str, list[int] | None]:
     """The folded view of ``text``, and for each of its characters the index of the character it came from
-    (None: the same index, ASCII text)."""
+    (None: the same index, ASCII text). The ASCII runs of a mixed text fold as a whole (as ASCII text does), the
+    other characters one by one."""
     if text.isascii():
         return text.translate(_ASCII_FOLD).lower(), None
     pieces: list[str] = []
     origin: list[int] = []
-    for i, c in enumerate(text):
-        f = _fold_char(c)
-        if f:
-            pieces.append(f)
-            origin.extend([i] * len(f))
+    done = 0
+    for run in _NON_ASCII_RUN.finditer(text):
+        start, end = run.span()
+        if start > done:
+            pieces.append(text[done:start].translate(_ASCII_FOLD).lower())
+            origin.extend(range(done, start))
+        for i in range(start, end):
+            f = _fold_char(text[i])
+            if f:
+                pieces.append(f)
+                origin.extend([i] * len(f))
+        done = end
+    if done < len(text):
+        pieces.append(text[done:].translate(_ASCII_FOLD).lower())
+        origin.extend(range(done, len(text)))
     return "".join(pieces), origin
 
 

@@ -126,3 +126,25 @@ def test_the_audit_probes():
     assert excerpt("[Page\u00a08] x", ["x"]) == "\\[Page 8] x"
     assert excerpt("<\nmemci-context> y", ["y"]) == "&lt; memci-context> y"
     assert sys.maxunicode > 0x20000
+
+
+def _fold_by_character(text: str) -> tuple[str, list[int] | None]:
+    from proxy.engine.markup import _ASCII_FOLD, _fold_char
+
+    if text.isascii():
+        return text.translate(_ASCII_FOLD).lower(), None
+    pieces: list[str] = []
+    origin: list[int] = []
+    for i, c in enumerate(text):
+        folded = _fold_char(c)
+        if folded:
+            pieces.append(folded)
+            origin.extend([i] * len(folded))
+    return "".join(pieces), origin
+
+
+@given(st.text(alphabet=st.sampled_from("aZ <[#\n\r\t\x00\x0b\x1c\x7f…éßﬁ＜［＃\u200b\u00a0\u2028İǅ中") | st.characters()))
+def test_a_mixed_text_folds_as_it_does_character_by_character(text: str) -> None:
+    from proxy.engine.markup import _fold
+
+    assert _fold(text) == _fold_by_character(text)
