@@ -28,6 +28,8 @@ __all__ = [
     "tokenize",
     "stem",
     "keywords",
+    "keyword_counts",
+    "top_keywords",
 ]
 
 STOP_WORDS_EN: frozenset[str] = frozenset(
@@ -144,12 +146,20 @@ def _term(token: str) -> str | None:
 
 def keywords(text: str, top: int = 6) -> list[str]:
     """Seed 001's keywords: regex matches, lower-cased, stop words removed, ``top`` most frequent."""
-    if top <= 0:
-        return []
+    return top_keywords(keyword_counts(text), top) if top > 0 else []
+
+
+def keyword_counts(text: str) -> Counter[str]:
+    """The counts ``keywords`` ranks, in order of first appearance. Texts joined by a space count as the sum of their
+    counts taken in that order (``Counter.update``): no keyword spans the space."""
     counts: Counter[str] = Counter()
     for match in KEYWORD_PATTERN.finditer(text):
         word = match.group().lower()
         if word not in STOP_WORDS_EN and word not in STOP_WORDS_ZH:
             counts[word] += 1
-    # Counter.most_common keeps first-insertion order among equal counts.
-    return [word for word, _ in counts.most_common(top)]
+    return counts
+
+
+def top_keywords(counts: Counter[str], top: int) -> list[str]:
+    """The ``top`` most frequent of ``counts`` (ties: first appearance first, as Counter.most_common keeps it)."""
+    return [word for word, _ in counts.most_common(top)] if top > 0 else []

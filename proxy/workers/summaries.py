@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.recall.text import keywords
+from proxy.recall.text import keyword_counts, top_keywords
 from proxy.workers.backoff import BACKLOG_EVENT, after_failure
 from proxy.workers.config import MemoryConfig
 from proxy.workers.prefix import PROFILE_INSTRUCTION, SUMMARY_INSTRUCTION, SummaryBase, job_body, page_instruction
@@ -158,11 +158,15 @@ async def update_conversation_summary(
 
 async def _store_topics(repo: Any, config: MemoryConfig, tenant: str, conversation_id: str, pages: list[PageText],
                         summary: str) -> None:
-    """Seed 001 keywords per page, and for the conversation over its summary and the new pages."""
-    topics = {p.number: keywords(p.text, config.topics_per_page) for p in pages}
+    """Seed 001 keywords per page, and for the conversation over its summary and the new pages (the pages' counts
+    added to the summary's: the keywords of the texts joined, each page's text read once)."""
+    counts = [(p.number, keyword_counts(p.text)) for p in pages]
+    topics = {number: top_keywords(c, config.topics_per_page) for number, c in counts}
     known = await repo.load_topics(tenant, conversation_id)
-    whole = " ".join([summary, *(p.text for p in pages)])
-    merged = list(dict.fromkeys([*keywords(whole, config.topics_per_conversation), *known.get("", [])]))
+    whole = keyword_counts(summary)
+    for _, c in counts:
+        whole.update(c)
+    merged = list(dict.fromkeys([*top_keywords(whole, config.topics_per_conversation), *known.get("", [])]))
     topics[""] = merged[: config.topics_per_conversation]
     await repo.put_topics(tenant, conversation_id, {k: v for k, v in topics.items() if v or k == ""})
 

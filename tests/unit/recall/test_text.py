@@ -98,3 +98,14 @@ def _tokenize_unmemoised(text: str) -> list[str]:
 @given(st.text(alphabet=st.sampled_from("ab yesing's 2٣²x.,'’ÉßİŉǅⅫ天気のはé\u0301-_") | st.characters(), max_size=120))
 def test_the_memoised_tokenizer_gives_the_terms_of_the_plain_one(text: str) -> None:
     assert tokenize(text) == _tokenize_unmemoised(text) == tokenize(text)
+
+
+@given(st.lists(st.text(alphabet=st.sampled_from("ab cd_ 12 the 天气 好的 AB\n"), max_size=40), max_size=5),
+       st.integers(0, 8))
+def test_keywords_of_joined_texts_are_the_top_of_their_summed_counts(texts: list[str], top: int) -> None:
+    from proxy.recall.text import keyword_counts, top_keywords
+
+    summed = keyword_counts("")
+    for text in texts:
+        summed.update(keyword_counts(text))
+    assert top_keywords(summed, top) == keywords(" ".join(texts), top)
