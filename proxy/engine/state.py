@@ -275,3 +275,18 @@ def common_prefix_of_blobs(known: bytes, request: bytes) -> int:
         else:
             high = middle
     return low
+
+
+def common_prefix_of_records(known: Sequence[PageRecord], now: Sequence[PageRecord]) -> int:
+    """Leading page records two lists share (compared in C: a pass, then a binary search on a difference)."""
+    limit = min(len(known), len(now))
+    if known[:limit] == now[:limit]:
+        return limit
+    low, high = 0, limit  # the first differing record lies in [low, high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if known[low:middle] == now[low:middle]:
+            low = middle
+        else:
+            high = middle
+    return low

@@ -8,6 +8,7 @@ from typing import Any
 
 from proxy.caches import BoundedLru
 from proxy.engine import ACTIVE, ConversationState, PageRecord
+from proxy.engine.state import common_prefix_of_records
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.pagetext import index_terms, vector_text
 from proxy.recall.vector_index import text_digest
@@ -91,7 +92,7 @@ class SearchIndexes:
         grew = False
         # the records as they were last time (the same page ranges and states: nothing to index) are passed over in C;
         # the Python pass starts at the first record that changed (a page archived, one more page)
-        for record in ctx.state.pages[_same_prefix(entry.seen, ctx.state.pages):]:
+        for record in ctx.state.pages[common_prefix_of_records(entry.seen, ctx.state.pages):]:
             if record.status == ACTIVE:
                 continue
             if entry.starts.get(record.label) == record.start:
@@ -117,17 +118,3 @@ class SearchIndexes:
 
     def forget(self, conversation_id: str) -> None:
         self._indexes.pop(conversation_id)
-
-
-def _same_prefix(before: list[PageRecord], now: list[PageRecord]) -> int:
-    """How many leading records of ``now`` equal those of ``before`` (list comparisons in C: a binary search)."""
-    low, high = 0, min(len(before), len(now))
-    if before[:high] == now[:high]:
-        return high
-    while high - low > 1:  # before[:low] == now[:low] and before[:high] != now[:high]
-        middle = (low + high) // 2
-        if before[:middle] == now[:middle]:
-            low = middle
-        else:
-            high = middle
-    return low

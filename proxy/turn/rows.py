@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.engine import ConversationState, Plan
-from proxy.engine.state import STATUS_NAMES, PageRecord, find_page
+from proxy.engine.state import STATUS_NAMES, PageRecord, common_prefix_of_records, find_page
 from proxy.store.ports import EntryRow, EventRow, PageRow, SnapshotBase, TurnWrite
 
 
@@ -65,26 +65,40 @@ def page_rows(state: ConversationState, labels: Iterable[str]) -> dict[str, Page
     return out
 
 
+def changed_pages(before: ConversationState | None, state: ConversationState) -> dict[str, PageRow]:
+    """The rows of the pages whose record is not the one ``before`` had at the same place (every page without a
+    ``before``): the leading records both share are passed over in C."""
+    pages = state.pages
+    if before is None:
+        return {p.label: _page_row(p) for p in pages}
+    known = before.pages
+    out: dict[str, PageRow] = {}
+    for i in range(common_prefix_of_records(known, pages), len(pages)):
+        record = pages[i]
+        if i >= len(known) or known[i] != record:
+            out[record.label] = _page_row(record)
+    return out
+
+
 def turn_rows(
     tenant: str, conversation_id: str, plan: Plan, state: ConversationState, fingerprints: list[tuple[str, int]],
+    before: ConversationState | None,
 ) -> RowSet:
-    """The rows of a planned turn: its new entries, the pages they touch (every page at an epoch), the fingerprints
-    of the prefixes not known before, events, and the contents page of a new epoch. Work proportional to the new
-    messages, except at epochs."""
+    """The rows of a turn planned from ``before`` (the state whose rows are stored or queued; None: nothing is):
+    its new entries, the pages they touch and every page whose record changed (at an epoch: those archived,
+    evicted, condensed; with no ``before``, every page), the fingerprints of the prefixes not known before, events,
+    and the contents page of a new epoch. Work proportional to the new messages and the changed pages: an epoch of
+    a long chat no longer re-sends its hundreds of unchanged pages."""
     rows = RowSet()
     for index, message, digest, tokens in plan.new_entries:
         rows.entries[index] = EntryRow(seq=index, hash=digest, role=str(message.get("role", "")), message=message,
                                        tokens=tokens)
-    if plan.epoch:
-        rows.pages = {p.label: _page_row(p) for p in state.pages}
-    else:
-        first_new = min(rows.entries, default=state.entry_count)
-        for p in reversed(state.pages):  # pages are in entry order: the touched ones are at the end
-            if p.end <= first_new:
-                break
-            rows.pages[p.label] = _page_row(p)
-        changed = [*plan.archived, *(label for label, _ in plan.evicted)]
-        rows.pages.update(page_rows(state, (label for label in changed if label not in rows.pages)))
+    first_new = min(rows.entries, default=state.entry_count)
+    for p in reversed(state.pages):  # pages are in entry order: the touched ones are at the end
+        if p.end <= first_new:
+            break
+        rows.pages[p.label] = _page_row(p)
+    rows.pages.update(changed_pages(before, state))  # the pages archived and evicted among them
     rows.fingerprints.update(fingerprints)
     rows.events = [
         EventRow(tenant, conversation_id, str(ev.get("type") or ev.get("kind") or "context.event"), ev)

@@ -280,7 +280,7 @@ class TurnService:
                                                 known.state, result, messages)
         self.lookup.remember(tenant, messages, conversation_id)
         redo = Redo(turn_input, config, fingerprints, len(messages) - 1, counter=counter)
-        rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints)
+        rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints, state)
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
                     tools_json=tools_json, learned=isinstance(counter, LearnedCounter), accounting=accounting,
                     need=need, window=window)
@@ -495,7 +495,7 @@ class TurnService:
         result = plan(stored, redo.input, redo.config, redo.counter or self.counter)
         await self._intake_images(result, tenant, conversation_id)
         state = result.state
-        rows = turn_rows(tenant, conversation_id, result, state, redo.fingerprints)
+        rows = turn_rows(tenant, conversation_id, result, state, redo.fingerprints, stored)
         if redo.hidden and 0 <= redo.last_index < state.entry_count:
             state = add_hidden(state, redo.last_index, redo.hidden, redo.counter or self.counter)
             rows.hidden.update(hidden_rows(redo.last_index, 0, redo.hidden))

@@ -9,9 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.engine import EstimateCounter
-from proxy.engine.state import ARCHIVED, PageRecord
+from proxy.engine.state import ARCHIVED, PageRecord, common_prefix_of_records
 from proxy.recall.resolver import RecallResolver
-from proxy.recall.search_indexes import _same_prefix
 from proxy.recall.vector_index import PageVectors
 from tests.unit.recall.test_embeddings_fusion import PAGES, MemoryVectorStore, TopicEmbedder, _context
 
@@ -72,4 +71,4 @@ def test_the_records_passed_over_are_exactly_the_unchanged_leading_ones(before: 
 
     old, new = records(before), records(now)
     naive = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
-    assert _same_prefix(old, new) == naive
+    assert common_prefix_of_records(old, new) == naive

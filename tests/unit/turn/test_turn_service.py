@@ -331,3 +331,29 @@ async def test_an_answer_without_recall_rounds_reaches_the_client_byte_for_byte(
     got = await service.handle(call_of([{"role": "user", "content": "hello"}]))
     assert got.status == 200 and got.body == answer  # usage details the proxy does not know are kept too
     await service.close()
+
+
+async def test_the_stored_pages_follow_the_state_though_an_epoch_writes_only_the_changed_ones():
+    from proxy.turn.rows import _page_row
+
+    repo = MemoryRepository()
+    writes: list[int] = []
+    save_turns = repo.save_turns
+
+    async def counting(batch):
+        writes.extend(len(w.pages) for w in batch)
+        return await save_turns(batch)
+
+    repo.save_turns = counting
+    service = make_service(ChatUpstream(), repo)
+    chat = await _chat_past_an_epoch(service)
+    epochs = 0
+    for i in range(60):
+        await chat.send(chat.user_text(chat.turns + i) + (' [[recall:{"pages": [1]}]]' if i == 20 else ""))
+        epochs += chat.last_headers.get("X-Memci-Epoch") == "true"
+        await service.flush(chat.conversation_id)
+        state = ConversationState.from_bytes(repo.conversations[chat.conversation_id].state)
+        assert repo.conversations[chat.conversation_id].pages == {p.label: _page_row(p) for p in state.pages}
+    assert epochs >= 2 and len(state.pages) > 20
+    assert max(writes[1:]) < len(state.pages) / 2  # no write re-sends every page
+    await service.close()
