@@ -162,7 +162,7 @@ async def _store_topics(repo: Any, config: MemoryConfig, tenant: str, conversati
     added to the summary's: the keywords of the texts joined, each page's text read once)."""
     counts = [(p.number, keyword_counts(p.text)) for p in pages]
     topics = {number: top_keywords(c, config.topics_per_page) for number, c in counts}
-    known = await repo.load_topics(tenant, conversation_id)
+    known = await repo.load_topics(tenant, conversation_id, [""])  # the conversation's, not every page's
     whole = keyword_counts(summary)
     for _, c in counts:
         whole.update(c)

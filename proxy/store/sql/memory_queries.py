@@ -9,6 +9,7 @@ Every method is scoped by tenant like the rest of the repository; ``due_summarie
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,10 +220,14 @@ class MemoryQueries:
             )
             await connection.execute(stmt)
 
-    async def load_topics(self, tenant: str, conversation_id: str) -> dict[str, list[str]]:
+    async def load_topics(self, tenant: str, conversation_id: str, numbers: Sequence[str] | None = None
+                          ) -> dict[str, list[str]]:
+        """Topics per page number ('' for the whole conversation): of the pages ``numbers`` when given, else of all."""
         stmt = select(topics_t.c.number, topics_t.c.topics).where(
             topics_t.c.conversation_id == conversation_id, _owned(tenant, conversation_id)
         )
+        if numbers is not None:
+            stmt = stmt.where(topics_t.c.number.in_(list(numbers)))
         async with self.engine.connect() as connection:
             return {r.number: list(r.topics) for r in (await connection.execute(stmt)).all()}
 

@@ -49,6 +49,7 @@ async def test_summary_is_made_by_the_model_and_served(repo: SqlConversationRepo
 
     topics = await repo.load_topics(TENANT, "c1")
     assert "postgresql" in topics["1"] and "billing" in topics[""]
+    assert await repo.load_topics(TENANT, "c1", [""]) == {"": topics[""]}
     assert ("c1", "") in await repo.find_by_topic(TENANT, "billing")
     assert await repo.find_by_topic("tenant-b", "billing") == []
 
