@@ -110,8 +110,7 @@ class Weighing:
     match: float  # the best page's share of the message's specific idf
     pages: tuple[DocId, ...] = ()  # pages holding specific terms, best first (at most PAGES)
     terms: tuple[str, ...] = ()  # specific terms those pages hold, rarest first
-    held: frozenset[str] = frozenset()  # the message's rarest terms the best page holds
-    named: frozenset[str] = frozenset()  # the message's rarest terms that some archived page holds (the push's query)
+    held: frozenset[str] = frozenset()  # the message's rarest terms the best page holds (the push's query)
 
     @property
     def units(self) -> float:
@@ -135,7 +134,6 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
     max_df = min(MAX_DF, max(MIN_DF, math.ceil(PAGE_SHARE * archived)))
     terms = message_terms(text)
     idf: dict[str, float] = {}
-    seen: set[str] = set()  # terms some archived page holds
     found: dict[str, tuple[int, list[DocId]]] = {}  # term -> (episodes, pages), for terms on few pages
     for term in terms:
         df = index.document_frequency(term)
@@ -144,8 +142,6 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
         # a term the archive never saw counts as half the rarest: the message names something the pages do not
         # (or words they happen not to use: phrasing, in a short conversation)
         idf[term] = _idf(archived, df) * (1.0 if df else UNSEEN_WEIGHT)
-        if df:
-            seen.add(term)
         if 0 < df <= max_df:
             docs = index.documents_with(term)
             found[term] = (episodes(docs), docs)
@@ -181,7 +177,7 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
     held = {t for _, t, docs in specific for d in ranked if index.holds(d, t)}
     matched = tuple(t for _, t, _ in specific if t in held)
     return Weighing(archived, scores[best], covered[best] / total, tuple(ranked), matched,
-                    frozenset(t for t in lacking if index.holds(best, t)), frozenset(t for t in named if t in seen))
+                    frozenset(t for t in lacking if index.holds(best, t)))
 
 
 _CJK_PAIR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2}")

@@ -29,6 +29,9 @@ MIN_RESULT_TOKENS = 64  # below this the resolver answers "no room": not worth a
 # high watermark, so that the pushed round has room (the push stays under 0.90 of the budget): near the top of the
 # budget the epoch comes on the look-up's turn, a few turns early, instead of the look-up going without its round.
 PUSH_HIGH_WATERMARK = 0.85
+# A question the archive answers plans under this one: room for a round of a page or two, an epoch brought forward
+# less often (a question is asked more often than a look-up phrase; each early epoch costs a miss)
+QUESTION_HIGH_WATERMARK = 0.88
 PUSH_SHARE = 0.8  # of the room left, what the pushed round may take
 UNASKED_HITS = 2  # pages shown by a round pushed on a message without a look-up phrase (five with one)
 # Tokens shown of each page, twice that of the best (about 320 characters of English, 80 of Chinese): what the
@@ -54,11 +57,15 @@ class Need:
 
     @property
     def room_wanted(self) -> bool:
-        """Plan the turn with room for the round (an epoch a few turns early, if need be): a look-up phrase the
-        archive answers. A question or a statement is pushed only where the prompt has room left: an epoch brought
-        forward for every question a page matches costs more misses than the rounds bring (measured: cache_bench's
-        chat and chat-zh over four seeds)."""
-        return self.reason == "pushed" and self.asking == "look_up"
+        """Plan the turn with room for the round (an epoch a few turns early, if need be): a look-up phrase or a
+        question the archive answers (under ``room_ceiling``). A statement or a narrow match is pushed only where
+        the prompt has room left."""
+        return self.reason == "pushed" and self.asking != ""
+
+    @property
+    def room_ceiling(self) -> float:
+        """The high watermark the turn plans under when ``room_wanted``."""
+        return PUSH_HIGH_WATERMARK if self.asking == "look_up" else QUESTION_HIGH_WATERMARK
 
 
 def latest_user_text(messages: Sequence[dict[str, Any]]) -> str | None:
@@ -92,9 +99,9 @@ def active_text(state: ConversationState, messages: Sequence[dict[str, Any]]) ->
     return "\n".join(parts).casefold()
 
 
-def with_push_room(config: EngineConfig) -> EngineConfig:
-    """The turn's engine config with the high watermark lowered to leave the pushed round its room."""
-    ceiling = max(PUSH_HIGH_WATERMARK, config.low_watermark + 0.05)  # an epoch still has somewhere to go
+def with_push_room(config: EngineConfig, ceiling: float = PUSH_HIGH_WATERMARK) -> EngineConfig:
+    """The turn's engine config with the high watermark lowered to ``ceiling`` to leave the pushed round its room."""
+    ceiling = max(ceiling, config.low_watermark + 0.05)  # an epoch still has somewhere to go
     if config.high_watermark <= ceiling:
         return config
     return dataclasses.replace(config, high_watermark=ceiling)
@@ -149,9 +156,8 @@ class ProactivePush:
     async def _exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str, need: Need) -> list[dict[str, Any]]:
         m = self.metrics
         state = turn.state
-        # the message's words holding its rarest terms that the archive holds (what it names: the search ranks the
-        # pages holding the most of them; its common words would find the pages that share them, an earlier
-        # question put the same way, before the page that answers it)
+        # the message's words holding the rare terms that matched (its phrasing and common words would find the
+        # pages that share them, an earlier question put the same way, before the page that answers it)
         query = (search_words(need.text, wanted=need.weighing.held | set(need.weighing.terms))
                  or " ".join(need.weighing.terms))
         call = push_call(tool_name, query, f"{turn.redo.last_index}")

@@ -251,7 +251,7 @@ class TurnService:
         need = (await self.push.weigh(tenant, conversation_id, state, messages)
                 if self.recall_enabled and push_on(self.settings, call.memory_mode) else None)
         if need is not None and need.room_wanted:
-            config = with_push_room(config)  # the round it may push needs room: an epoch now rather than no round
+            config = with_push_room(config, need.room_ceiling)  # its round needs room: an epoch now, not no round
         data = call.data
         tools = list(data.get("tools") or [])
         if self.recall_enabled:
