@@ -107,6 +107,12 @@ def vector_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str,
     return ""
 
 
+def user_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str, str] | None = None) -> str:
+    """What the vector of the page's user words is computed from (proxy.recall.ranking): the ``vector_text`` of its
+    user messages ("" when it has none that says anything)."""
+    return vector_text([m for m in messages if m.get("role") == "user"], image_descriptions)
+
+
 def excerpt(text: str, terms: list[str], limit: int = 300) -> str:
     """About `limit` characters of `text` around the first place a query term occurs, quoted after it is cut and
     its whitespace collapsed (escaping comes last: proxy.engine.markup)."""
