@@ -15,6 +15,10 @@ Usage::
         # lexical candidates, warm and cold)
     python loadtests/bench_search.py --fused --model wordllama-l2-256 --model use-multilingual-v3
         # several packaged models, one after the other in the same run (compare their ratios)
+    python loadtests/bench_search.py --resolver --pages 1000 --queries 60 --baseline-tree /tmp/base-main
+        # the proxy's own search (RecallResolver.search: lexical, fused cold and warm) over pages of a user
+        # message and an answer, half the queries naming a time, against the code of another tree in the same run
+        # (loadtests/bench_resolver.py)
 """
 
 from __future__ import annotations
@@ -199,6 +203,11 @@ def fused_bench(pages: list[str], queries: list[str], k: int, model: str, mode: 
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if "--resolver" in args_in:
+        from loadtests.bench_resolver import main as resolver_main
+
+        return resolver_main([a for a in args_in if a != "--resolver"])
     parser = argparse.ArgumentParser(description="BM25 recall search benchmark")
     parser.add_argument("--pages", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=300)

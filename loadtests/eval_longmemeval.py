@@ -8,9 +8,12 @@ the proxy's own page text (proxy.recall.pagetext.index_text). The question is as
 ``question_date`` (what "last week" means: proxy.recall.dates). A page is relevant when it holds a message
 flagged ``has_answer``; ``recall_any@5`` is 1 when at least one relevant page is in the top 5.
 
-Three rankings over the same pages, with the proxy's ranking code (proxy.recall.ranking): ``lexical`` (the BM25
-half with its entity boost and day preference), ``vector`` (cosine with the packaged model) and ``default``
-(what the proxy's search returns with the vector half on). Per question type too.
+Rankings over the same pages, with the proxy's ranking code (proxy.recall.ranking, through
+loadtests.eval_sets.search_rankings): ``lexical`` (the search without vectors: BM25 with its entity boost, the
+pages of the days the question names joining its candidates and climbing), ``vector`` (cosine of the whole pages
+with the packaged model), ``default`` (what the proxy's search returns with the vector half on: the vectors of the
+candidates' user words and whole pages, within one search's bound) and ``archive`` (embeddings_pages=archive).
+Per question type too; ``--seed`` surrounds each question with other sessions.
 
 Usage::
 
@@ -95,23 +98,23 @@ def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, emb
                   user_weight: int = 2, entity_boost: float = 2.0) -> dict[str, list[int]]:
     """The proxy's rankings of the pages for the question (loadtests.eval_sets.search_rankings): each page indexed
     as the proxy indexes it, the question's entity terms boosted as the proxy boosts them."""
-    from loadtests.eval_sets import embedded_text, search_rankings
+    from loadtests.eval_sets import embedded_text, search_rankings, user_views
     from proxy.recall.bm25 import BM25Index
-    from proxy.recall.entities import boosted_query
     from proxy.recall.pagetext import index_terms
-    from proxy.recall.text import tokenize
+    from proxy.recall.ranking import query_weights
 
     index = BM25Index()
     for position, page in enumerate(pages):
         index.add_terms(position, index_terms(list(page.messages), user_weight=user_weight))
-    weights = boosted_query(dict.fromkeys(tokenize(question), 1.0), question, entity_boost)
+    weights = query_weights(question, entity_boost)
     query_vector, vectors = None, {}
     if embed is not None:
         query_vector = embed([question])[0]
         vectors = dict(enumerate(embed([embedded_text(p.text) for p in pages])))
+    users, user_lengths = user_views([list(p.messages) for p in pages], embed)
     lengths = {i: len(embedded_text(p.text)) for i, p in enumerate(pages)}
     return search_rankings(index, question, weights, query_vector, vectors, lambda i: pages[i].day, day,  # type: ignore[return-value]
-                           lengths=lengths)
+                           lengths=lengths, user_vectors=users, user_lengths=user_lengths)
 
 
 def evaluate_longmemeval(

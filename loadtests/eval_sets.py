@@ -20,17 +20,17 @@ import numpy as np
 from loadtests.evaldata import MemoryBankUser
 from loadtests.progress import progress
 from proxy.recall.bm25 import BM25Index
-from proxy.recall.dates import asked_days, prefer_days
-from proxy.recall.entities import boosted_query
 from proxy.recall.candidate_vectors import page_sample, within_budget
-from proxy.recall.fusion import fuse_lexical_and_vector, rank_by_cosine
+from proxy.recall.fusion import cosine_similarity, rank_by_cosine
 from proxy.recall.packaged_models import DEFAULT_MODEL
-from proxy.recall.pagetext import index_terms
-from proxy.recall.resolver import FUSION_CANDIDATES, MIN_SCORE, SEARCH_HITS
+from proxy.recall.pagetext import index_terms, user_text, vector_text
+from proxy.recall.ranking import (MIN_SCORE, PAGE, USER, best_views, candidate_views, fuse, lexical_candidates,
+                                  lexical_ranking, preferred_days, query_weights)
+from proxy.recall.resolver import FUSION_CANDIDATES, SEARCH_HITS
 from proxy.recall.text import tokenize
 
 __all__ = ["EVIDENCE_FILE", "reference_ranking", "local_embed", "cached_embed", "memorybank_cases",
-           "evaluate_memorybank", "page_text", "page_messages", "search_rankings", "SEARCH_CANDIDATES"]
+           "evaluate_memorybank", "page_text", "page_messages", "search_rankings", "user_views", "SEARCH_CANDIDATES"]
 
 SEARCH_CANDIDATES = SEARCH_HITS * FUSION_CANDIDATES  # the lexical candidates of one proxy search (and the vectors')
 
@@ -103,32 +103,40 @@ def search_rankings(
     min_cosine: float = 0.2,
     vector_weight: float = 1.0,
     lengths: Mapping[Any, int] | None = None,
+    user_vectors: Mapping[Any, Sequence[float]] | None = None,
+    user_lengths: Mapping[Any, int] | None = None,
 ) -> dict[str, list[Hashable]]:
-    """Best-first ids of the proxy's search over ``index`` (proxy.recall.resolver.RecallResolver.search):
-    ``lexical`` (BM25 with ``weights``, pages of the days ``query`` names first), and with a query vector
-    ``vector`` (cosine over every page), ``default`` (embeddings_pages=candidates: the vectors of the lexical
-    candidates re-order them under the top lexical hit) and ``archive`` (embeddings_pages=archive: the nearest pages
-    may join them). ``lengths``: characters the proxy would embed of each page (embedded_text): the default embeds
-    the candidates within one search's bound (proxy.recall.candidate_vectors.within_budget, none of them known
-    beforehand: a cold search); None: every candidate."""
-    span = asked_days(query, today) if day_of is not None and today is not None else None
-    reorder = None if span is None else (lambda ranking: prefer_days(ranking, day_of, span))
-    found = index.search_weighted(weights, k=len(index), min_score=MIN_SCORE)
-    lexical = found if span is None else prefer_days(found, day_of, span, keep_scores=True)
-    out: dict[str, list[Hashable]] = {"lexical": [i for i, _ in lexical]}
+    """Best-first ids of the proxy's search over ``index`` (proxy.recall.ranking, the steps of
+    proxy.recall.resolver.RecallResolver.search): ``lexical`` (the search without vectors: BM25 with ``weights``,
+    the pages of the days ``query`` names joining and climbing; then the rest of BM25's ranking), and with a query
+    vector ``vector`` (cosine over every page), ``default`` (embeddings_pages=candidates: the vectors of the lexical
+    candidates' views re-order them under the top lexical hits) and ``archive`` (embeddings_pages=archive: the
+    nearest pages may join them). ``lengths`` / ``user_lengths``: characters the proxy would embed of each page /
+    of its user words (embedded_text); the default embeds the candidates' views within one search's bound
+    (proxy.recall.candidate_vectors.within_budget, none of them known beforehand: a cold search); None: every
+    view. ``user_vectors``: the vectors of the pages' user words (pages without any left out)."""
+    days = None
+    if day_of is not None and today is not None:
+        days = preferred_days(query, today, lambda: {i: day for i in index.doc_ids if (day := day_of(i)) is not None})
+    candidates = lexical_candidates(index, weights, SEARCH_CANDIDATES, days)
+    lexical = [i for i, _ in lexical_ranking(candidates, days)]
+    shown = set(lexical)
+    rest = [i for i, _ in index.search_weighted(weights, k=len(index), min_score=MIN_SCORE) if i not in shown]
+    out: dict[str, list[Hashable]] = {"lexical": [*lexical, *rest]}
     if query_vector is None:
         return out
+    users = user_vectors or {}
+    vectors = {USER: users, PAGE: page_vectors}
+    sizes = {USER: user_lengths or {}, PAGE: lengths or {}}
+    views = candidate_views([i for i, _ in candidates if i in page_vectors], users.__contains__)
+    embedded = within_budget([(view, sizes[view[1]].get(view[0], 0)) for view in views])
+    cosines = best_views((view, cosine_similarity(query_vector, vectors[view[1]][view[0]])) for view in embedded)
+    limit = max(SEARCH_CANDIDATES, len(candidates))
+    out["default"] = [i for i, _ in fuse(candidates, cosines, limit, days, vector_weight=vector_weight)]
     vector = rank_by_cosine(query_vector, page_vectors, k=len(page_vectors))
-    cosine = dict(vector)
-    candidates = found[:SEARCH_CANDIDATES]
     nearest = [(i, c) for i, c in vector[:SEARCH_CANDIDATES] if c > 0]
-    embedded = set(within_budget([(i, lengths.get(i, 0) if lengths else 0) for i, _ in candidates]))
-    for name, pool, floor in (("default", [(i, cosine[i]) for i, _ in candidates if i in cosine and i in embedded],
-                               None),
-                              ("archive", nearest, min_cosine)):
-        fused = fuse_lexical_and_vector(candidates, pool, limit=SEARCH_CANDIDATES, min_cosine=floor,
-                                        vector_weight=vector_weight, reorder=reorder)
-        out[name] = [i for i, _ in fused]
+    out["archive"] = [i for i, _ in fuse(candidates, nearest, limit, days, vector_weight=vector_weight,
+                                         min_cosine=min_cosine)]
     out["vector"] = [i for i, _ in vector]
     return out
 
@@ -136,6 +144,18 @@ def search_rankings(
 def embedded_text(text: str) -> str:
     """What the proxy embeds of a candidate page (proxy.recall.candidate_vectors.page_sample)."""
     return page_sample(text)
+
+
+def user_views(pages: Sequence[list[dict[str, Any]]], embed: Callable[[list[str]], list[list[float]]] | None
+               ) -> tuple[dict[int, Any], dict[int, int]]:
+    """Vectors and lengths of the pages' user words as the proxy embeds them (proxy.recall.pagetext.user_text, cut
+    as a candidate page is), by position; pages without user words, or of user words only (one view), left out;
+    no vectors without ``embed``."""
+    texts = {i: embedded_text(t) for i, t in enumerate(user_text(page) for page in pages)
+             if t and t != vector_text(pages[i])}
+    if embed is None or not texts:
+        return {}, {i: len(t) for i, t in texts.items()}
+    return dict(zip(texts, embed(list(texts.values())), strict=True)), {i: len(t) for i, t in texts.items()}
 
 
 def page_messages(user: MemoryBankUser, position: int) -> list[dict[str, str]]:
@@ -180,7 +200,7 @@ def evaluate_memorybank(
     rows: dict[str, list[Row]] = {"lexical": [], "reference-bm25": []}
     if embed is not None:
         rows["vector"], rows["default"], rows["archive"] = [], [], []
-    indexes: dict[str, tuple[BM25Index, list[str], dict[int, Any]]] = {}
+    indexes: dict[str, tuple[BM25Index, list[str], dict[int, Any], tuple[dict[int, Any], dict[int, int]]]] = {}
     searching = progress(len(cases), "MemoryBank: searching", bars, "questions")
     for user, question, relevant in cases:
         searching.advance()
@@ -191,15 +211,17 @@ def evaluate_memorybank(
             for i, page in enumerate(pages):
                 index.add_terms(i, index_terms(page, user_weight=user_weight))
             vectors = dict(enumerate(embed([embedded_text(t) for t in texts]))) if embed is not None else {}
-            indexes[user.name] = (index, texts, vectors)
-        index, texts, vectors = indexes[user.name]
-        weights = boosted_query(dict.fromkeys(tokenize(question), 1.0), question, entity_boost)
+            users = user_views(pages, embed)
+            indexes[user.name] = (index, texts, vectors, users)
+        index, texts, vectors, users = indexes[user.name]
+        weights = query_weights(question, entity_boost)
         days = {i: dt.date.fromisoformat(e.date) for i, e in enumerate(user.exchanges)}
         ranked = search_rankings(index, question, weights, embed([question])[0] if embed is not None else None,
                                  vectors, days.get if dates else None, max(days.values()),
                                  min_cosine=min_cosine if min_cosine is not None else -1.0,
                                  vector_weight=vector_weight,
-                                 lengths={i: len(embedded_text(t)) for i, t in enumerate(texts)})
+                                 lengths={i: len(embedded_text(t)) for i, t in enumerate(texts)},
+                                 user_vectors=users[0], user_lengths=users[1])
         rows["reference-bm25"].append(score(reference_ranking(texts, tokenize(question)), relevant))
         for name, ranking in ranked.items():
             rows[name].append(score(ranking, relevant))

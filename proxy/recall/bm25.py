@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -186,17 +186,23 @@ class BM25Index:
         k: int = 10,
         min_score: float = DEFAULT_MIN_SCORE,
         max_terms: int | None = None,
+        within: Collection[DocId] | None = None,
     ) -> list[tuple[DocId, float]]:
         """Top ``k`` documents for weighted (already tokenized) query terms, best first.
 
         Terms with a weight <= 0 are ignored; ``max_terms`` keeps the terms of largest weight * idf.
         Equal scores rank the earlier indexed document first; every id appears at most once. Scores are
         exactly those of ``score_all`` over the kept terms: the pruning below only skips documents that
-        provably cannot reach the top ``k`` or ``min_score``.
+        provably cannot reach the top ``k`` or ``min_score``. ``within``: only those documents are ranked (each
+        term costs the shorter of its postings and ``within``).
         """
         if k <= 0 or not self._slot_of:
             return []
-        scores = self._accumulate(term_weights, k, min_score, max_terms)
+        if within is None:
+            scores = self._accumulate(term_weights, k, min_score, max_terms)
+        else:
+            slot_of = self._slot_of
+            scores = self._accumulate_within(term_weights, {slot_of[d] for d in within if d in slot_of}, max_terms)
         best = heapq.nlargest(k, ((s, -slot) for slot, s in scores.items() if s >= min_score))
         return [(self._id_of[-neg_slot], score) for score, neg_slot in best]
 
@@ -215,17 +221,7 @@ class BM25Index:
         documents already accumulated. Summation order is the same with and without pruning.
         """
         norm = self._norm if self._norm is not None else self._rebuild_norm()
-        n_docs = len(self._slot_of)
-        k1_plus_1 = self.k1 + 1.0
-        plan: list[tuple[float, str, dict[int, int]]] = []
-        for term, weight in term_weights.items():
-            postings = self._postings.get(term)
-            if postings and weight > 0:
-                n = len(postings)
-                plan.append((weight * math.log(1.0 + (n_docs - n + 0.5) / (n + 0.5)) * k1_plus_1, term, postings))
-        plan.sort(key=lambda item: (-item[0], item[1]))
-        if max_terms is not None:
-            del plan[max(max_terms, 0) :]
+        plan = self._plan(term_weights, max_terms)
         remaining = math.fsum(factor for factor, _, _ in plan)
         postings_to_go = sum(len(postings) for _, _, postings in plan)
         scores: dict[int, float] = {}
@@ -256,6 +252,37 @@ class BM25Index:
                     threshold = max(threshold, heapq.nlargest(k, scores.values())[-1])
                 # small margin: 'remaining' is a float running difference
                 pruning = remaining * (1.0 + 1e-9) + 1e-12 < threshold
+        return scores
+
+    def _plan(self, term_weights: Mapping[str, float], max_terms: int | None
+              ) -> list[tuple[float, str, dict[int, int]]]:
+        """(factor, term, postings) of the query's terms held by the index, highest factor first."""
+        n_docs = len(self._slot_of)
+        k1_plus_1 = self.k1 + 1.0
+        plan: list[tuple[float, str, dict[int, int]]] = []
+        for term, weight in term_weights.items():
+            postings = self._postings.get(term)
+            if postings and weight > 0:
+                n = len(postings)
+                plan.append((weight * math.log(1.0 + (n_docs - n + 0.5) / (n + 0.5)) * k1_plus_1, term, postings))
+        plan.sort(key=lambda item: (-item[0], item[1]))
+        if max_terms is not None:
+            del plan[max(max_terms, 0) :]
+        return plan
+
+    def _accumulate_within(self, term_weights: Mapping[str, float], slots: set[int], max_terms: int | None
+                           ) -> dict[int, float]:
+        """The scores ``_accumulate`` gives (same terms, same order), of the documents in ``slots`` only."""
+        norm = self._norm if self._norm is not None else self._rebuild_norm()
+        scores: dict[int, float] = {}
+        get = scores.get
+        for factor, _, postings in self._plan(term_weights, max_terms):
+            if len(postings) <= len(slots):
+                held = [(slot, tf) for slot, tf in postings.items() if slot in slots]
+            else:
+                held = [(slot, postings[slot]) for slot in slots if slot in postings]
+            for slot, tf in held:
+                scores[slot] = get(slot, 0.0) + factor * tf / (tf + norm[slot])
         return scores
 
     def _rebuild_norm(self) -> list[float]:

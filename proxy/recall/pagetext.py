@@ -107,6 +107,12 @@ def vector_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str,
     return ""
 
 
+def user_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str, str] | None = None) -> str:
+    """What the vector of the page's user words is computed from (proxy.recall.ranking): the ``vector_text`` of its
+    user messages ("" when it has none that says anything)."""
+    return vector_text([m for m in messages if m.get("role") == "user"], image_descriptions)
+
+
 MAX_PLACES = 64  # places of each term looked at when choosing the excerpt
 
 

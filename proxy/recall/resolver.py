@@ -16,12 +16,13 @@ from proxy.engine.offloading import find_offload
 from proxy.engine.state import STATUS_NAMES, find_page
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.candidate_vectors import CandidateVectors
-from proxy.recall.dates import DaySpan, asked_days, day_of, prefer_days
-from proxy.recall.entities import boosted_query
-from proxy.recall.fusion import fuse_lexical_and_vector
+from proxy.recall.dates import day_of
 from proxy.recall.neighbours import part_after, part_before
 from proxy.recall.offloaded import read_lines, search_lines
-from proxy.recall.pagetext import excerpt, index_text, message_text, page_messages_with_hidden, render_page, vector_text
+from proxy.recall.pagetext import (excerpt, index_text, message_text, page_messages_with_hidden, render_page,
+                                   user_text, vector_text)
+from proxy.recall.ranking import (PAGE, USER, best_views, candidate_views, fuse, lexical_candidates,
+                                  lexical_ranking, preferred_days, query_weights)
 from proxy.recall.search_indexes import PageSource, RecallContext, SearchIndexes
 from proxy.recall.text import tokenize
 from proxy.recall.tool import RecallArgs
@@ -29,7 +30,6 @@ from proxy.recall.vector_index import PageVectors, VectorSearchFailed
 from proxy.store.ports import ConversationRepository
 
 SEARCH_HITS = 5
-MIN_SCORE = 0.2
 FUSION_CANDIDATES = 4  # each ranking contributes up to k * this candidates to the fusion
 EXCERPT_CHARS = 300  # characters shown of each search hit
 WHOLE_MESSAGE_TOKENS = 320  # a pushed round's best hit shows the message that matched whole up to this size
@@ -42,6 +42,11 @@ class RecallOutcome:
     pages: list[str] = field(default_factory=list)  # pages returned in full (recall statistics)
     hits: list[tuple[str, float]] = field(default_factory=list)
     search_seconds: float = 0.0
+
+
+def _view_key(label: str, view: str) -> str:
+    """The key of a page's view among the vector half's candidates (labels hold no space)."""
+    return label if view == PAGE else f"{label} {view}"
 
 
 def query_terms(query: str) -> list[str]:
@@ -125,24 +130,24 @@ class RecallResolver:
         self, ctx: RecallContext, query: str, k: int, use_vectors: bool = True
     ) -> list[tuple[str, float]]:
         """Best-first (page label, score): BM25 scores when lexical only, reciprocal-rank-fusion scores when
-        fused with the vector ranking (proxy.recall.fusion: the top lexical hit stays first). Each page at most
-        once. When the query names days ("yesterday", "on May 2nd"), the pages of those days climb the ranking
-        (proxy.recall.dates.prefer_days; lexical scores are kept, the floors of the push and of memory injection
-        compare them)."""
+        fused with the vector ranking (proxy.recall.ranking: the top lexical hits stay first). Each page at most
+        once. When the query names days ("yesterday", "on May 2nd"), the pages of those days (and after them)
+        join the candidates and climb the ranking (lexical scores are kept, the floors of the push and of memory
+        injection compare them)."""
         added: dict[str, str] = {}
         index = await self.indexes.index_for(ctx, added)
         if self.vectors is not None:
             self.vectors.remember(ctx.conversation_id, added)
-        span = asked_days(query, day_of(self.clock()))
+        days = preferred_days(query, day_of(self.clock()), lambda: self._days(ctx))
+        weights = query_weights(query, self.entity_boost)
         candidates = max(k * FUSION_CANDIDATES, k)
         if self.vectors is None or not use_vectors:
             if self.vectors is None and use_vectors:
                 self._fallback("not_configured")
-            if span is None:
-                return self._lexical(index, query, k)
-            return self._on_days(ctx, self._lexical(index, query, candidates), span, keep_scores=True)[:k]
+            found = lexical_candidates(index, weights, k if days is None else candidates, days)
+            return self._labelled(lexical_ranking(found, days))[:k]
         if isinstance(self.vectors, CandidateVectors):
-            lexical = self._lexical(index, query, candidates)
+            lexical = self._labelled(lexical_candidates(index, weights, candidates, days))
             vector_task = asyncio.ensure_future(self._candidate_cosines(ctx, query, lexical))
         else:
             # The query is embedded (a worker thread) while BM25 runs here: started first, awaited after.
@@ -150,16 +155,15 @@ class RecallResolver:
                 self.vectors.nearest(ctx.tenant, ctx.conversation_id, query, candidates))
             try:
                 await asyncio.sleep(0)
-                lexical = self._lexical(index, query, candidates)
+                lexical = self._labelled(lexical_candidates(index, weights, candidates, days))
             except BaseException:
                 vector_task.cancel()
                 raise
-        reorder = None if span is None else (lambda ranking: self._on_days(ctx, ranking, span))
         try:
             nearest = await vector_task
         except VectorSearchFailed as failure:
             self._fallback(failure.reason)
-            return (lexical if span is None else self._on_days(ctx, lexical, span, keep_scores=True))[:k]
+            return lexical_ranking(lexical, days)[:k]
         if isinstance(self.vectors, CandidateVectors):
             # every lexical candidate in the vector ranking: a floor would push down those it drops, below the rest
             vector, floor = nearest, None
@@ -168,38 +172,53 @@ class RecallResolver:
             # has cosine 0 with any query, pgvector's NaN)
             vector = [(label, cosine) for label, cosine in nearest if label in index and cosine > 0]
             floor = self.min_cosine
-        fused = fuse_lexical_and_vector(
-            lexical, vector, limit=candidates, lexical_weight=self.lexical_weight, vector_weight=self.vector_weight,
-            min_cosine=floor, reorder=reorder,
-        )
+        fused = fuse(lexical, vector, max(candidates, len(lexical)), days, self.lexical_weight, self.vector_weight,
+                     floor)
         return fused[:k]
 
     async def _candidate_cosines(self, ctx: RecallContext, query: str, lexical: list[tuple[str, float]]
                                  ) -> list[tuple[str, float]]:
-        """Cosines of the lexical candidates (embedded now when not known by digest: CandidateVectors)."""
+        """Cosines of the lexical candidates, each that of its best view (proxy.recall.ranking.candidate_views:
+        embedded now when not known by digest, CandidateVectors)."""
         assert isinstance(self.vectors, CandidateVectors)
-        digests = self.indexes.digests(ctx.conversation_id)
-        pairs = [(label, digests[label]) for label, _ in lexical if label in digests]
+        digests = {PAGE: self.indexes.digests(ctx.conversation_id),
+                   USER: self.indexes.user_digests(ctx.conversation_id)}
+        users, pages = digests[USER], digests[PAGE]
+        # a page of user words only has one view
+        views = candidate_views((label for label, _ in lexical if label in pages),
+                                lambda label: users.get(label, pages[label]) != pages[label])
+        keys = {_view_key(label, view): (label, view) for label, view in views}
+        read: dict[str, list[dict[str, Any]] | None] = {}
 
-        async def text_of(label: str) -> str:
-            position = find_page(ctx.state, label)
-            if position is None:
+        async def text_of(key: str) -> str:
+            label, view = keys[key]
+            if label not in read:
+                read[label] = await self._page_messages(ctx, label)
+            full = read[label]
+            if full is None:
                 return ""
-            record = ctx.state.pages[position]
-            messages = await self.source.messages(ctx, record.start, record.end)
-            return vector_text(messages, ctx.image_descriptions)  # as indexed (proxy.recall.search_indexes)
+            return (user_text if view == USER else vector_text)(full, ctx.image_descriptions)  # as indexed
 
-        return await self.vectors.cosines(query, pairs, text_of)
+        pairs = [(key, digests[view][label]) for key, (label, view) in keys.items()]
+        cosines = await self.vectors.cosines(query, pairs, text_of)
+        return best_views((keys[key], cosine) for key, cosine in cosines)
+
+    async def _page_messages(self, ctx: RecallContext, label: str) -> list[dict[str, Any]] | None:
+        """The page's own messages, as indexed: without its hidden recall rounds (None: no such page)."""
+        position = find_page(ctx.state, label)
+        if position is None:
+            return None
+        record = ctx.state.pages[position]
+        return await self.source.messages(ctx, record.start, record.end)
 
     @staticmethod
-    def _on_days(ctx: RecallContext, ranking: list[tuple[str, float]], span: DaySpan, keep_scores: bool = False
-                 ) -> list[tuple[str, float]]:
-        days: dict[str, _dt.date] = {p.label: day_of(p.first_seen) for p in ctx.state.pages if p.status != ACTIVE}
-        return prefer_days(ranking, days.get, span, keep_scores)
+    def _days(ctx: RecallContext) -> dict[str, _dt.date]:
+        """The day of each archived page, by label."""
+        return {p.label: day_of(p.first_seen) for p in ctx.state.pages if p.status != ACTIVE}
 
-    def _lexical(self, index: BM25Index, query: str, k: int) -> list[tuple[str, float]]:
-        weights = boosted_query(dict.fromkeys(tokenize(query), 1.0), query, self.entity_boost)
-        return [(str(label), score) for label, score in index.search_weighted(weights, k=k, min_score=MIN_SCORE)]
+    @staticmethod
+    def _labelled(ranking: list[tuple[Any, float]]) -> list[tuple[str, float]]:
+        return [(str(label), score) for label, score in ranking]
 
     async def archive_index(self, ctx: RecallContext) -> BM25Index:
         """The conversation's BM25 index of archived pages, brought up to date (pages new to it go to the vector

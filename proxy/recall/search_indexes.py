@@ -10,7 +10,7 @@ from proxy.caches import BoundedLru
 from proxy.engine import ACTIVE, ConversationState, PageRecord
 from proxy.engine.state import common_prefix_of_records
 from proxy.recall.bm25 import BM25Index
-from proxy.recall.pagetext import index_terms, vector_text
+from proxy.recall.pagetext import index_terms, user_text, vector_text
 from proxy.recall.vector_index import text_digest
 from proxy.store.ports import ConversationRepository
 
@@ -47,13 +47,14 @@ class _Indexed:
     """A conversation's index, the start entry of each page indexed, the characters indexed, and the page records
     it was last brought up to date with (the same records again: nothing to look at, page by page)."""
 
-    __slots__ = ("index", "starts", "chars", "digests", "seen")
+    __slots__ = ("index", "starts", "chars", "digests", "user_digests", "seen")
 
     def __init__(self) -> None:
         self.index = BM25Index()
         self.starts: dict[str, int] = {}
         self.chars: dict[str, int] = {}
         self.digests: dict[str, str] = {}  # page label -> digest of the text its vector is computed from
+        self.user_digests: dict[str, str] = {}  # page label -> digest of its user words (pages with some)
         self.seen: list[PageRecord] = []
 
     def approximate_bytes(self) -> int:
@@ -82,6 +83,12 @@ class SearchIndexes:
         entry = self._indexes.peek(conversation_id)
         return entry.digests if entry is not None else {}
 
+    def user_digests(self, conversation_id: str) -> dict[str, str]:
+        """Page label -> digest of its user words (proxy.recall.pagetext.user_text), for the indexed pages with
+        some."""
+        entry = self._indexes.peek(conversation_id)
+        return entry.user_digests if entry is not None else {}
+
     async def entry_for(self, ctx: RecallContext, added: dict[str, str] | None = None) -> _Indexed:
         entry = self._indexes.get(ctx.conversation_id)
         if entry is None:
@@ -108,6 +115,11 @@ class SearchIndexes:
             vector_source = vector_text(messages, ctx.image_descriptions)
             entry.chars[record.label] = len(vector_source)
             entry.digests[record.label] = text_digest(vector_source)
+            users = user_text(messages, ctx.image_descriptions)
+            if users:
+                entry.user_digests[record.label] = text_digest(users)
+            else:
+                entry.user_digests.pop(record.label, None)
             grew = True
             if added is not None:
                 added[record.label] = vector_source

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from proxy.engine import EstimateCounter
+from proxy.engine.state import ARCHIVED, ConversationState, PageRecord
 from proxy.recall.candidate_vectors import CandidateVectors, page_sample
-from proxy.recall.resolver import RecallResolver
+from proxy.recall.fusion import cosine_similarity
+from proxy.recall.resolver import RecallContext, RecallResolver
 from proxy.recall.vector_index import PageVectors
 from tests.unit.recall.test_embeddings_fusion import PAGES, FakeMetrics, MemoryVectorStore, TopicEmbedder, _context
 
@@ -98,3 +102,29 @@ def test_page_sample_keeps_short_texts_and_spreads_long_ones() -> None:
     sample = page_sample(text, 1200, piece=300)
     assert len(sample) <= 1200 + 3
     assert sample.startswith("w0000") and sample.rstrip().endswith("w1999")
+
+
+async def test_the_user_words_of_the_candidates_are_embedded_first_and_their_best_view_counts() -> None:
+    embedder = TopicEmbedder()
+    resolver = _resolver(embedder)
+    exchanges = [("Our kitten Miso hides under the sofa.", "Trains to Lyon: the rail timetable, " * 20),
+                 ("The sofa came today.", "Enjoy the new sofa."),
+                 ("Which sofa fits a small room?", "A two-seat sofa; the train of thought: " + "rail " * 30),
+                 *((f"Lunch plan {n}", "Soup.") for n in range(6))]
+    messages = [{"role": role, "content": text}
+                for pair in exchanges for role, text in zip(("user", "assistant"), pair)]
+    records = [PageRecord(number=n + 1, part=1, start=2 * n, end=2 * n + 2, tokens=20, status=ARCHIVED)
+               for n in range(len(exchanges))]
+    ctx = RecallContext("t1", "c1", ConversationState(pages=records), messages)
+    hits = await resolver.search(ctx, "kitten sofa", 3)
+    assert {label for label, _ in hits} == {"1", "2", "3"}
+    embedded = [t for call in embedder.calls for t in call if t.startswith("user:")]
+    users = [t for t in embedded if "assistant:" not in t]
+    assert len(users) == 3 and embedded[:3] == users  # every candidate's user words, then the whole pages
+    assert len(embedded) == 6  # no other page holds a query word
+    cosines = dict(await resolver._candidate_cosines(ctx, "kitten sofa", hits))
+    query, user_view, page_view = await embedder.embed(["kitten sofa", f"user: {exchanges[0][0]}",
+                                                        f"user: {exchanges[0][0]}\nassistant: {exchanges[0][1]}"])
+    assert cosines["1"] == pytest.approx(cosine_similarity(user_view, query))  # its best view: the user's words
+    assert cosine_similarity(page_view, query) < 0.5 < cosines["1"]  # the whole page is about trains
+    assert cosines["1"] > cosines["3"]

@@ -32,13 +32,38 @@ D = dt.date
     ("last month", D(2023, 4, 1), D(2023, 4, 30)),
     ("上个月", D(2023, 4, 1), D(2023, 4, 30)),
     ("on May 2nd and yesterday", D(2023, 5, 2), D(2023, 5, 5)),  # several: the span covering them
+    # counted back in weeks, months, years: the days that round to the count (half a unit either side)
+    ("two weeks ago", D(2023, 4, 18), D(2023, 4, 26)),
+    ("a couple of weeks ago", D(2023, 4, 18), D(2023, 4, 26)),
+    ("a month ago", D(2023, 3, 21), D(2023, 4, 21)),
+    ("3 months ago", D(2023, 1, 20), D(2023, 2, 19)),
+    ("a year ago", D(2021, 11, 4), D(2022, 11, 4)),
+    ("两周前", D(2023, 4, 18), D(2023, 4, 26)),
+    # a time up to today
+    ("in the past month", D(2023, 4, 6), D(2023, 5, 6)),
+    ("in the last month", D(2023, 4, 6), D(2023, 5, 6)),
+    ("the past week", D(2023, 4, 29), D(2023, 5, 6)),
+    ("over the past 3 days", D(2023, 5, 3), D(2023, 5, 6)),
+    ("in the last two weeks", D(2023, 4, 22), D(2023, 5, 6)),
+    ("this year", D(2023, 1, 1), D(2023, 5, 6)),
+    ("过去三天", D(2023, 5, 3), D(2023, 5, 6)),
+    ("今年", D(2023, 1, 1), D(2023, 5, 6)),
+    # a named weekday or weekend: the latest before today (TODAY is a Saturday)
+    ("last Saturday", D(2023, 4, 29), D(2023, 4, 29)),
+    ("this past Monday", D(2023, 5, 1), D(2023, 5, 1)),
+    ("last weekend", D(2023, 4, 29), D(2023, 4, 30)),
+    ("上周六", D(2023, 4, 29), D(2023, 4, 29)),
+    ("上周末", D(2023, 4, 29), D(2023, 4, 30)),
+    ("last year", D(2022, 1, 1), D(2022, 12, 31)),
+    ("去年", D(2022, 1, 1), D(2022, 12, 31)),
 ])
 def test_named_days(text: str, first: dt.date, last: dt.date) -> None:
     assert asked_days(text, TODAY) == DaySpan(first, last)
 
 
 @pytest.mark.parametrize("text", ["a few days ago I said", "recently", "what may 2 people do", "April 31st", "the 40th",
-                                  "my cat", ""])
+                                  "my cat", "", "a few weeks ago", "on Fridays", "this weekend", "the weekend",
+                                  "a holiday someday", "on the last day of the trip"])
 def test_no_day_or_a_vague_one(text: str) -> None:
     assert asked_days(text, TODAY) is None
 
@@ -51,6 +76,22 @@ def test_pages_of_the_day_climb_but_no_page_joins() -> None:
     assert [label for label, _ in preferred] == ["b", "a", "c"]  # "d" was not found: it stays out
     assert [score for _, score in prefer_days(ranking, days.get, span, keep_scores=True)] == [4.0, 9.0, 5.0]
     assert prefer_days(ranking, days.get, DaySpan(D(2023, 6, 1), D(2023, 6, 1))) == ranking
+
+
+def test_the_weekday_and_weekend_before_today_when_today_is_one() -> None:
+    sunday = D(2023, 5, 7)
+    assert asked_days("last Sunday", sunday) == DaySpan(D(2023, 4, 30), D(2023, 4, 30))
+    assert asked_days("last weekend", sunday) == DaySpan(D(2023, 4, 29), D(2023, 4, 30))
+    assert asked_days("last weekend", D(2023, 5, 8)) == DaySpan(D(2023, 5, 6), D(2023, 5, 7))  # a Monday
+
+
+def test_pages_told_of_after_the_asked_days_climb_less() -> None:
+    days = {"a": D(2023, 5, 1), "b": D(2023, 5, 2), "c": D(2023, 5, 4), "d": D(2023, 5, 9)}
+    ranking = [("d", 9.0), ("a", 8.0), ("c", 5.0), ("b", 4.0)]
+    span = DaySpan(D(2023, 5, 2), D(2023, 5, 2))
+    preferred = [label for label, _ in prefer_days(ranking, days.get, span, until=D(2023, 5, 6))]
+    assert preferred == ["b", "c", "d", "a"]  # the asked day first, the day after it next; "d" is after today
+    assert [label for label, _ in prefer_days(ranking, days.get, span)] == ["b", "d", "a", "c"]
 
 
 def _dated_context(pages: dict[int, tuple[str, str]]) -> RecallContext:

@@ -1,0 +1,81 @@
+"""The steps of the recall search's ranking (proxy.recall.ranking)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.recall.bm25 import BM25Index
+from proxy.recall.dates import DaySpan
+from proxy.recall.pagetext import user_text
+from proxy.recall.ranking import (PAGE, USER, DayPreference, best_views, candidate_views, lexical_candidates,
+                                  lexical_ranking, preferred_days, query_weights)
+from proxy.recall.text import tokenize
+
+D = dt.date
+
+
+def test_the_kind_of_answer_a_question_asks_for_is_not_searched() -> None:
+    assert list(query_weights("How many weddings did I attend?")) == tokenize("weddings attend")
+    assert list(query_weights("how long was I in Japan for")) == ["japan"]
+    assert list(query_weights("many friends came, for a long time")) == tokenize("many friends came long time")
+    assert list(query_weights("how many?")) == tokenize("many")  # nothing else to search: kept
+    assert query_weights("How much did Anna pay?", entity_boost=2.0) == {"anna": 2.0, "pay": 1.0}
+
+
+def _index(pages: dict[str, str]) -> BM25Index:
+    index = BM25Index()
+    for label, text in pages.items():
+        index.add(label, text)
+    return index
+
+
+def test_pages_of_the_asked_days_join_the_candidates() -> None:
+    pages = {str(n): "concert tickets concert" if n < 9 else "a grocery list" for n in range(1, 30)}
+    pages["9"] = "concert with my parents"
+    days = {label: D(2023, 4, 1) for label in pages} | {"9": D(2023, 4, 15)}
+    preference = preferred_days("who came to the concert last Saturday", D(2023, 4, 22), lambda: days)
+    assert preference is not None and preference.span == DaySpan(D(2023, 4, 15), D(2023, 4, 15))
+    weights = query_weights("who came to the concert last Saturday")
+    assert "9" not in dict(lexical_candidates(_index(pages), weights, 3))
+    found = lexical_candidates(_index(pages), weights, 3, preference)
+    assert "9" in dict(found) and len(found) == 4
+    assert [score for _, score in found] == sorted((score for _, score in found), reverse=True)
+    assert lexical_ranking(found, preference)[0][0] == "9"  # it climbs, its BM25 score kept
+    assert dict(lexical_ranking(found, preference)) == dict(found)
+    assert preferred_days("the concert", D(2023, 4, 22), lambda: {}) is None
+
+
+def test_a_page_told_of_after_the_asked_days_up_to_today_is_held() -> None:
+    days = {"a": D(2023, 4, 15), "b": D(2023, 4, 20), "c": D(2023, 4, 23), "d": D(2023, 4, 1)}
+    preference = DayPreference(DaySpan(D(2023, 4, 15), D(2023, 4, 15)), D(2023, 4, 22), days)
+    assert preference.held() == ["a", "b"]
+
+
+def test_the_user_words_of_every_candidate_are_embedded_first() -> None:
+    views = candidate_views(["3", "1", "2"], lambda label: label != "1")
+    assert views == [("3", USER), ("2", USER), ("3", PAGE), ("1", PAGE), ("2", PAGE)]
+    assert best_views([(("3", USER), 0.5), (("2", USER), 0.1), (("3", PAGE), 0.2), (("1", PAGE), 0.3),
+                       (("2", PAGE), 0.4)]) == [("3", 0.5), ("2", 0.4), ("1", 0.3)]
+
+
+@given(st.dictionaries(st.integers(0, 30), st.lists(st.sampled_from("abcdef"), min_size=1, max_size=12), min_size=1),
+       st.dictionaries(st.sampled_from("abcdef"), st.floats(0.5, 3.0), min_size=1), st.integers(1, 10))
+def test_a_search_within_some_pages_ranks_them_as_the_whole_search_does(
+        documents: dict[int, list[str]], weights: dict[str, float], k: int) -> None:
+    index = BM25Index()
+    for doc, terms in documents.items():
+        index.add_terms(doc, terms)
+    everything = index.search_weighted(weights, k=len(documents), min_score=0.2)
+    even = index.search_weighted(weights, k=k, min_score=0.2, within=[doc for doc in range(-3, 40) if doc % 2 == 0])
+    assert even == [(doc, score) for doc, score in everything if doc % 2 == 0][:k]
+
+
+def test_the_user_words_of_a_page() -> None:
+    page = [{"role": "user", "content": "my gym code is 7349"}, {"role": "assistant", "content": "Noted."},
+            {"role": "tool", "content": "ok"}]
+    assert user_text(page) == "user: my gym code is 7349"
+    assert user_text(page[1:]) == ""
+    assert user_text([{"role": "user", "content": "  "}]) == ""  # says nothing: no vector
