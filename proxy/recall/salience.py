@@ -111,6 +111,9 @@ class Weighing:
     pages: tuple[DocId, ...] = ()  # pages holding specific terms, best first (at most PAGES)
     terms: tuple[str, ...] = ()  # specific terms those pages hold, rarest first
     held: frozenset[str] = frozenset()  # the message's rarest terms the best page holds (the push's query)
+    # pages (as labels) holding a term of the message that few pages hold (at most the specific terms' page count,
+    # episodes aside: a subject met in several sessions) and the active pages lack; weighed with ``known`` only
+    holding: frozenset[str] = frozenset()
 
     @property
     def units(self) -> float:
@@ -176,8 +179,10 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
     best = ranked[0]
     held = {t for _, t, docs in specific for d in ranked if index.holds(d, t)}
     matched = tuple(t for _, t, _ in specific if t in held)
+    holding = frozenset() if known is None else frozenset(
+        str(doc) for term, (_, docs) in found.items() if not _short_number(term) and not known(term) for doc in docs)
     return Weighing(archived, scores[best], covered[best] / total, tuple(ranked), matched,
-                    frozenset(t for t in lacking if index.holds(best, t)))
+                    frozenset(t for t in lacking if index.holds(best, t)), holding)
 
 
 _CJK_PAIR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2}")
