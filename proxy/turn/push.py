@@ -171,13 +171,12 @@ class ProactivePush:
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
             return []
-        # Below the best hit, only pages that hold a rare term of the message the active pages lack (the pages of
-        # each session a "how many X did I ..." spans): a page that shares the message's common words alone is not
-        # pushed
+        # Below the best hit, only pages that hold a rare term of the message (the pages of each session a "how
+        # many X did I ..." spans): a page that shares the message's common words alone is not pushed
         candidates = need.weighing.holding | {str(page) for page in need.weighing.pages}
         outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit,
                                               newest_first=True, excerpt_tokens=EXCERPT_TOKENS,
-                                              hits_shown=hits_shown(need), shown_if=candidates.__contains__)
+                                              hits_shown=SEARCH_HITS, shown_if=candidates.__contains__)
         if not outcome.hits:
             m.recall_pushes.labels("no_hits").inc()
             return []
@@ -192,10 +191,3 @@ class ProactivePush:
         m.recall_pushes.labels("pushed").inc()
         m.recall_push_tokens.observe(pushed)
         return exchange
-
-
-def hits_shown(need: Need) -> int:
-    """Pages a pushed round shows at most: the best one for a narrow match (proxy.recall.salience.NARROW), else the
-    search's five, of which those below the best only when they hold a term the weighing matched (a question
-    that spans sessions, "how many X did I ...", gets the pages of each)."""
-    return 1 if need.reason == "narrow" else SEARCH_HITS
