@@ -122,8 +122,10 @@ def excerpt(text: str, terms: list[str], limit: int = 300, whole: int = 0,
             weights: Mapping[str, float] | None = None) -> str:
     """About `limit` characters of `text` around the place where the most query terms occur together (the first
     such place): from the start of the message holding it when that place is within two thirds of the window from
-    there (a short message is shown whole), a third of the window before it otherwise; the whole message, when it
-    is longer than `limit` but at most `whole` characters. ``weights``: each term's weight in that choice (the
+    there (a short message is shown whole), a third of the window before it otherwise, but never past that
+    message's end when it has more text before (a fact at the end of a long message is shown with what led to it,
+    not with the start of the next message); the whole message, when it is longer than `limit` but at most `whole`
+    characters. ``weights``: each term's weight in that choice (the
     resolver gives its idf: a rare term places the excerpt before a common one); a place in a user message counts
     ``USER_PLACE_WEIGHT`` times. Quoted after it is cut and its whitespace collapsed (escaping comes last:
     proxy.engine.markup)."""
@@ -131,13 +133,14 @@ def excerpt(text: str, terms: list[str], limit: int = 300, whole: int = 0,
     densest = _densest(flat.lower(), terms, limit, weights)
     start = max(0, densest - limit // 3)
     opening = max(flat.rfind(" user: ", 0, densest + 1), flat.rfind(" assistant: ", 0, densest + 1)) + 1
+    ends = [at for at in (flat.find(" user: ", densest), flat.find(" assistant: ", densest)) if at >= 0]
+    closing = min(ends, default=len(flat))
     if densest - opening <= 2 * limit // 3:  # the message holding it fits from its start: shown from there
         start = opening
-    if whole > limit:
-        ends = [at for at in (flat.find(" user: ", densest), flat.find(" assistant: ", densest)) if at >= 0]
-        closing = min(ends, default=len(flat))
-        if closing - opening <= whole:  # the message that matched, whole
-            start, limit = opening, max(limit, closing - opening)
+    elif start + limit > closing:  # near the end of its message: the window ends with it, not in the next one
+        start = max(opening, closing - limit)
+    if whole > limit and closing - opening <= whole:  # the message that matched, whole
+        start, limit = opening, max(limit, closing - opening)
     piece = flat[start : start + limit]
     return ("…" if start > 0 else "") + quote(piece) + ("…" if start + limit < len(flat) else "")
 

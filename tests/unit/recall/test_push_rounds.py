@@ -121,3 +121,11 @@ async def test_hits_below_the_best_are_shown_only_when_allowed() -> None:
     some = await resolver.resolve(ctx, RecallArgs(query="flight Oslo"), newest_first=True, excerpt_tokens=40,
                                   hits_shown=3, shown_if=allowed.__contains__)
     assert sorted(shown(some.text)) == sorted([ranked[0], ranked[2]])  # the best always, then the allowed ones
+
+
+def test_an_excerpt_near_the_end_of_a_long_message_ends_with_it() -> None:
+    page = ("user: " + "Some context about my week and my plans. " * 12 + "By the way, I ordered the new remote "
+            "shutter release on February 5th. assistant: " + "Great to hear about that. " * 30)
+    piece = excerpt(page, ["shutter", "februari"], 240)
+    assert piece.endswith("February 5th.…")  # the message's end, not the start of the answer
+    assert "Great to hear" not in piece and len(piece) > 200
