@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -116,32 +118,57 @@ def user_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str, s
 MAX_PLACES = 64  # places of each term looked at when choosing the excerpt
 
 
-def excerpt(text: str, terms: list[str], limit: int = 300, whole: int = 0) -> str:
+def excerpt(text: str, terms: list[str], limit: int = 300, whole: int = 0,
+            weights: Mapping[str, float] | None = None) -> str:
     """About `limit` characters of `text` around the place where the most query terms occur together (the first
     such place): from the start of the message holding it when that place is within two thirds of the window from
-    there (a short message is shown whole), a third of the window before it otherwise; the whole message, when it
-    is longer than `limit` but at most `whole` characters. Quoted after it is cut and its whitespace collapsed
-    (escaping comes last: proxy.engine.markup)."""
+    there (a short message is shown whole), a third of the window before it otherwise, but never past that
+    message's end when it has more text before (a fact at the end of a long message is shown with what led to it,
+    not with the start of the next message); the whole message, when it is longer than `limit` but at most `whole`
+    characters. ``weights``: each term's weight in that choice (the
+    resolver gives its idf: a rare term places the excerpt before a common one); a place in a user message counts
+    ``USER_PLACE_WEIGHT`` times. Quoted after it is cut and its whitespace collapsed (escaping comes last:
+    proxy.engine.markup)."""
     flat = " ".join(text.split())
-    densest = _densest(flat.lower(), terms, limit)
+    densest = _densest(flat.lower(), terms, limit, weights)
     start = max(0, densest - limit // 3)
     opening = max(flat.rfind(" user: ", 0, densest + 1), flat.rfind(" assistant: ", 0, densest + 1)) + 1
+    ends = [at for at in (flat.find(" user: ", densest), flat.find(" assistant: ", densest)) if at >= 0]
+    closing = min(ends, default=len(flat))
     if densest - opening <= 2 * limit // 3:  # the message holding it fits from its start: shown from there
         start = opening
-    if whole > limit:
-        ends = [at for at in (flat.find(" user: ", densest), flat.find(" assistant: ", densest)) if at >= 0]
-        closing = min(ends, default=len(flat))
-        if closing - opening <= whole:  # the message that matched, whole
-            start, limit = opening, max(limit, closing - opening)
+    elif start + limit > closing:  # near the end of its message: the window ends with it, not in the next one
+        start = max(opening, closing - limit)
+    if whole > limit and closing - opening <= whole:  # the message that matched, whole
+        start, limit = opening, max(limit, closing - opening)
     piece = flat[start : start + limit]
     return ("…" if start > 0 else "") + quote(piece) + ("…" if start + limit < len(flat) else "")
 
 
-def _densest(lower: str, terms: list[str], limit: int) -> int:
-    """Where the window of ``2 * limit // 3`` characters holding the most distinct terms starts (at a term's
-    place; 0 when no term occurs). Cost: at most ``MAX_PLACES`` places per term."""
+_OPENING = re.compile(r"(?:^| )(user|assistant|tool|system|developer): ")
+
+
+def _message_openings(lower: str) -> tuple[list[int], list[bool]]:
+    """Where each message of a page's flattened text starts, and whether it is the user's."""
+    openings, users = [], []
+    for match in _OPENING.finditer(lower):
+        openings.append(match.start())
+        users.append(match.group(1) == "user")
+    return openings, users
+
+
+USER_PLACE_WEIGHT = 2.0  # a query term in the user's own words counts this much more where the excerpt is placed
+
+
+def _densest(lower: str, terms: list[str], limit: int, weights: Mapping[str, float] | None = None) -> int:
+    """Where the window of ``2 * limit // 3`` characters holding the most of the query starts (at a term's place; 0
+    when no term occurs): the sum of the ``weights`` (default 1) of the distinct terms in it, times
+    ``USER_PLACE_WEIGHT`` when it starts in a user message (what a user asks back about is mostly what they said).
+    Cost: at most ``MAX_PLACES`` places per term."""
     places: list[tuple[int, int]] = []  # (position, term number)
-    for number, term in enumerate(dict.fromkeys(t for t in terms if t)):
+    numbered = list(dict.fromkeys(t for t in terms if t))
+    weight_of = [1.0 if weights is None else max(1e-6, weights.get(term, 1.0)) for term in numbered]
+    for number, term in enumerate(numbered):
         at = lower.find(term)
         while at >= 0 and len(places) < MAX_PLACES * (number + 1):
             places.append((at, number))
@@ -149,17 +176,24 @@ def _densest(lower: str, terms: list[str], limit: int) -> int:
     if not places:
         return 0
     places.sort()
+    openings, users = _message_openings(lower)
     span = max(1, 2 * limit // 3)
-    best, best_count, right = places[0][0], 0, 0
+    best, best_score, right, total = places[0][0], 0.0, 0, 0.0
     counts: dict[int, int] = {}
     for left, (start, _) in enumerate(places):  # two pointers: the terms in [start, start + span)
         while right < len(places) and places[right][0] < start + span:
-            counts[places[right][1]] = counts.get(places[right][1], 0) + 1
+            number = places[right][1]
+            if number not in counts:
+                total += weight_of[number]
+            counts[number] = counts.get(number, 0) + 1
             right += 1
-        if len(counts) > best_count:
-            best, best_count = start, len(counts)
+        opened = bisect.bisect_right(openings, start) - 1
+        score = total * (USER_PLACE_WEIGHT if opened >= 0 and users[opened] else 1.0)
+        if score > best_score + 1e-9:
+            best, best_score = start, score
         number = places[left][1]
         counts[number] -= 1
         if not counts[number]:
             del counts[number]
+            total -= weight_of[number]
     return best

@@ -90,12 +90,14 @@ class RecallResolver:
         self.min_cosine = min_cosine
 
     async def resolve(self, ctx: RecallContext, args: RecallArgs, limit: int | None = None, newest_first: bool = False,
-                      excerpt_tokens: int | None = None, hits_shown: int = SEARCH_HITS) -> RecallOutcome:
+                      excerpt_tokens: int | None = None, hits_shown: int = SEARCH_HITS,
+                      shown_if: Callable[[str], bool] | None = None) -> RecallOutcome:
         """``limit``: tokens the answer may take (the room left in the prompt budget); at most recall_max_tokens.
         ``newest_first``: the search's hits shown newest page first (a fact said again later comes first), their
         excerpts shortened, then the lowest-ranked hits left out, until they fit (proxy.recall.resolver._fitted_hits);
         ``excerpt_tokens``: tokens shown of each hit, in any script (default: ``EXCERPT_CHARS`` characters);
-        ``hits_shown``: how many search hits."""
+        ``hits_shown``: how many search hits; ``shown_if(label)``: whether a hit below the best one may be shown
+        (the five best searched, those it refuses left out)."""
         parts: list[str] = []
         returned: list[str] = []
         hits: list[tuple[str, float]] = []
@@ -108,7 +110,9 @@ class RecallResolver:
             parts.extend(await self._pages(ctx, args.pages, returned))
         if args.query:
             started = time.perf_counter()
-            hits = await self.search(ctx, args.query, hits_shown)
+            hits = await self.search(ctx, args.query, hits_shown if shown_if is None else SEARCH_HITS)
+            if shown_if is not None and hits:
+                hits = [hits[0], *(hit for hit in hits[1:] if shown_if(hit[0]))][:hits_shown]
             seconds = time.perf_counter() - started
             parts.append(await self._fitted_hits(ctx, args.query, hits, cap, newest_first, excerpt_tokens))
         if args.problems:
@@ -338,6 +342,8 @@ class RecallResolver:
         if not hits:
             return f"No archived page matches {query!r}."
         terms = query_terms(query)
+        index = await self.archive_index(ctx)
+        weights = {term: index.idf(term) for term in terms}  # a rare term places the excerpt before a common one
         order = "newest first" if newest_first else "best first"
         lines = [f"Archived pages matching {query!r} ({order}; recall a page by number to read it in full):"]
         shown = {label for label, _ in hits}
@@ -350,12 +356,12 @@ class RecallResolver:
             if tokens_each is not None and label == best:  # longer, and the message that matched whole if short
                 size, whole = 2 * tokens_each, self._excerpt_chars(text, WHOLE_MESSAGE_TOKENS)
             lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: "
-                         f"{excerpt(text, terms, self._excerpt_chars(text, size), whole)}")
+                         f"{excerpt(text, terms, self._excerpt_chars(text, size), whole, weights)}")
             beside = [n for n in await self._neighbours(ctx, record, terms) if n not in shown]
             shown.update(beside)
             for neighbour, _score, other, other_text in await self.hit_pages(ctx, [(n, 0.0) for n in beside]):
                 lines.append(f"[Page {neighbour}] {utc_date(other.first_seen)}, the same turn as page {label}: "
-                             f"{excerpt(other_text, terms, self._excerpt_chars(other_text, tokens_each))}")
+                             f"{excerpt(other_text, terms, self._excerpt_chars(other_text, tokens_each), 0, weights)}")
         return "\n".join(lines)
 
     def _excerpt_chars(self, text: str, tokens: int | None) -> int:

@@ -55,9 +55,9 @@ STRENGTH = {
     "look_up": ((0.5, 0.3),),  # a look-up phrase ("remind me", "what did I tell you about")
 }
 
-# Below those, the pairs at which a question (or a look-up phrase) still gets the one best page, not a few: a rare
-# term of the message held in a few episodes (a subject met more than once) answers a question often enough to be
-# worth one short excerpt
+# Below those, the pairs at which a question (or a look-up phrase) is still pushed, but only where the prompt has
+# room (no epoch brought forward for it): a rare term of the message held in a few episodes (a subject met more
+# than once) answers a question often enough to be worth a round
 NARROW = {
     "": (),
     "question": ((0.7, 0.2),),
@@ -111,6 +111,9 @@ class Weighing:
     pages: tuple[DocId, ...] = ()  # pages holding specific terms, best first (at most PAGES)
     terms: tuple[str, ...] = ()  # specific terms those pages hold, rarest first
     held: frozenset[str] = frozenset()  # the message's rarest terms the best page holds (the push's query)
+    # pages (as labels) holding a term of the message that few pages hold (at most the specific terms' page count,
+    # episodes aside: a subject met in several sessions); filled when weighed with ``known`` (the push's turns)
+    holding: frozenset[str] = frozenset()
 
     @property
     def units(self) -> float:
@@ -176,8 +179,10 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
     best = ranked[0]
     held = {t for _, t, docs in specific for d in ranked if index.holds(d, t)}
     matched = tuple(t for _, t, _ in specific if t in held)
+    holding = frozenset() if known is None else frozenset(
+        str(doc) for term, (_, docs) in found.items() if not _short_number(term) for doc in docs)
     return Weighing(archived, scores[best], covered[best] / total, tuple(ranked), matched,
-                    frozenset(t for t in lacking if index.holds(best, t)))
+                    frozenset(t for t in lacking if index.holds(best, t)), holding)
 
 
 _CJK_PAIR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2}")
@@ -220,7 +225,7 @@ def _term_pattern(term: str) -> re.Pattern[str]:
 
 
 def verdict(weighing: Weighing, asking: str) -> str:
-    """``"pushed"``, ``"narrow"`` (pushed, the best page only: ``NARROW``) or why not: ``"no_match"`` (no archived page holds a specific term of the message the active
+    """``"pushed"``, ``"narrow"`` (pushed where the prompt has room: ``NARROW``) or why not: ``"no_match"`` (no archived page holds a specific term of the message the active
     pages lack), ``"weak"`` (the best page's match is not strong enough for this kind of message). ``asking``:
     ``"look_up"`` (a look-up phrase), ``"question"``, or ``""`` (a statement)."""
     if weighing.strength <= 0:

@@ -33,7 +33,6 @@ PUSH_HIGH_WATERMARK = 0.85
 # less often (a question is asked more often than a look-up phrase; each early epoch costs a miss)
 QUESTION_HIGH_WATERMARK = 0.88
 PUSH_SHARE = 0.8  # of the room left, what the pushed round may take
-UNASKED_HITS = 2  # pages shown by a round pushed on a message without a look-up phrase (five with one)
 # Tokens shown of each page, twice that of the best (about 320 characters of English, 80 of Chinese): what the
 # push adds stays in the history until the next epoch, so its size is what it costs the prefix cache
 EXCERPT_TOKENS = 80
@@ -172,9 +171,12 @@ class ProactivePush:
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
             return []
+        # Below the best hit, only pages that hold a rare term of the message (the pages of each session a "how
+        # many X did I ..." spans): a page that shares the message's common words alone is not pushed
+        candidates = need.weighing.holding | {str(page) for page in need.weighing.pages}
         outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit,
                                               newest_first=True, excerpt_tokens=EXCERPT_TOKENS,
-                                              hits_shown=hits_shown(need))
+                                              hits_shown=SEARCH_HITS, shown_if=candidates.__contains__)
         if not outcome.hits:
             m.recall_pushes.labels("no_hits").inc()
             return []
@@ -189,11 +191,3 @@ class ProactivePush:
         m.recall_pushes.labels("pushed").inc()
         m.recall_push_tokens.observe(pushed)
         return exchange
-
-
-def hits_shown(need: Need) -> int:
-    """Pages a pushed round shows: five for a look-up phrase, a few for a question or a statement, the best one
-    for a narrow match (proxy.recall.salience.NARROW)."""
-    if need.reason == "narrow":
-        return 1
-    return SEARCH_HITS if need.asking == "look_up" else UNASKED_HITS

@@ -59,19 +59,35 @@ class SummaryBase:
     _positions: dict[bytes, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def holds(self, page_messages: Sequence[dict[str, Any]]) -> bool:
-        """``covers(self.body["messages"], page_messages)``."""
+        """``covers(self.body["messages"], page_messages)``, or the page ends with the answer to this very prompt
+        (``answer_after``): an epoch on the next turn archived the page the base's turn opened."""
         if not self._positions:
             self._positions.update(key_positions(self.body.get("messages") or ()))
-        return held(self._positions, page_messages)
+        return held(self._positions, page_messages) or self.answer_after(page_messages) is not None
+
+    def answer_after(self, page_messages: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+        """The page's last message when it is the answer to this prompt: an assistant message the base lacks,
+        after the page's other messages, the last of which ends the base. A job then sends the base and that answer
+        (the upstream generated it on the base: its prefix is cached, its own tokens mostly too)."""
+        messages = self.body.get("messages") or ()
+        if len(page_messages) < 2 or not messages or page_messages[-1].get("role") != "assistant":
+            return None
+        if not self._positions:
+            self._positions.update(key_positions(messages))
+        if _digest(page_messages[-1]) in self._positions or _digest(page_messages[-2]) != _digest(messages[-1]):
+            return None
+        return page_messages[-1] if held(self._positions, page_messages[:-1]) else None
 
 
-def job_body(base: dict[str, Any], instruction: str, max_tokens: int) -> dict[str, Any]:
+def job_body(base: dict[str, Any], instruction: str, max_tokens: int,
+             answer: dict[str, Any] | None = None) -> dict[str, Any]:
     """The base body with one user message appended (the base's messages kept as the same objects, so they encode
-    to the same bytes), not streamed, one choice, ``max_tokens`` and temperature 0. A tool_choice that forces a call
-    becomes "auto" (the tools stay in the prompt: dropping them, or "none" on some servers, would change the
-    rendered prefix)."""
+    to the same bytes), after the ``answer`` the upstream gave to the base when given (SummaryBase.answer_after),
+    not streamed, one choice, ``max_tokens`` and temperature 0. A tool_choice that forces a call becomes "auto"
+    (the tools stay in the prompt: dropping them, or "none" on some servers, would change the rendered prefix)."""
     body = {k: v for k, v in base.items() if k not in _DROPPED}
-    body["messages"] = [*base.get("messages", ()), {"role": "user", "content": instruction}]
+    answered = [] if answer is None else [{"role": "assistant", "content": answer.get("content") or ""}]
+    body["messages"] = [*base.get("messages", ()), *answered, {"role": "user", "content": instruction}]
     body["max_tokens"] = max(8, int(max_tokens))
     body["temperature"] = 0
     body["stream"] = False

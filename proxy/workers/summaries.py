@@ -78,7 +78,8 @@ async def answers(summarizer: Summarizer, pages: list[PageText], bases: Sequence
         if base is not None and complete_after is not None:
             instruction = page_instruction(prefix_template, group[0].rows[0], group[-1].rows[-1])
             on_call("prefix")
-            yield group, await complete_after(job_body(base.body, instruction, max_tokens), base.base_url)
+            answer = base.answer_after(group[-1].rows)
+            yield group, await complete_after(job_body(base.body, instruction, max_tokens, answer), base.base_url)
             continue
         for batch in batches([(p, p.text) for p in group], batch_chars):
             on_call("plain")

@@ -93,3 +93,39 @@ def test_the_excerpt_is_where_most_query_terms_meet() -> None:
     page = "user: The parcel to Oslo left on Monday; " + "it holds books and maps, " * 12 + "end. assistant: " + "ok " * 200
     assert excerpt(page, ["parcel"], 80, whole=400).endswith("end.…")  # the message that matched, whole
     assert not excerpt(page, ["parcel"], 80, whole=100).endswith("end.…")  # too long to show whole
+
+
+def test_the_excerpt_prefers_the_users_own_words_and_rare_terms() -> None:
+    page = ("user: I was told a taxi from the airport to my hotel costs 60 dollars. assistant: " + "Sure. " * 40
+            + "Options: the airport bus, a taxi, or the train to your hotel. " + "More. " * 40)
+    terms = ["bus", "airport", "hotel", "taxi"]
+    # the answer holds all four terms, the user's message three: the user's words win
+    assert excerpt(page, terms, 120).startswith("user: I was told a taxi")
+    assert "airport bus" in excerpt(page.replace("user: ", "assistant: ", 1), terms, 120)  # by count alone
+    # a rare term weighs more than common ones: the place of the rare one wins
+    text = "the plan and the plan again. " + "x " * 80 + "the plesiosaur was green. " + "y " * 80
+    assert "plesiosaur was green" in excerpt(text, ["plan", "plesiosaur"], 60, weights={"plan": 0.5, "plesiosaur": 5})
+
+
+async def test_hits_below_the_best_are_shown_only_when_allowed() -> None:
+    facts = {2: "My flight to Oslo is SK4711. " + FILLER, 5: "The Oslo flight was late. " + FILLER,
+             8: "Flight delays in Oslo again. " + FILLER}
+    state, messages = conversation(facts)
+    resolver = RecallResolver(None, EstimateCounter(), 4096)
+    ctx = RecallContext("t", "c", state, messages)
+    ranked = [label for label, _ in await resolver.search(ctx, "flight Oslo", 5)]
+    everything = await resolver.resolve(ctx, RecallArgs(query="flight Oslo"), newest_first=True, excerpt_tokens=40,
+                                        hits_shown=3)
+    assert sorted(shown(everything.text)) == sorted(ranked[:3])
+    allowed = {ranked[2]}
+    some = await resolver.resolve(ctx, RecallArgs(query="flight Oslo"), newest_first=True, excerpt_tokens=40,
+                                  hits_shown=3, shown_if=allowed.__contains__)
+    assert sorted(shown(some.text)) == sorted([ranked[0], ranked[2]])  # the best always, then the allowed ones
+
+
+def test_an_excerpt_near_the_end_of_a_long_message_ends_with_it() -> None:
+    page = ("user: " + "Some context about my week and my plans. " * 12 + "By the way, I ordered the new remote "
+            "shutter release on February 5th. assistant: " + "Great to hear about that. " * 30)
+    piece = excerpt(page, ["shutter", "februari"], 240)
+    assert piece.endswith("February 5th.…")  # the message's end, not the start of the answer
+    assert "Great to hear" not in piece and len(piece) > 200

@@ -223,15 +223,32 @@ def test_a_page_an_earlier_round_brought_back_into_the_prompt_is_not_pushed_agai
     assert need_of(index, messages[-1]["content"], state, messages).reason == "in_prompt"
 
 
-def test_look_ups_and_questions_plan_room_and_a_narrow_match_shows_one_page() -> None:
-    from proxy.recall.resolver import SEARCH_HITS
+def test_look_ups_and_questions_plan_room_and_a_narrow_match_does_not() -> None:
     from proxy.recall.salience import NOTHING
-    from proxy.turn.push import PUSH_HIGH_WATERMARK, QUESTION_HIGH_WATERMARK, UNASKED_HITS, Need, hits_shown
+    from proxy.turn.push import PUSH_HIGH_WATERMARK, QUESTION_HIGH_WATERMARK, Need
 
     narrow, full = Need("q?", NOTHING, "question", "narrow"), Need("q?", NOTHING, "question", "pushed")
-    assert narrow.wanted and not narrow.room_wanted and hits_shown(narrow) == 1
-    assert full.wanted and full.room_wanted and hits_shown(full) == UNASKED_HITS
+    assert narrow.wanted and not narrow.room_wanted
+    assert full.wanted and full.room_wanted
     look_up = Need("remind me", NOTHING, "look_up", "pushed")
-    assert look_up.room_wanted and hits_shown(look_up) == SEARCH_HITS
+    assert look_up.room_wanted
     assert look_up.room_ceiling == PUSH_HIGH_WATERMARK < full.room_ceiling == QUESTION_HIGH_WATERMARK
     assert not Need("I like tea.", NOTHING, "", "pushed").room_wanted
+
+
+async def test_a_question_spanning_sessions_gets_each_page_holding_what_it_names_and_no_other() -> None:
+    upstream = ChatUpstream()
+    service = make_service(upstream, MemoryRepository(), write_behind_max_lag_ms=60_000)
+    chat = Chat(service)
+    said = {2: "I went kayaking on the lake with Mira today.", 9: "Another kayaking trip, this time down the river.",
+            15: "A third kayaking morning, windy but fun."}
+    for i in range(20):
+        await chat.send(said.get(i, chat.user_text(i)))
+    await _past_an_epoch(chat)
+    await chat.send("How many times did I go kayaking?")
+    sent = upstream.requests[-1]["messages"]
+    assert sent[-1]["role"] == "tool"
+    shown = sent[-1]["content"].splitlines()[1:]
+    assert all("kayaking" in line for line in shown)  # no page that shares only the question's other words
+    assert all(text.split(",")[0] in sent[-1]["content"] for text in said.values())  # each session, not the best
+    await service.close()

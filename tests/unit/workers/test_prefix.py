@@ -203,3 +203,24 @@ def test_a_base_holding_a_tool_result_as_a_preview_still_covers_its_page() -> No
     assert covers([{"role": "system", "content": "s"}, user, call, preview], [user, call, full])
     other = {"role": "tool", "tool_call_id": "c9", "content": "line\n" * 5000}
     assert not covers([user, call, preview], [user, call, other])
+
+
+def test_a_page_archived_right_after_its_turn_is_summarised_on_the_base_and_its_answer() -> None:
+    # the base is the prompt of the turn that opened page 2 (it ends with that user message); the epoch of the next
+    # turn archived page 2 whole, the answer included: the job sends the base, then that answer, then the instruction
+    one = page(1, "alpha")
+    two = page(2, "beta")
+    messages = [{"role": "system", "content": "You are terse."}, *one, two[0]]
+    base = SummaryBase({"model": "m", "messages": messages}, "http://w1/v1", 1.0)
+    assert base.holds(one) and base.answer_after(one) is None  # held as it is
+    assert base.holds(two) and base.answer_after(two) == two[1]
+    instruction = page_instruction(SUMMARY_INSTRUCTION, two[0], two[1])
+    job = job_body(base.body, instruction, 100, base.answer_after(two))
+    assert encode(job["messages"][:len(messages)]) == encode(messages)  # the base to the byte
+    assert job["messages"][len(messages):] == [{"role": "assistant", "content": two[1]["content"]},
+                                               {"role": "user", "content": instruction}]
+    # not when the page's user message is not the base's last one, nor when the page ends with a user message
+    assert not base.holds(page(3, "gamma"))
+    stale = SummaryBase({"model": "m", "messages": [*messages, {"role": "user", "content": "later"}]}, "", 1.0)
+    assert not stale.holds(two) and stale.answer_after(two) is None
+    assert base.answer_after([two[0]]) is None and base.answer_after([*one, two[0]]) is None
