@@ -44,6 +44,17 @@ class RecallOutcome:
     search_seconds: float = 0.0
 
 
+@dataclass
+class _ReadHits:
+    """Search hits as read for rendering (RecallResolver._read_hits)."""
+
+    terms: list[str]  # the query's terms located in the excerpts
+    weights: dict[str, float]  # their idf in the archive
+    found: list[tuple[str, float, PageRecord, str]]  # (label, score, record, page text) of the hits found
+    beside: dict[str, list[str]]  # hit label -> the parts of its turn to show beside it
+    neighbours: dict[str, tuple[PageRecord, str]]  # those parts' records and texts
+
+
 def _view_key(label: str, view: str) -> str:
     """The key of a page's view among the vector half's candidates (labels hold no space)."""
     return label if view == PAGE else f"{label} {view}"
@@ -323,31 +334,44 @@ class RecallResolver:
                            newest_first: bool, excerpt_tokens: int | None) -> str:
         """The hits rendered; newest first, within ``cap``: their excerpts shortened (to half), then the
         lowest-ranked hits left out, so that the best hit always shows whole (shown newest first, the oldest would
-        otherwise be the one cut off, and a fact said once long ago is the oldest)."""
-        rendered = await self._render_hits(ctx, query, hits, newest_first, tokens_each=excerpt_tokens)
+        otherwise be the one cut off, and a fact said once long ago is the oldest). The pages are read once,
+        whatever the number of renderings."""
+        read = await self._read_hits(ctx, query, hits)
+        rendered = self._render_hits(query, hits, read, newest_first, tokens_each=excerpt_tokens)
         if not newest_first or self.counter.count_text(rendered) <= cap:
             return rendered
         shorter = (excerpt_tokens or EXCERPT_CHARS // 4) // 2
-        rendered = await self._render_hits(ctx, query, hits, newest_first, tokens_each=shorter)
+        rendered = self._render_hits(query, hits, read, newest_first, tokens_each=shorter)
         while len(hits) > 1 and self.counter.count_text(rendered) > cap:
             hits = hits[:-1]
-            rendered = await self._render_hits(ctx, query, hits, newest_first, tokens_each=shorter)
+            rendered = self._render_hits(query, hits, read, newest_first, tokens_each=shorter)
         return rendered
 
-    async def _render_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]],
-                           newest_first: bool = False, tokens_each: int | None = None) -> str:
+    async def _read_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]]) -> _ReadHits:
+        """What rendering ``hits`` (or any first part of them) needs: their pages, the parts of their turns beside
+        each (proxy.recall.neighbours) and the query terms' idf in the archive (a rare term places the excerpt
+        before a common one)."""
+        terms = query_terms(query)
+        index = await self.archive_index(ctx)
+        found = await self.hit_pages(ctx, hits)
+        beside = {label: await self._neighbours(ctx, record, terms) for label, _score, record, _text in found}
+        wanted = list(dict.fromkeys(n for labels in beside.values() for n in labels))
+        neighbours = {label: (record, text) for label, _score, record, text in
+                      await self.hit_pages(ctx, [(n, 0.0) for n in wanted])}
+        return _ReadHits(terms, {term: index.idf(term) for term in terms}, found, beside, neighbours)
+
+    def _render_hits(self, query: str, hits: list[tuple[str, float]], read: _ReadHits, newest_first: bool = False,
+                     tokens_each: int | None = None) -> str:
         """``tokens_each``: tokens shown of each hit, twice that of the best one, as characters of its own text (a
         Chinese page has about four times fewer characters per token than an English one); default
         ``EXCERPT_CHARS`` characters."""
         if not hits:
             return f"No archived page matches {query!r}."
-        terms = query_terms(query)
-        index = await self.archive_index(ctx)
-        weights = {term: index.idf(term) for term in terms}  # a rare term places the excerpt before a common one
+        terms, weights = read.terms, read.weights
         order = "newest first" if newest_first else "best first"
         lines = [f"Archived pages matching {query!r} ({order}; recall a page by number to read it in full):"]
         shown = {label for label, _ in hits}
-        found = await self.hit_pages(ctx, hits)
+        found = [hit for hit in read.found if hit[0] in shown]
         if newest_first:
             found.sort(key=lambda hit: -hit[2].start)
         best = hits[0][0]
@@ -357,9 +381,12 @@ class RecallResolver:
                 size, whole = 2 * tokens_each, self._excerpt_chars(text, WHOLE_MESSAGE_TOKENS)
             lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: "
                          f"{excerpt(text, terms, self._excerpt_chars(text, size), whole, weights)}")
-            beside = [n for n in await self._neighbours(ctx, record, terms) if n not in shown]
+            beside = [n for n in read.beside[label] if n not in shown]
             shown.update(beside)
-            for neighbour, _score, other, other_text in await self.hit_pages(ctx, [(n, 0.0) for n in beside]):
+            for neighbour in beside:
+                if neighbour not in read.neighbours:
+                    continue
+                other, other_text = read.neighbours[neighbour]
                 lines.append(f"[Page {neighbour}] {utc_date(other.first_seen)}, the same turn as page {label}: "
                              f"{excerpt(other_text, terms, self._excerpt_chars(other_text, tokens_each), 0, weights)}")
         return "\n".join(lines)

@@ -112,7 +112,8 @@ class Weighing:
     terms: tuple[str, ...] = ()  # specific terms those pages hold, rarest first
     held: frozenset[str] = frozenset()  # the message's rarest terms the best page holds (the push's query)
     # pages (as labels) holding a term of the message that few pages hold (at most the specific terms' page count,
-    # episodes aside: a subject met in several sessions); filled when weighed with ``known`` (the push's turns)
+    # episodes aside: a subject met in several sessions), ``pages`` among them; filled when weighed with ``known``
+    # (the weighing a push acts on)
     holding: frozenset[str] = frozenset()
 
     @property

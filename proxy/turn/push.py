@@ -173,10 +173,9 @@ class ProactivePush:
             return []
         # Below the best hit, only pages that hold a rare term of the message (the pages of each session a "how
         # many X did I ..." spans): a page that shares the message's common words alone is not pushed
-        candidates = need.weighing.holding | {str(page) for page in need.weighing.pages}
         outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit,
                                               newest_first=True, excerpt_tokens=EXCERPT_TOKENS,
-                                              hits_shown=SEARCH_HITS, shown_if=candidates.__contains__)
+                                              hits_shown=SEARCH_HITS, shown_if=need.weighing.holding.__contains__)
         if not outcome.hits:
             m.recall_pushes.labels("no_hits").inc()
             return []

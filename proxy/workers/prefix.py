@@ -61,9 +61,7 @@ class SummaryBase:
     def holds(self, page_messages: Sequence[dict[str, Any]]) -> bool:
         """``covers(self.body["messages"], page_messages)``, or the page ends with the answer to this very prompt
         (``answer_after``): an epoch on the next turn archived the page the base's turn opened."""
-        if not self._positions:
-            self._positions.update(key_positions(self.body.get("messages") or ()))
-        return held(self._positions, page_messages) or self.answer_after(page_messages) is not None
+        return held(self._keys(), page_messages) or self.answer_after(page_messages) is not None
 
     def answer_after(self, page_messages: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         """The page's last message when it is the answer to this prompt: an assistant message the base lacks,
@@ -72,11 +70,15 @@ class SummaryBase:
         messages = self.body.get("messages") or ()
         if len(page_messages) < 2 or not messages or page_messages[-1].get("role") != "assistant":
             return None
-        if not self._positions:
-            self._positions.update(key_positions(messages))
-        if _digest(page_messages[-1]) in self._positions or _digest(page_messages[-2]) != _digest(messages[-1]):
+        keys = self._keys()
+        if _digest(page_messages[-1]) in keys or _digest(page_messages[-2]) != _digest(messages[-1]):
             return None
-        return page_messages[-1] if held(self._positions, page_messages[:-1]) else None
+        return page_messages[-1] if held(keys, page_messages[:-1]) else None
+
+    def _keys(self) -> dict[bytes, tuple[int, int]]:
+        if not self._positions:
+            self._positions.update(key_positions(self.body.get("messages") or ()))
+        return self._positions
 
 
 def job_body(base: dict[str, Any], instruction: str, max_tokens: int,
