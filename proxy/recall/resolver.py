@@ -33,6 +33,9 @@ SEARCH_HITS = 5
 FUSION_CANDIDATES = 4  # each ranking contributes up to k * this candidates to the fusion
 EXCERPT_CHARS = 300  # characters shown of each search hit
 WHOLE_MESSAGE_TOKENS = 320  # a pushed round's best hit shows the message that matched whole up to this size
+# ... and each other hit up to this many times its excerpt's size (a user's fact is mostly one message of a few
+# sentences: shown whole, not cut at both ends)
+WHOLE_HIT_FACTOR = 2
 
 
 @dataclass
@@ -377,8 +380,10 @@ class RecallResolver:
         best = hits[0][0]
         for label, score, record, text in found:
             size, whole = tokens_each, 0
-            if tokens_each is not None and label == best:  # longer, and the message that matched whole if short
-                size, whole = 2 * tokens_each, self._excerpt_chars(text, WHOLE_MESSAGE_TOKENS)
+            if tokens_each is not None:  # the message that matched, whole if short; the best hit's longer
+                size, whole = tokens_each, self._excerpt_chars(text, WHOLE_HIT_FACTOR * tokens_each)
+                if label == best:
+                    size, whole = 2 * tokens_each, self._excerpt_chars(text, WHOLE_MESSAGE_TOKENS)
             lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: "
                          f"{excerpt(text, terms, self._excerpt_chars(text, size), whole, weights)}")
             beside = [n for n in read.beside[label] if n not in shown]

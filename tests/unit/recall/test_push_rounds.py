@@ -129,3 +129,22 @@ def test_an_excerpt_near_the_end_of_a_long_message_ends_with_it() -> None:
     piece = excerpt(page, ["shutter", "februari"], 240)
     assert piece.endswith("February 5th.…")  # the message's end, not the start of the answer
     assert "Great to hear" not in piece and len(piece) > 200
+
+
+async def test_every_hit_shows_the_message_that_matched_whole_when_it_is_short() -> None:
+    # the user's facts: a few sentences each, longer than a hit's excerpt but within twice its size
+    fact = ("I've been thinking about my aquarium setup lately. By the way, my old 10-gallon tank has my betta fish, "
+            "Bubbles, and the new 20-gallon one has ten neon tetras and five gouramis in it.")
+    longer = fact + " " + FILLER * 4
+    state, messages = conversation({3: fact, 6: longer.replace("Bubbles", "Pebbles"), 9: fact.replace("ten", "six")})
+    counter = EstimateCounter()
+    resolver = RecallResolver(None, counter, 4096)
+    ctx = RecallContext("t", "c", state, messages)
+    out = await resolver.resolve(ctx, RecallArgs(query="aquarium tank fish"), limit=4000, newest_first=True,
+                                 excerpt_tokens=30, hits_shown=3)
+    lines = {shown(line)[0]: line for line in out.text.splitlines()[1:]}
+    assert set(lines) == {"3", "6", "9"}
+    assert 30 < counter.count_text(fact) <= 60  # over the excerpt, within twice it
+    for label in ("3", "9"):  # whether the best hit or not: whole
+        assert fact.replace("ten", "six" if label == "9" else "ten") in lines[label]
+    assert "Pebbles" in lines["6"] and FILLER * 4 not in lines["6"]  # too long to show whole: cut around the match
