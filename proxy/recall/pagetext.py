@@ -119,7 +119,7 @@ MAX_PLACES = 64  # places of each term looked at when choosing the excerpt
 
 
 def excerpt(text: str, terms: list[str], limit: int = 300, whole: int = 0,
-            weights: Mapping[str, float] | None = None) -> str:
+            weights: Mapping[str, float] | None = None, second: int = 0) -> str:
     """About `limit` characters of `text` around the place where the most query terms occur together (the first
     such place): from the start of the message holding it when that place is within two thirds of the window from
     there (a short message is shown whole), a third of the window before it otherwise, but never past that
@@ -127,10 +127,29 @@ def excerpt(text: str, terms: list[str], limit: int = 300, whole: int = 0,
     not with the start of the next message); the whole message, when it is longer than `limit` but at most `whole`
     characters. ``weights``: each term's weight in that choice (the
     resolver gives its idf: a rare term places the excerpt before a common one); a place in a user message counts
-    ``USER_PLACE_WEIGHT`` times. Quoted after it is cut and its whitespace collapsed (escaping comes last:
-    proxy.engine.markup)."""
+    ``USER_PLACE_WEIGHT`` times. ``second``: characters of a second window, placed the same way among the query
+    terms the first one lacks that weigh at least half the heaviest term of the text (the user's question shown,
+    and the answer in the reply that follows it: the rare word that answers it); none when no such term occurs.
+    Quoted after it is cut and its whitespace collapsed (escaping comes last: proxy.engine.markup)."""
     flat = " ".join(text.split())
-    densest = _densest(flat.lower(), terms, limit, weights)
+    lower = flat.lower()
+    start, size = _window(flat, _densest(lower, terms, limit, weights), limit, whole)
+    windows = [(start, start + size)]
+    if second > 0:
+        shown = lower[start:start + size]
+        weight = (lambda term: 1.0) if weights is None else (lambda term: weights.get(term, 1.0))
+        present = [term for term in dict.fromkeys(terms) if term and term in lower]
+        heaviest = max((weight(term) for term in present), default=0.0)
+        lacking = [term for term in present if term not in shown and weight(term) >= heaviest / 2]
+        if lacking:  # placed by all the query's terms, among the places the first window does not show
+            other, other_size = _window(flat, _densest(lower, terms, second, weights, (start, start + size)), second, 0)
+            windows = _merged([*windows, (other, other + other_size)])
+    pieces = [quote(flat[a:b]) for a, b in windows]
+    return ("…" if windows[0][0] > 0 else "") + " … ".join(pieces) + ("…" if windows[-1][1] < len(flat) else "")
+
+
+def _window(flat: str, densest: int, limit: int, whole: int) -> tuple[int, int]:
+    """(start, length) of the excerpt around ``densest`` (the rules of ``excerpt``)."""
     start = max(0, densest - limit // 3)
     opening = max(flat.rfind(" user: ", 0, densest + 1), flat.rfind(" assistant: ", 0, densest + 1)) + 1
     ends = [at for at in (flat.find(" user: ", densest), flat.find(" assistant: ", densest)) if at >= 0]
@@ -141,8 +160,18 @@ def excerpt(text: str, terms: list[str], limit: int = 300, whole: int = 0,
         start = max(opening, closing - limit)
     if whole > limit and closing - opening <= whole:  # the message that matched, whole
         start, limit = opening, max(limit, closing - opening)
-    piece = flat[start : start + limit]
-    return ("…" if start > 0 else "") + quote(piece) + ("…" if start + limit < len(flat) else "")
+    return start, min(limit, len(flat) - start)
+
+
+def _merged(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Character spans in order, overlapping or touching ones joined."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(windows):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 _OPENING = re.compile(r"(?:^| )(user|assistant|tool|system|developer): ")
@@ -160,18 +189,21 @@ def _message_openings(lower: str) -> tuple[list[int], list[bool]]:
 USER_PLACE_WEIGHT = 2.0  # a query term in the user's own words counts this much more where the excerpt is placed
 
 
-def _densest(lower: str, terms: list[str], limit: int, weights: Mapping[str, float] | None = None) -> int:
+def _densest(lower: str, terms: list[str], limit: int, weights: Mapping[str, float] | None = None,
+             shown: tuple[int, int] = (0, 0)) -> int:
     """Where the window of ``2 * limit // 3`` characters holding the most of the query starts (at a term's place; 0
     when no term occurs): the sum of the ``weights`` (default 1) of the distinct terms in it, times
     ``USER_PLACE_WEIGHT`` when it starts in a user message (what a user asks back about is mostly what they said).
-    Cost: at most ``MAX_PLACES`` places per term."""
+    ``shown``: a span whose places do not count (a window already shown). Cost: at most ``MAX_PLACES`` places per
+    term."""
     places: list[tuple[int, int]] = []  # (position, term number)
     numbered = list(dict.fromkeys(t for t in terms if t))
     weight_of = [1.0 if weights is None else max(1e-6, weights.get(term, 1.0)) for term in numbered]
     for number, term in enumerate(numbered):
         at = lower.find(term)
         while at >= 0 and len(places) < MAX_PLACES * (number + 1):
-            places.append((at, number))
+            if not shown[0] <= at < shown[1]:
+                places.append((at, number))
             at = lower.find(term, at + len(term))
     if not places:
         return 0

@@ -379,13 +379,14 @@ class RecallResolver:
             found.sort(key=lambda hit: -hit[2].start)
         best = hits[0][0]
         for label, score, record, text in found:
-            size, whole = tokens_each, 0
+            size, whole, second = tokens_each, 0, 0
             if tokens_each is not None:  # the message that matched, whole if short; the best hit's longer
                 size, whole = tokens_each, self._excerpt_chars(text, WHOLE_HIT_FACTOR * tokens_each)
-                if label == best:
+                if label == best:  # and where the rare terms the first window lacks are (the reply to it)
                     size, whole = 2 * tokens_each, self._excerpt_chars(text, WHOLE_MESSAGE_TOKENS)
+                    second = self._excerpt_chars(text, tokens_each)
             lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: "
-                         f"{excerpt(text, terms, self._excerpt_chars(text, size), whole, weights)}")
+                         f"{excerpt(text, terms, self._excerpt_chars(text, size), whole, weights, second)}")
             beside = [n for n in read.beside[label] if n not in shown]
             shown.update(beside)
             for neighbour in beside:

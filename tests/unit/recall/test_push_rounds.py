@@ -148,3 +148,21 @@ async def test_every_hit_shows_the_message_that_matched_whole_when_it_is_short()
     for label in ("3", "9"):  # whether the best hit or not: whole
         assert fact.replace("ten", "six" if label == "9" else "ten") in lines[label]
     assert "Pebbles" in lines["6"] and FILLER * 4 not in lines["6"]  # too long to show whole: cut around the match
+
+
+def test_the_best_hit_shows_the_reply_where_the_rare_terms_its_first_window_lacks_are() -> None:
+    page = ("user: Please write a children's book about dinosaurs, with an image for each chapter. assistant: "
+            + "Once upon a time there were dinosaurs in a green land. " * 8
+            + "Chapter 3: The Swimming Plesiosaur. " + "It swam in the warm seas. " * 6
+            + "Plesiosaur image: a long-necked Plesiosaur with a blue scaly body glides through the water. "
+            + "The end of the story. " * 10)
+    terms = ["children", "book", "dinosaur", "plesiosaur", "scaly", "image"]
+    weights = {"children": 2.0, "book": 1.5, "dinosaur": 3.0, "plesiosaur": 5.0, "scaly": 4.0, "image": 1.0}
+    one = excerpt(page, terms, 150, weights=weights)
+    assert one.startswith("user: Please write a children's book") and "blue scaly" not in one
+    two = excerpt(page, terms, 150, weights=weights, second=150)
+    assert two.startswith(one[:-1]) and " … " in two  # the same first window, then the second one
+    assert "Plesiosaur with a blue scaly body" in two  # where the most terms meet, not their first place
+    # nothing the first window lacks weighs enough: no second window
+    assert excerpt(page, ["children", "book", "end"], 150, weights={"end": 0.2}, second=150) == \
+        excerpt(page, ["children", "book", "end"], 150, weights={"end": 0.2})
