@@ -380,11 +380,13 @@ class RecallResolver:
         best = hits[0][0]
         for label, score, record, text in found:
             size, whole, second = tokens_each, 0, 0
-            if tokens_each is not None:  # the message that matched, whole if short; the best hit's longer
+            if tokens_each is not None:
+                # the message that matched, whole if short (the best hit's longer); and a second window where the
+                # rare terms the first one lacks are (the user's request shown, then the passage of the reply)
                 size, whole = tokens_each, self._excerpt_chars(text, WHOLE_HIT_FACTOR * tokens_each)
-                if label == best:  # and where the rare terms the first window lacks are (the reply to it)
+                second = self._excerpt_chars(text, tokens_each)
+                if label == best:
                     size, whole = 2 * tokens_each, self._excerpt_chars(text, WHOLE_MESSAGE_TOKENS)
-                    second = self._excerpt_chars(text, tokens_each)
             lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: "
                          f"{excerpt(text, terms, self._excerpt_chars(text, size), whole, weights, second)}")
             beside = [n for n in read.beside[label] if n not in shown]

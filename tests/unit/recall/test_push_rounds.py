@@ -166,3 +166,20 @@ def test_the_best_hit_shows_the_reply_where_the_rare_terms_its_first_window_lack
     # nothing the first window lacks weighs enough: no second window
     assert excerpt(page, ["children", "book", "end"], 150, weights={"end": 0.2}, second=150) == \
         excerpt(page, ["children", "book", "end"], 150, weights={"end": 0.2})
+
+
+async def test_each_hit_of_a_pushed_round_shows_the_passage_of_the_reply_that_holds_the_rare_terms() -> None:
+    state, messages = conversation({})
+    for page, colour in ((3, "blue"), (8, "green")):
+        messages[2 * (page - 1)]["content"] = "Write the chapter about ocean reptiles for my dinosaur book."
+        messages[2 * page - 1]["content"] = FILLER * 6 + f"The Plesiosaur had a {colour} scaly body. " + FILLER * 2
+    resolver = RecallResolver(None, EstimateCounter(), 4096)
+    ctx = RecallContext("t", "c", state, messages)
+    out = await resolver.resolve(ctx, RecallArgs(query="dinosaur book Plesiosaur scaly"), limit=4000,
+                                 newest_first=True, excerpt_tokens=40, hits_shown=2)
+    lines = {shown(line)[0]: line for line in out.text.splitlines()[1:]}
+    assert set(lines) == {"3", "8"}
+    for label, colour in (("3", "blue"), ("8", "green")):  # the best hit and the other: request, then the passage
+        assert "ocean reptiles" in lines[label] and f"a {colour} scaly body" in lines[label]
+    plain = await resolver.resolve(ctx, RecallArgs(query="dinosaur book Plesiosaur scaly"), limit=4000)
+    assert " … " not in plain.text  # a model's own call: one window per hit, as before
