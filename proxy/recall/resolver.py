@@ -379,16 +379,17 @@ class RecallResolver:
             found.sort(key=lambda hit: -hit[2].start)
         best = hits[0][0]
         for label, score, record, text in found:
-            size, whole, second = tokens_each, 0, 0
+            chars, whole, second = EXCERPT_CHARS, 0, 0
             if tokens_each is not None:
                 # the message that matched, whole if short (the best hit's longer); and a second window where the
                 # rare terms the first one lacks are (the user's request shown, then the passage of the reply)
-                size, whole = tokens_each, self._excerpt_chars(text, WHOLE_HIT_FACTOR * tokens_each)
-                second = self._excerpt_chars(text, tokens_each)
+                in_chars = self._chars_of(text)
+                chars, whole, second = (in_chars(tokens_each), in_chars(WHOLE_HIT_FACTOR * tokens_each),
+                                        in_chars(tokens_each))
                 if label == best:
-                    size, whole = 2 * tokens_each, self._excerpt_chars(text, WHOLE_MESSAGE_TOKENS)
+                    chars, whole = in_chars(2 * tokens_each), in_chars(WHOLE_MESSAGE_TOKENS)
             lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: "
-                         f"{excerpt(text, terms, self._excerpt_chars(text, size), whole, weights, second)}")
+                         f"{excerpt(text, terms, chars, whole, weights, second)}")
             beside = [n for n in read.beside[label] if n not in shown]
             shown.update(beside)
             for neighbour in beside:
@@ -400,10 +401,14 @@ class RecallResolver:
         return "\n".join(lines)
 
     def _excerpt_chars(self, text: str, tokens: int | None) -> int:
-        if tokens is None:
-            return EXCERPT_CHARS
-        sample = text[:4 * EXCERPT_CHARS]  # the script of the page's head is the script of its excerpt, mostly
-        return max(24, tokens * len(sample) // max(1, self.counter.count_text(sample)))
+        return EXCERPT_CHARS if tokens is None else self._chars_of(text)(tokens)
+
+    def _chars_of(self, text: str) -> Callable[[int], int]:
+        """Tokens -> characters of ``text`` (at least 24), from one count of its head: the script of the page's head
+        is the script of its excerpt, mostly."""
+        sample = text[:4 * EXCERPT_CHARS]
+        length, count = len(sample), max(1, self.counter.count_text(sample))
+        return lambda tokens: max(24, tokens * length // count)
 
     async def _neighbours(self, ctx: RecallContext, record: PageRecord, terms: list[str]) -> list[str]:
         """The parts of the hit's user turn to show beside it (proxy.recall.neighbours): the part before a
