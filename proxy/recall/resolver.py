@@ -31,7 +31,8 @@ from proxy.store.ports import ConversationRepository
 
 SEARCH_HITS = 5
 FUSION_CANDIDATES = 4  # each ranking contributes up to k * this candidates to the fusion
-EXCERPT_CHARS = 300  # characters shown of each search hit
+EXCERPT_CHARS = 300  # characters shown of each search hit of a model's own call, in English ...
+CALL_EXCERPT_TOKENS = EXCERPT_CHARS // 4  # ... as tokens, in any script: a Chinese page shows about 75 characters
 WHOLE_MESSAGE_TOKENS = 320  # a pushed round's best hit shows the message that matched whole up to this size
 # ... and each other hit up to this many times its excerpt's size (a user's fact is mostly one message of a few
 # sentences: shown whole, not cut at both ends)
@@ -379,7 +380,7 @@ class RecallResolver:
             found.sort(key=lambda hit: -hit[2].start)
         best = hits[0][0]
         for label, score, record, text in found:
-            chars, whole, second = EXCERPT_CHARS, 0, 0
+            chars, whole, second = self._excerpt_chars(text, None), 0, 0
             if tokens_each is not None:
                 # the message that matched, whole if short (the best hit's longer); and a second window where the
                 # rare terms the first one lacks are (the user's request shown, then the passage of the reply)
@@ -401,7 +402,7 @@ class RecallResolver:
         return "\n".join(lines)
 
     def _excerpt_chars(self, text: str, tokens: int | None) -> int:
-        return EXCERPT_CHARS if tokens is None else self._chars_of(text)(tokens)
+        return self._chars_of(text)(CALL_EXCERPT_TOKENS if tokens is None else tokens)
 
     def _chars_of(self, text: str) -> Callable[[int], int]:
         """Tokens -> characters of ``text`` (at least 24), from one count of its head: the script of the page's head

@@ -10,7 +10,8 @@ from proxy.engine import EstimateCounter
 from proxy.engine.feedback import add_hidden
 from proxy.engine.state import ACTIVE, ARCHIVED, ConversationState, PageRecord
 from proxy.recall.pagetext import excerpt
-from proxy.recall.resolver import WHOLE_MESSAGE_TOKENS, RecallContext, RecallResolver
+from proxy.recall.resolver import (CALL_EXCERPT_TOKENS, EXCERPT_CHARS, WHOLE_MESSAGE_TOKENS, RecallContext,
+                                   RecallResolver)
 from proxy.recall.tool import RecallArgs
 
 FILLER = "We talked about the weather and the news, and the garden was green again that day. "
@@ -69,6 +70,24 @@ async def test_excerpts_are_sized_in_tokens_and_the_best_hit_shows_its_message_w
         assert 25 <= sizes[other] <= 60, (text[:10], sizes)
         # the best hit: the message that matched, whole (it is under WHOLE_MESSAGE_TOKENS), then the window
         assert 80 <= sizes[best] <= WHOLE_MESSAGE_TOKENS + 20 and text[-20:] in lines[0] + lines[1], (text[:10], sizes)
+
+
+async def test_a_models_own_call_shows_as_many_tokens_of_each_hit_in_any_script() -> None:
+    """A model's own recall call: about ``EXCERPT_CHARS`` characters of an English hit (75 tokens), as many tokens
+    of a Chinese one (about 75 characters, not 300: the same room whatever the script)."""
+    zh = "我的航班号是SK4711，飞往奥斯陆。" + "今天天气很好，我们聊了很多关于花园和新闻的事情。" * 20
+    en = "My flight to Oslo is SK4711. " + FILLER * 6
+    counter = EstimateCounter()
+    for text, query in ((zh, "航班 SK4711"), (en, "flight SK4711")):
+        state, messages = conversation({3: text})
+        resolver = RecallResolver(None, counter, 4096)
+        out = await resolver.resolve(RecallContext("t", "c", state, messages), RecallArgs(query=query))
+        (line,) = [line for line in out.text.splitlines() if line.startswith("[Page 3]")]
+        shown_tokens = counter.count_text(line.split(": ", 1)[1])
+        # (the characters per token are read from the page's head, here Chinese and English replies: about)
+        assert "SK4711" in line and CALL_EXCERPT_TOKENS - 10 <= shown_tokens <= 1.5 * CALL_EXCERPT_TOKENS, \
+            (query, shown_tokens)
+    assert CALL_EXCERPT_TOKENS * 4 == EXCERPT_CHARS  # English: the characters a call always showed
 
 
 async def test_a_page_is_not_found_by_the_recall_rounds_it_holds() -> None:
