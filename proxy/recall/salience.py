@@ -29,9 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.recall.bm25 import BM25Index, DocId
-from proxy.recall.text import tokenize
+from proxy.recall.text import term_runs, tokenize
 
-__all__ = ["MAX_CHARS", "NOTHING", "NARROW", "STRENGTH", "Weighing", "asks", "in_text", "message_terms", "episodes", "one_page_idf", "specific_episodes", "verdict", "weigh"]
+__all__ = ["MAX_CHARS", "NOTHING", "NARROW", "STRENGTH", "Weighing", "asks", "in_text", "message_terms", "episodes", "one_page_idf", "phrase_pairs", "specific_episodes", "verdict",
+           "weigh"]
 
 MAX_CHARS = 2000  # a message is weighed by its head: a pasted document is not a question about the archive
 MAX_TERMS = 24  # specific terms weighed per message, the rarest first
@@ -46,6 +47,12 @@ MAX_DF = 32  # ... and never by more: the postings a turn reads stay bounded
 MATCH_TERMS = 12  # the match is a share of the idf of the message's rarest terms (a long message is not diluted)
 UNSEEN_WEIGHT = 0.5
 SHORT_NUMBER_DIGITS = 3  # a number of at most this many digits is not specific by itself
+# Two adjacent words of the message ("fitness classes", "coding exercises") are specific together when the pages
+# holding both are few, in few episodes, and hold them together at least PAIR_LIFT times as often as chance would
+# (a compound, not a phrasing word beside a subject: "explain" and "database" meet only where the user asked to
+# explain databases); each word on at most PAIR_DF pages, so that the postings a turn reads stay bounded
+PAIR_DF = 64
+PAIR_LIFT = 2.0
 PAGES = 8  # best pages kept (their matched terms are checked against the active pages)
 # By kind of message, the (strength in one-page idfs, share of what the message names) an archived page must reach,
 # either pair: a few rare terms that cover most of the message, or more rare terms that cover less of it
@@ -161,13 +168,15 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
         runs, docs = found[term]
         # a Chinese or Japanese word is indexed as its characters and their pairs: half each
         specific.append((_idf(archived, runs) * (0.5 if _cjk(term) else 1.0), term, docs))
+    pairs = _specific_pairs(index, text, rare, archived, max_df, cap)
+    specific.extend((_idf(archived, episodes(docs)), pair, docs) for pair, docs in pairs.items())
     named = heapq.nlargest(MATCH_TERMS, idf, key=idf.__getitem__)  # what the message names most, however long
     total = math.fsum(idf[t] for t in named)
     specific.sort(key=lambda item: (-item[0], item[1]))
     del specific[MAX_TERMS:]
     scores: dict[DocId, float] = {}
     for weight, term, docs in specific:
-        if known is not None and known(term):
+        if known is not None and all(known(word) for word in term.split(" ")):  # (a pair: both known)
             continue
         for doc in docs:
             scores[doc] = scores.get(doc, 0.0) + weight
@@ -178,12 +187,53 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
     covered = {doc: math.fsum(idf[t] for t in lacking if index.holds(doc, t)) for doc in candidates}
     ranked = sorted(candidates, key=lambda d: (-covered[d], -scores[d]))
     best = ranked[0]
-    held = {t for _, t, docs in specific for d in ranked if index.holds(d, t)}
-    matched = tuple(t for _, t, _ in specific if t in held)
+    held = {t for _, t, _ in specific for d in ranked if (d in pairs[t] if t in pairs else index.holds(d, t))}
+    matched = tuple(dict.fromkeys(word for _, t, _ in specific if t in held for word in t.split(" ")))
     holding = frozenset() if known is None else frozenset(
-        str(doc) for term, (_, docs) in found.items() if not _short_number(term) for doc in docs)
+        str(doc) for term, (_, docs) in found.items() if not _short_number(term) for doc in docs) | frozenset(
+        str(doc) for docs in pairs.values() for doc in docs)
     return Weighing(archived, scores[best], covered[best] / total, tuple(ranked), matched,
                     frozenset(t for t in lacking if index.holds(best, t)), holding)
+
+
+def _specific_pairs(index: BM25Index, text: str, rare: set[str], archived: int, max_df: int, cap: int
+                    ) -> dict[str, list[DocId]]:
+    """"a b" -> the pages holding both, for the adjacent words of the message that are specific together (not
+    alone: a word specific by itself counts by itself). Postings read: each word's at most once, at most PAIR_DF."""
+    read: dict[str, set[DocId]] = {}
+
+    def pages_of(term: str) -> set[DocId] | None:
+        if term not in read:
+            df = index.document_frequency(term)
+            read[term] = set(index.documents_with(term)) if 0 < df <= PAIR_DF else set()
+        return read[term] or None
+
+    out: dict[str, list[DocId]] = {}
+    for a, b in phrase_pairs(text):
+        if a in rare or b in rare or _short_number(a) or _short_number(b):
+            continue
+        first, second = pages_of(a), pages_of(b)
+        if first is None or second is None:
+            continue
+        both = first & second
+        if not both or len(both) > max_df or len(both) * archived < PAIR_LIFT * len(first) * len(second):
+            continue
+        docs = sorted(both, key=str)
+        if episodes(docs) <= cap:
+            out[f"{a} {b}"] = docs
+    return out
+
+
+def phrase_pairs(text: str) -> list[tuple[str, str]]:
+    """The message's adjacent Latin-script terms, nothing but spaces or a hyphen between them ("fitness classes",
+    "to-watch list"), each pair once; a stop word or punctuation breaks the run, and the word after "how" (the
+    kind of answer wanted: "how many") is left out."""
+    out: list[tuple[str, str]] = []
+    for run in term_runs(text[:MAX_CHARS], skip_after="how"):
+        for pair in zip(run, run[1:]):
+            if pair[0] != pair[1] and pair not in out:
+                out.append(pair)
+    return out
 
 
 _CJK_PAIR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2}")

@@ -26,6 +26,7 @@ __all__ = [
     "STOP_WORDS_ZH",
     "KEYWORD_PATTERN",
     "tokenize",
+    "term_runs",
     "stem",
     "keywords",
     "keyword_counts",
@@ -142,6 +143,30 @@ def _term(token: str) -> str | None:
         if stemmed not in STOP_WORDS_EN:
             return stemmed
     return None
+
+
+_BETWEEN_RUN = re.compile(r"[\s-]*")
+
+
+def term_runs(text: str, skip_after: str = "") -> list[list[str]]:
+    """The Latin-script terms of ``text`` (as ``tokenize`` gives them) in runs of words with nothing but spaces or a
+    hyphen between them: a stop word, a number's neighbour punctuation, any other punctuation or a Chinese or
+    Japanese run ends a run. ``skip_after``: a word whose next word is left out (and ends the run)."""
+    runs: list[list[str]] = [[]]
+    end, previous = 0, ""
+    lowered = text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'")
+    for match in _TOKEN_PATTERN.finditer(lowered):
+        token = match.group()
+        first = token[0]
+        cjk = "\u3040" <= first <= "\u30ff" or "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff"
+        term = None if cjk or previous == skip_after else _term(token[:MAX_TERM_CHARS])
+        if term is None or not _BETWEEN_RUN.fullmatch(lowered, end, match.start()):
+            if runs[-1]:
+                runs.append([])
+        if term is not None:
+            runs[-1].append(term)
+        end, previous = match.end(), token
+    return [run for run in runs if run]
 
 
 def keywords(text: str, top: int = 6) -> list[str]:

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.recall.bm25 import BM25Index
-from proxy.recall.salience import (MAX_DF, MAX_TERMS, asks, episodes, in_text, message_terms, specific_episodes,
-                                   verdict, weigh)
+from proxy.recall.salience import (MAX_DF, MAX_TERMS, PAIR_DF, asks, episodes, in_text, message_terms,
+                                   phrase_pairs, specific_episodes, verdict, weigh)
 
 FACTS = {
     "My gym locker code is PELICAN-8823.": ["What's my gym locker code?", "Can you tell me my gym locker code?"],
@@ -107,7 +107,7 @@ def test_the_cost_is_bounded_whatever_the_archive(pages: int, text: str) -> None
 
     index.documents_with = counting  # type: ignore[method-assign]
     w = weigh(index, text)
-    assert sum(reads) <= len(message_terms(text)) * MAX_DF
+    assert sum(reads) <= len(message_terms(text)) * (MAX_DF + PAIR_DF)  # each term's, and once more as a pair's
     assert len(w.pages) <= 8 and 0.0 <= w.match <= 1.0 + 1e-9
     assert len(w.terms) <= MAX_TERMS
 
@@ -130,3 +130,31 @@ def test_a_match_below_the_bar_of_a_question_still_gets_its_best_page() -> None:
     assert verdict(at(units, share), "") == "weak"  # a statement never
     assert verdict(at(units - 0.1, share), "question") == "weak"
     assert verdict(at(2.0, 0.6), "question") == "pushed"
+
+
+def test_phrase_pairs_are_adjacent_words_without_a_stop_word_or_punctuation_between() -> None:
+    assert phrase_pairs("How many fitness classes do I attend in a typical week?") == [("fitness", "class"),
+                                                                                       ("typical", "week")]
+    assert phrase_pairs("My to-watch list, the new car.") == [("watch", "list"), ("new", "car")]
+    assert phrase_pairs("Can you explain the quarterly budget?") == [("quarter", "budget")]
+    assert phrase_pairs("我的健身课 fitness, classes") == []
+
+
+def test_two_words_said_together_once_are_specific_together_a_phrasing_word_beside_a_subject_is_not() -> None:
+    question = "How many fitness classes do I attend in a typical week?"
+    # each word recurs all conversation long (in more episodes than a specific term may be), apart
+    spread = {n: CHAT.format(n=n) + " Fitness matters to me." for n in range(5, 120, 19)}
+    spread.update({n: CHAT.format(n=n) + " The class was full." for n in range(12, 120, 19)})
+    assert verdict(weigh(archive(spread), question), "question") == "no_match"
+    # ... and together in one sitting: "fitness classes" is what that sitting was about
+    spread.update({60: "user: I go to three fitness classes a week: spin, yoga and pilates.",
+                   61: "user: The fitness classes are at the gym near my office, in the evening class slot."})
+    w = weigh(archive(spread), question)
+    assert verdict(w, "question") in ("pushed", "narrow") and set(w.pages[:2]) == {"60", "61"}, w
+    assert {"fitness", "class"} <= set(w.terms)
+    # a phrasing word beside a subject: each on many pages, together no more often than chance would have them
+    chatty = {n: CHAT.format(n=n) + " Can you explain it again?" for n in range(2, 120, 4)}
+    chatty.update({n: CHAT.format(n=n) + " The database indexes were slow." for n in range(3, 120, 10)})
+    chatty.update({n: "user: Can you explain database indexes? " + CHAT.format(n=n) for n in (50, 51, 52)})
+    assert verdict(weigh(archive(chatty), "Can you explain database indexes in more detail?"), "question") \
+        == "no_match"
