@@ -29,7 +29,8 @@ import xxhash
 from proxy.recall.rounds import ToolCall, assistant_call_message, tool_result_message
 from proxy.recall.text import keywords, tokenize
 
-__all__ = ["call_id", "is_look_up", "missing_terms", "push_call", "recall_round", "search_words"]
+__all__ = ["LOOK_UP_TERMS", "call_id", "has_cjk", "is_look_up", "missing_terms", "push_call", "recall_round",
+           "search_words"]
 
 QUERY_TERMS = 6
 QUERY_WORDS = 16
@@ -86,22 +87,38 @@ def is_look_up(text: str) -> bool:
 _WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[^\W_\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+(?:['’.,-][^\W_]+)*")
 
 
-def search_words(text: str, most: int = QUERY_WORDS, wanted: Set[str] | None = None) -> str:
+def search_words(text: str, most: int = QUERY_WORDS, wanted: Set[str] | None = None,
+                 skip: Set[str] = frozenset()) -> str:
     """The words of ``text`` that the search can use (each yields a search term: stop words and punctuation out),
     each once, in order, at most ``most``: "What's my gym locker code?" -> "gym locker code". ``wanted``: only the
-    words (a Chinese or Japanese run counts as one) holding one of these search terms."""
+    words (a Chinese or Japanese run counts as one) holding one of these search terms; ``skip``: not the words
+    whose terms are all among these."""
     words: list[str] = []
     seen: set[str] = set()
     for match in _WORD.finditer(text[:MAX_LOOK_UP_CHARS]):
         word = match.group()
         terms = tokenize(word) if word.casefold() not in seen else []
-        if not terms or (wanted is not None and wanted.isdisjoint(terms)):
+        if not terms or (wanted is not None and wanted.isdisjoint(terms)) or (skip and skip.issuperset(terms)):
             continue
         seen.add(word.casefold())
         words.append(word)
         if len(words) >= most:
             break
     return " ".join(words)
+
+
+# The words of a look-up phrase ("earlier I told you…", "remind me", "我之前告诉过你…来着"): they say that the message
+# asks back, not about what, and find an earlier question put the same way before the page that answers it; a pushed
+# round's search gives them no weight (a Chinese word's characters alone are left alone: they are other words too)
+LOOK_UP_TERMS = frozenset(term for term in tokenize(
+    "earlier told tell said say mention remind remember recall previous conversation discuss talk "
+    "之前 以前 上次 告诉 说过 提过 提到 记得 来着 提醒") if len(term) > 1 or term.isascii())
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def has_cjk(text: str) -> bool:
+    """Whether the message's head holds Chinese or Japanese characters."""
+    return _CJK.search(text[:MAX_LOOK_UP_CHARS]) is not None
 
 
 def missing_terms(query: str, active_texts: Iterable[str], top: int = QUERY_TERMS) -> list[str]:

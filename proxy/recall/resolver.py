@@ -33,6 +33,7 @@ SEARCH_HITS = 5
 FUSION_CANDIDATES = 4  # each ranking contributes up to k * this candidates to the fusion
 EXCERPT_CHARS = 300  # characters shown of each search hit of a model's own call, in English ...
 CALL_EXCERPT_TOKENS = EXCERPT_CHARS // 4  # ... as tokens, in any script: a Chinese page shows about 75 characters
+MIN_EXCERPT_TOKENS = 8  # the narrowest window of a pushed round's hit, when nothing wider fits
 WHOLE_MESSAGE_TOKENS = 320  # a pushed round's best hit shows the message that matched whole up to this size
 # ... and each other hit up to this many times its excerpt's size (a user's fact is mostly one message of a few
 # sentences: shown whole, not cut at both ends)
@@ -106,13 +107,15 @@ class RecallResolver:
 
     async def resolve(self, ctx: RecallContext, args: RecallArgs, limit: int | None = None, newest_first: bool = False,
                       excerpt_tokens: int | None = None, hits_shown: int = SEARCH_HITS,
-                      shown_if: Callable[[str], bool] | None = None) -> RecallOutcome:
+                      shown_if: Callable[[str], bool] | None = None, muted: frozenset[str] = frozenset(),
+                      keep: str | None = None) -> RecallOutcome:
         """``limit``: tokens the answer may take (the room left in the prompt budget); at most recall_max_tokens.
         ``newest_first``: the search's hits shown newest page first (a fact said again later comes first), their
         excerpts shortened, then the lowest-ranked hits left out, until they fit (proxy.recall.resolver._fitted_hits);
         ``excerpt_tokens``: tokens shown of each hit, in any script (default: ``EXCERPT_CHARS`` characters);
         ``hits_shown``: how many search hits; ``shown_if(label)``: whether a hit below the best one may be shown
-        (the five best searched, those it refuses left out)."""
+        (the five best searched, those it refuses left out); ``muted``: query terms that weigh nothing (when others
+        remain); ``keep``: a page the hits must hold, second when the search did not rank it among them."""
         parts: list[str] = []
         returned: list[str] = []
         hits: list[tuple[str, float]] = []
@@ -125,9 +128,11 @@ class RecallResolver:
             parts.extend(await self._pages(ctx, args.pages, returned))
         if args.query:
             started = time.perf_counter()
-            hits = await self.search(ctx, args.query, hits_shown if shown_if is None else SEARCH_HITS)
+            hits = await self.search(ctx, args.query, hits_shown if shown_if is None else SEARCH_HITS, muted=muted)
             if shown_if is not None and hits:
                 hits = [hits[0], *(hit for hit in hits[1:] if shown_if(hit[0]))][:hits_shown]
+            if keep is not None and hits and keep not in {label for label, _ in hits}:
+                hits = [hits[0], (keep, 0.0), *hits[1:]][:max(2, hits_shown)]
             seconds = time.perf_counter() - started
             parts.append(await self._fitted_hits(ctx, args.query, hits, cap, newest_first, excerpt_tokens))
         if args.problems:
@@ -146,7 +151,7 @@ class RecallResolver:
         return self.vectors is not None and not getattr(self.vectors, "candidates_only", False)
 
     async def search(
-        self, ctx: RecallContext, query: str, k: int, use_vectors: bool = True
+        self, ctx: RecallContext, query: str, k: int, use_vectors: bool = True, muted: frozenset[str] = frozenset()
     ) -> list[tuple[str, float]]:
         """Best-first (page label, score): BM25 scores when lexical only, reciprocal-rank-fusion scores when
         fused with the vector ranking (proxy.recall.ranking: the top lexical hits stay first). Each page at most
@@ -159,6 +164,7 @@ class RecallResolver:
             self.vectors.remember(ctx.conversation_id, added)
         days = preferred_days(query, day_of(self.clock()), lambda: self._days(ctx))
         weights = query_weights(query, self.entity_boost)
+        weights = {term: weight for term, weight in weights.items() if term not in muted} or weights
         candidates = max(k * FUSION_CANDIDATES, k)
         if self.vectors is None or not use_vectors:
             if self.vectors is None and use_vectors:
@@ -349,6 +355,11 @@ class RecallResolver:
         while len(hits) > 1 and self.counter.count_text(rendered) > cap:
             hits = hits[:-1]
             rendered = self._render_hits(query, hits, read, newest_first, tokens_each=shorter)
+        while shorter > MIN_EXCERPT_TOKENS and self.counter.count_text(rendered) > cap:
+            # the best hit alone, still too long beside its header: its window narrowed (the message that matched
+            # still whole when short), not the whole answer cut at the end of the room
+            shorter = max(MIN_EXCERPT_TOKENS, shorter // 2)
+            rendered = self._render_hits(query, hits, read, newest_first, tokens_each=shorter, tight=True)
         return rendered
 
     async def _read_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]]) -> _ReadHits:
@@ -365,7 +376,7 @@ class RecallResolver:
         return _ReadHits(terms, {term: index.idf(term) for term in terms}, found, beside, neighbours)
 
     def _render_hits(self, query: str, hits: list[tuple[str, float]], read: _ReadHits, newest_first: bool = False,
-                     tokens_each: int | None = None) -> str:
+                     tokens_each: int | None = None, tight: bool = False) -> str:
         """``tokens_each``: tokens shown of each hit, twice that of the best one, as characters of its own text (a
         Chinese page has about four times fewer characters per token than an English one); default
         ``EXCERPT_CHARS`` characters."""
@@ -387,8 +398,9 @@ class RecallResolver:
                 in_chars = self._chars_of(text)
                 chars, whole, second = (in_chars(tokens_each), in_chars(WHOLE_HIT_FACTOR * tokens_each),
                                         in_chars(tokens_each))
-                if label == best:
-                    chars, whole = in_chars(2 * tokens_each), in_chars(WHOLE_MESSAGE_TOKENS)
+                if label == best:  # (``tight``: its message whole only as short as another hit's)
+                    chars, whole = in_chars(2 * tokens_each), in_chars(
+                        WHOLE_HIT_FACTOR * tokens_each if tight else WHOLE_MESSAGE_TOKENS)
             lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: "
                          f"{excerpt(text, terms, chars, whole, weights, second)}")
             beside = [n for n in read.beside[label] if n not in shown]

@@ -16,7 +16,7 @@ from proxy.engine.intent import message_text
 from proxy.engine.state import ConversationState
 from proxy.metrics import Metrics
 from proxy.recall.bm25 import BM25Index
-from proxy.recall.proactive import is_look_up, push_call, recall_round, search_words
+from proxy.recall.proactive import LOOK_UP_TERMS, has_cjk, is_look_up, push_call, recall_round, search_words
 from proxy.recall.resolver import SEARCH_HITS, RecallContext, RecallResolver
 from proxy.recall.salience import NOTHING, Weighing, asks, in_text, verdict, weigh
 from proxy.recall.tool import RecallArgs
@@ -155,10 +155,22 @@ class ProactivePush:
     async def _exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str, need: Need) -> list[dict[str, Any]]:
         m = self.metrics
         state = turn.state
-        # the message's words holding the rare terms that matched (its phrasing and common words would find the
-        # pages that share them, an earlier question put the same way, before the page that answers it)
-        query = (search_words(need.text, wanted=need.weighing.held | set(need.weighing.terms))
-                 or " ".join(need.weighing.terms))
+        # How many pages: the message's words holding the rare terms that matched find them (the best, and of the
+        # next four those holding a rare term of the message: the pages of each session a "how many X did I ..."
+        # spans); none found, no round
+        matched = (search_words(need.text, wanted=need.weighing.held | set(need.weighing.terms))
+                   or " ".join(need.weighing.terms))
+        holding = need.weighing.holding.__contains__
+        found = await self.resolver.search(rounds.context, matched, SEARCH_HITS)
+        found = [found[0], *(hit for hit in found[1:] if holding(hit[0]))] if found else []
+        if not found:
+            m.recall_pushes.labels("no_hits").inc()
+            return []
+        # Which pages: all the message's words find them (the subject it names, "networking event", "Alex", even
+        # where the active pages name it too), its look-up phrasing weighing nothing; the matched words' best page
+        # among them. A Chinese or Japanese message keeps the matched words: each of its runs of characters is a
+        # clause, those holding what matched already
+        query = matched if has_cjk(need.text) else (search_words(need.text, skip=LOOK_UP_TERMS) or matched)
         call = push_call(tool_name, query, f"{turn.redo.last_index}")
         counter = self.resolver.counter
         # Unlike a call the model makes, the push is the proxy's choice: it stays within the plan's budget (the
@@ -171,11 +183,11 @@ class ProactivePush:
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
             return []
-        # Below the best hit, only pages that hold a rare term of the message (the pages of each session a "how
-        # many X did I ..." spans): a page that shares the message's common words alone is not pushed
+        # Below the best hit, only pages that hold a rare term of the message: a page that shares the message's
+        # common words alone is not pushed
         outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit,
-                                              newest_first=True, excerpt_tokens=EXCERPT_TOKENS,
-                                              hits_shown=SEARCH_HITS, shown_if=need.weighing.holding.__contains__)
+                                              newest_first=True, excerpt_tokens=EXCERPT_TOKENS, hits_shown=len(found),
+                                              shown_if=holding, muted=LOOK_UP_TERMS, keep=found[0][0])
         if not outcome.hits:
             m.recall_pushes.labels("no_hits").inc()
             return []

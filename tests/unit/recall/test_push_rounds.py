@@ -90,6 +90,25 @@ async def test_a_models_own_call_shows_as_many_tokens_of_each_hit_in_any_script(
     assert CALL_EXCERPT_TOKENS * 4 == EXCERPT_CHARS  # English: the characters a call always showed
 
 
+async def test_a_best_hit_that_does_not_fit_beside_its_header_is_narrowed_not_cut() -> None:
+    state, messages = conversation({3: FILLER * 4 + "My flight to Oslo is SK4711, booked for May."})
+    resolver = RecallResolver(None, EstimateCounter(), 4096)
+    ctx = RecallContext("t", "c", state, messages)
+    out = await resolver.resolve(ctx, RecallArgs(query="flight Oslo booked May " + "weather news green " * 3),
+                                 limit=70, newest_first=True, excerpt_tokens=80, hits_shown=1)
+    assert "SK4711" in out.text and "cut to" not in out.text, out.text
+
+
+async def test_muted_query_terms_weigh_nothing() -> None:
+    facts = {3: "My flight to Oslo is SK4711. " + FILLER, 6: "Earlier I told you a flight story, earlier, told. " + FILLER}
+    state, messages = conversation(facts)
+    resolver = RecallResolver(None, EstimateCounter(), 4096)
+    ctx = RecallContext("t", "c", state, messages)
+    assert (await resolver.search(ctx, "earlier told flight Oslo", 1))[0][0] == "6"
+    assert (await resolver.search(ctx, "earlier told flight Oslo", 1, muted=frozenset({"earlier", "told"})))[0][0] == "3"
+    assert (await resolver.search(ctx, "earlier told", 1, muted=frozenset({"earlier", "told"})))[0][0] == "6"
+
+
 async def test_a_page_is_not_found_by_the_recall_rounds_it_holds() -> None:
     state, messages = conversation({4: "The harbour festival starts on Friday. " + FILLER})
     round_ = [{"role": "assistant", "content": "", "tool_calls": [

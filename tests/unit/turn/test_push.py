@@ -252,3 +252,26 @@ async def test_a_question_spanning_sessions_gets_each_page_holding_what_it_names
     assert all("kayaking" in line for line in shown)  # no page that shares only the question's other words
     assert all(text.split(",")[0] in sent[-1]["content"] for text in said.values())  # each session, not the best
     await service.close()
+
+
+async def test_the_round_searches_the_subject_the_message_names_not_its_look_up_phrasing() -> None:
+    """The round's pages are found by all the message's words, the subject included where the active pages name it
+    too ("Alex"), the look-up phrasing ("earlier", "told") weighing nothing; as many pages as the rare words that
+    matched find."""
+    upstream = ChatUpstream()
+    service = make_service(upstream, MemoryRepository(), write_behind_max_lag_ms=60_000)
+    chat = Chat(service)
+    said = {3: "Alex was born when I was eleven; he is my little brother.",
+            8: "Earlier I told you about the harbour, what was it called again?"}
+    for i in range(20):
+        await chat.send(said.get(i, chat.user_text(i)))
+    await _past_an_epoch(chat)
+    await chat.send("Alex called me today about his new job.")
+    await chat.send("Earlier I told you how old I was when Alex was born. What was it?")
+    sent = upstream.requests[-1]["messages"]
+    assert sent[-1]["role"] == "tool"
+    query = json.loads(sent[-2]["tool_calls"][0]["function"]["arguments"])["query"]
+    assert "Alex" in query and "Earlier" not in query and "told" not in query, query
+    assert "eleven" in sent[-1]["content"]
+    assert "harbour" not in sent[-1]["content"]  # the earlier question put the same way
+    await service.close()
