@@ -111,7 +111,7 @@ def search_words(text: str, most: int = QUERY_WORDS, wanted: Set[str] | None = N
 # asks back, not about what, and find an earlier question put the same way before the page that answers it; a pushed
 # round's search gives them no weight (a Chinese word's characters alone are left alone: they are other words too)
 LOOK_UP_TERMS = frozenset(term for term in tokenize(
-    "earlier told tell said say mention remind remember recall previous conversation discuss talk "
+    "earlier told tell said say mention remind remember recall conversation discuss talk "
     "之前 以前 上次 告诉 说过 提过 提到 记得 来着 提醒") if len(term) > 1 or term.isascii())
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
