@@ -27,7 +27,7 @@ from typing import Any
 import xxhash
 
 from proxy.recall.rounds import ToolCall, assistant_call_message, tool_result_message
-from proxy.recall.text import keywords, tokenize
+from proxy.recall.text import CJK_CHAR, keywords, tokenize
 
 __all__ = ["LOOK_UP_TERMS", "call_id", "has_cjk", "is_look_up", "missing_terms", "push_call", "recall_round",
            "search_words"]
@@ -113,12 +113,11 @@ def search_words(text: str, most: int = QUERY_WORDS, wanted: Set[str] | None = N
 LOOK_UP_TERMS = frozenset(term for term in tokenize(
     "earlier told tell said say mention remind remember recall conversation discuss talk "
     "之前 以前 上次 告诉 说过 提过 提到 记得 来着 提醒") if len(term) > 1 or term.isascii())
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
 def has_cjk(text: str) -> bool:
     """Whether the message's head holds Chinese or Japanese characters."""
-    return _CJK.search(text[:MAX_LOOK_UP_CHARS]) is not None
+    return CJK_CHAR.search(text[:MAX_LOOK_UP_CHARS]) is not None
 
 
 def missing_terms(query: str, active_texts: Iterable[str], top: int = QUERY_TERMS) -> list[str]:

@@ -70,6 +70,11 @@ def query_terms(query: str) -> list[str]:
     return [t for t in tokenize(query) if len(t) > 1]
 
 
+def allowed_hits(hits: list[tuple[str, float]], shown_if: Callable[[str], bool]) -> list[tuple[str, float]]:
+    """The best hit, then those below it that ``shown_if(label)`` allows, in their order."""
+    return [hits[0], *(hit for hit in hits[1:] if shown_if(hit[0]))] if hits else []
+
+
 class RecallResolver:
     def __init__(
         self,
@@ -129,8 +134,8 @@ class RecallResolver:
         if args.query:
             started = time.perf_counter()
             hits = await self.search(ctx, args.query, hits_shown if shown_if is None else SEARCH_HITS, muted=muted)
-            if shown_if is not None and hits:
-                hits = [hits[0], *(hit for hit in hits[1:] if shown_if(hit[0]))][:hits_shown]
+            if shown_if is not None:
+                hits = allowed_hits(hits, shown_if)[:hits_shown]
             if keep is not None and hits and keep not in {label for label, _ in hits}:
                 hits = [hits[0], (keep, 0.0), *hits[1:]][:max(2, hits_shown)]
             seconds = time.perf_counter() - started

@@ -25,6 +25,7 @@ __all__ = [
     "STOP_WORDS_EN",
     "STOP_WORDS_ZH",
     "KEYWORD_PATTERN",
+    "CJK_CHAR",
     "tokenize",
     "term_runs",
     "stem",
@@ -61,6 +62,7 @@ STOP_WORDS_ZH: frozenset[str] = frozenset(
 KEYWORD_PATTERN = re.compile(r"[a-z0-9_]{2,}|[\u4e00-\u9fff]{2,}", re.IGNORECASE)
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+CJK_CHAR = re.compile(rf"[{_CJK}]")  # a Chinese or Japanese character (the ranges tokenize reads as CJK)
 _HIRAGANA = re.compile(r"[\u3040-\u309f]")
 # A CJK run, a number with decimal/thousands separators inside, or a run of other letters and digits
 # (with inner apostrophes).
@@ -157,8 +159,7 @@ def term_runs(text: str, skip_after: str = "") -> list[list[str]]:
     lowered = text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'")
     for match in _TOKEN_PATTERN.finditer(lowered):
         token = match.group()
-        first = token[0]
-        cjk = "\u3040" <= first <= "\u30ff" or "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff"
+        cjk = CJK_CHAR.match(token) is not None
         term = None if cjk or previous == skip_after else _term(token[:MAX_TERM_CHARS])
         if term is None or not _BETWEEN_RUN.fullmatch(lowered, end, match.start()):
             if runs[-1]:

@@ -17,7 +17,7 @@ from proxy.engine.state import ConversationState
 from proxy.metrics import Metrics
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.proactive import LOOK_UP_TERMS, has_cjk, is_look_up, push_call, recall_round, search_words
-from proxy.recall.resolver import SEARCH_HITS, RecallContext, RecallResolver
+from proxy.recall.resolver import SEARCH_HITS, RecallContext, RecallResolver, allowed_hits
 from proxy.recall.salience import NOTHING, Weighing, asks, in_text, verdict, weigh
 from proxy.recall.tool import RecallArgs
 from proxy.turn.recall_rounds import CALL_FRAMING_TOKENS, RESULT_FRAMING_TOKENS, TurnRecall
@@ -155,17 +155,9 @@ class ProactivePush:
     async def _exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str, need: Need) -> list[dict[str, Any]]:
         m = self.metrics
         state = turn.state
-        # How many pages: the message's words holding the rare terms that matched find them (the best, and of the
-        # next four those holding a rare term of the message: the pages of each session a "how many X did I ..."
-        # spans); none found, no round
+        # The message's words holding the rare terms that matched: how many pages (below)
         matched = (search_words(need.text, wanted=need.weighing.held | set(need.weighing.terms))
                    or " ".join(need.weighing.terms))
-        holding = need.weighing.holding.__contains__
-        found = await self.resolver.search(rounds.context, matched, SEARCH_HITS)
-        found = [found[0], *(hit for hit in found[1:] if holding(hit[0]))] if found else []
-        if not found:
-            m.recall_pushes.labels("no_hits").inc()
-            return []
         # Which pages: all the message's words find them (the subject it names, "networking event", "Alex", even
         # where the active pages name it too), its look-up phrasing weighing nothing; the matched words' best page
         # among them. A Chinese or Japanese message keeps the matched words: each of its runs of characters is a
@@ -182,6 +174,13 @@ class ProactivePush:
                  - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS)
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
+            return []
+        # How many pages: those the matched words find (the best, and of the next four those holding a rare term
+        # of the message: the pages of each session a "how many X did I ..." spans); none found, no round
+        holding = need.weighing.holding.__contains__
+        found = allowed_hits(await self.resolver.search(rounds.context, matched, SEARCH_HITS), holding)
+        if not found:
+            m.recall_pushes.labels("no_hits").inc()
             return []
         # Below the best hit, only pages that hold a rare term of the message: a page that shares the message's
         # common words alone is not pushed
