@@ -101,7 +101,7 @@ def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, emb
     from loadtests.eval_sets import embedded_text, search_rankings, user_views
     from proxy.recall.bm25 import BM25Index
     from proxy.recall.pagetext import index_terms
-    from proxy.recall.ranking import query_weights
+    from proxy.recall.ranking import query_weights, vector_query
 
     index = BM25Index()
     for position, page in enumerate(pages):
@@ -109,7 +109,7 @@ def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, emb
     weights = query_weights(question, entity_boost)
     query_vector, vectors = None, {}
     if embed is not None:
-        query_vector = embed([question])[0]
+        query_vector = embed([vector_query(question)])[0]
         vectors = dict(enumerate(embed([embedded_text(p.text) for p in pages])))
     users, user_lengths = user_views([list(p.messages) for p in pages], embed)
     lengths = {i: len(embedded_text(p.text)) for i, p in enumerate(pages)}

@@ -25,7 +25,7 @@ from proxy.recall.fusion import cosine_similarity, rank_by_cosine
 from proxy.recall.packaged_models import DEFAULT_MODEL
 from proxy.recall.pagetext import index_terms, user_text, vector_text
 from proxy.recall.ranking import (MIN_SCORE, PAGE, USER, best_views, candidate_views, fuse, lexical_candidates,
-                                  lexical_ranking, preferred_days, query_weights)
+                                  lexical_ranking, preferred_days, query_weights, vector_query)
 from proxy.recall.resolver import FUSION_CANDIDATES, SEARCH_HITS
 from proxy.recall.text import tokenize
 
@@ -216,7 +216,7 @@ def evaluate_memorybank(
         index, texts, vectors, users = indexes[user.name]
         weights = query_weights(question, entity_boost)
         days = {i: dt.date.fromisoformat(e.date) for i, e in enumerate(user.exchanges)}
-        ranked = search_rankings(index, question, weights, embed([question])[0] if embed is not None else None,
+        ranked = search_rankings(index, question, weights, embed([vector_query(question)])[0] if embed is not None else None,
                                  vectors, days.get if dates else None, max(days.values()),
                                  min_cosine=min_cosine if min_cosine is not None else -1.0,
                                  vector_weight=vector_weight,

@@ -27,9 +27,9 @@ from typing import TypeVar
 
 from proxy.engine.contents import utc_day as day_of  # the day a page is dated by, on the contents page too
 from proxy.recall.fusion import reciprocal_rank_fusion
-from proxy.recall.relative_days import MAY_NAME_A_TIME, relative_spans
+from proxy.recall.relative_days import MAY_NAME_A_TIME, relative_spans, without_relative_times
 
-__all__ = ["DaySpan", "asked_days", "day_of", "prefer_days"]
+__all__ = ["DaySpan", "asked_days", "day_of", "prefer_days", "without_times"]
 
 Id = TypeVar("Id", bound=Hashable)
 
@@ -99,6 +99,23 @@ def asked_days(text: str, today: _dt.date) -> DaySpan | None:
     for span in spans[1:]:
         covered = covered.cover(span)
     return covered
+
+
+def without_times(text: str) -> str:
+    """``text`` with the times it names blanked out (calendar dates, times counted back from today, vague ones
+    such as "a few weeks ago"): what it asks about, not when. Unchanged when it names no time."""
+    if MAY_NAME_A_TIME.search(text) is None:
+        return text
+    for pattern in (_ISO, _MONTH_DAY, _DAY_OF_MONTH, _ZH_DATE):
+        text = pattern.sub(_blank_date, text)
+    return without_relative_times(text)
+
+
+def _blank_date(match: re.Match[str]) -> str:
+    """A calendar date blanked out, as _calendar_days reads them ("what may 2 people do" is left alone)."""
+    if match.group("month").lower() == "may" and not (match.groupdict().get("ordinal") or match.group("year")):
+        return match.group()
+    return " "
 
 
 def prefer_days(

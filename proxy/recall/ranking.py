@@ -2,7 +2,10 @@
 
 1. ``query_weights``: the query's terms, its proper nouns, numbers and codes boosted (proxy.recall.entities). The
    word a question puts after "how" (``how many``, ``how much``, ``how long``, ``how often`` …) names the kind of
-   answer wanted, not what it is about: it is left out (a page rarely repeats it, many pages hold it).
+   answer wanted, not what it is about: it is left out (a page rarely repeats it, many pages hold it). The words
+   of the times it names ("four weeks ago", "last Saturday", "in the past two months") say when, not what: they
+   weigh ``TIME_WEIGHT`` (step 2 ranks by the days they name; in full they would find the pages that say "a few
+   weeks ago" or "Saturday" of something else).
 2. ``preferred_days``: the days the query names (proxy.recall.dates), then the days after them up to today: an
    event is told of on its day or later ("I cleaned my sneakers last month", said this week). The pages of the
    asked days climb a ranking first, those of the days after them next (proxy.recall.dates.prefer_days).
@@ -27,17 +30,18 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from proxy.recall.bm25 import BM25Index
-from proxy.recall.dates import DaySpan, asked_days, prefer_days
+from proxy.recall.dates import DaySpan, asked_days, prefer_days, without_times
 from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector
 from proxy.recall.text import tokenize
 
 __all__ = ["MIN_SCORE", "USER", "PAGE", "DayPreference", "query_weights", "preferred_days", "lexical_candidates",
-           "lexical_ranking", "candidate_views", "best_views", "fuse"]
+           "lexical_ranking", "vector_query", "candidate_views", "best_views", "fuse"]
 
 Id = TypeVar("Id", bound=Hashable)
 
 MIN_SCORE = 0.2  # BM25 score under which a page is not a hit
+TIME_WEIGHT = 0.25  # of a query term that only a time it names holds (step 1)
 USER, PAGE = "user", "page"  # the views of a page the vector half embeds
 
 _ANSWER_KIND = re.compile(r"\bhow\s+(?:many|much|long|often|far|old|soon)\b", re.IGNORECASE)
@@ -46,7 +50,12 @@ _ANSWER_KIND = re.compile(r"\bhow\s+(?:many|much|long|often|far|old|soon)\b", re
 def query_weights(query: str, entity_boost: float = 1.0) -> dict[str, float]:
     """BM25 weights of the query's terms (module docstring, step 1)."""
     terms = dict.fromkeys(tokenize(_ANSWER_KIND.sub(" ", query)), 1.0) or dict.fromkeys(tokenize(query), 1.0)
-    return boosted_query(terms, query, entity_boost)
+    weights = boosted_query(terms, query, entity_boost)
+    timeless = without_times(query)
+    if timeless == query:
+        return weights
+    kept = set(tokenize(timeless))
+    return {term: weight if term in kept else weight * TIME_WEIGHT for term, weight in weights.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +73,15 @@ class DayPreference:
 
     def prefer(self, ranking: Sequence[tuple[Id, float]], keep_scores: bool = False) -> list[tuple[Id, float]]:
         return prefer_days(ranking, self.days.get, self.span, keep_scores, until=self.today)
+
+
+def vector_query(query: str) -> str:
+    """What the vector half embeds of a query: the query without the times it names (step 1: they say when; the
+    days rank the pages in step 2), unless that leaves nothing."""
+    timeless = without_times(query)
+    if timeless == query:
+        return query
+    return " ".join(timeless.split()) or query
 
 
 def preferred_days(query: str, today: _dt.date, days: Callable[[], Mapping[Any, _dt.date]]

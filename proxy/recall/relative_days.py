@@ -24,7 +24,7 @@ import calendar
 import datetime as _dt
 import re
 
-__all__ = ["relative_spans", "MAY_NAME_A_TIME"]
+__all__ = ["relative_spans", "without_relative_times", "MAY_NAME_A_TIME"]
 
 Span = tuple[_dt.date, _dt.date]
 
@@ -62,6 +62,9 @@ _ZH_CALENDAR = {"这周": ("this", "week"), "本周": ("this", "week"), "这个�
                 "上周": ("last", "week"), "上个星期": ("last", "week"), "上星期": ("last", "week"),
                 "这个月": ("this", "month"), "本月": ("this", "month"), "上个月": ("last", "month"),
                 "上月": ("last", "month"), "今年": ("this", "year"), "去年": ("last", "year")}
+# Vague times, not read (module docstring) but times all the same: "a few weeks ago", "several months ago", 前几天
+_VAGUE = re.compile(r"\b(?:a\s+few|several|some|many)\s+(?:day|week|month|year)s?\s+ago\b|(?:前|这)几(?:天|周|个星期|个月|年)"
+                    r"|几(?:天|周|个星期|个月|年)(?:以)?前", re.IGNORECASE)
 # Every form read holds a digit or one of these: most queries are turned away by this one scan.
 MAY_NAME_A_TIME = re.compile(r"\d|day|ago|week|month|year|[今昨前天周月年]|星期|礼拜", re.IGNORECASE)
 
@@ -157,3 +160,12 @@ def relative_spans(text: str, today: _dt.date) -> list[Span]:
             spans.append(read(match, today))
         text = pattern.sub(" ", text)
     return spans
+
+
+def without_relative_times(text: str) -> str:
+    """``text`` with each time it counts back from today blanked out, vague ones ("a few days ago") too."""
+    for pattern, _ in _SINGLE_DAYS:
+        text = pattern.sub(" ", text)
+    for pattern, _ in _READERS:
+        text = pattern.sub(" ", text)
+    return _VAGUE.sub(" ", text)

@@ -22,7 +22,7 @@ from proxy.recall.offloaded import read_lines, search_lines
 from proxy.recall.pagetext import (excerpt, index_text, message_text, page_messages_with_hidden, render_page,
                                    user_text, vector_text)
 from proxy.recall.ranking import (PAGE, USER, best_views, candidate_views, fuse, lexical_candidates,
-                                  lexical_ranking, preferred_days, query_weights)
+                                  lexical_ranking, preferred_days, query_weights, vector_query)
 from proxy.recall.search_indexes import PageSource, RecallContext, SearchIndexes
 from proxy.recall.text import tokenize
 from proxy.recall.tool import RecallArgs
@@ -178,11 +178,11 @@ class RecallResolver:
             return self._labelled(lexical_ranking(found, days))[:k]
         if isinstance(self.vectors, CandidateVectors):
             lexical = self._labelled(lexical_candidates(index, weights, candidates, days))
-            vector_task = asyncio.ensure_future(self._candidate_cosines(ctx, query, lexical))
+            vector_task = asyncio.ensure_future(self._candidate_cosines(ctx, vector_query(query), lexical))
         else:
             # The query is embedded (a worker thread) while BM25 runs here: started first, awaited after.
             vector_task = asyncio.ensure_future(
-                self.vectors.nearest(ctx.tenant, ctx.conversation_id, query, candidates))
+                self.vectors.nearest(ctx.tenant, ctx.conversation_id, vector_query(query), candidates))
             try:
                 await asyncio.sleep(0)
                 lexical = self._labelled(lexical_candidates(index, weights, candidates, days))

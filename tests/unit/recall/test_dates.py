@@ -8,7 +8,7 @@ import pytest
 
 from proxy.engine import EstimateCounter
 from proxy.engine.state import ARCHIVED, ConversationState, PageRecord
-from proxy.recall.dates import DaySpan, asked_days, day_of, prefer_days
+from proxy.recall.dates import DaySpan, asked_days, day_of, prefer_days, without_times
 from proxy.recall.resolver import RecallContext, RecallResolver
 from proxy.recall.tool import RecallArgs
 
@@ -16,7 +16,7 @@ TODAY = dt.date(2023, 5, 6)  # a Saturday
 D = dt.date
 
 
-@pytest.mark.parametrize("text, first, last", [
+NAMED_DAYS = [
     ("On May 2nd, I went to the museum", D(2023, 5, 2), D(2023, 5, 2)),
     ("what did I say on April 27th?", D(2023, 4, 27), D(2023, 4, 27)),
     ("the 3rd of Dec. please", D(2022, 12, 3), D(2022, 12, 3)),  # no year: the latest one before today
@@ -56,7 +56,10 @@ D = dt.date
     ("上周末", D(2023, 4, 29), D(2023, 4, 30)),
     ("last year", D(2022, 1, 1), D(2022, 12, 31)),
     ("去年", D(2022, 1, 1), D(2022, 12, 31)),
-])
+]
+
+
+@pytest.mark.parametrize("text, first, last", NAMED_DAYS)
 def test_named_days(text: str, first: dt.date, last: dt.date) -> None:
     assert asked_days(text, TODAY) == DaySpan(first, last)
 
@@ -66,6 +69,30 @@ def test_named_days(text: str, first: dt.date, last: dt.date) -> None:
                                   "a holiday someday", "on the last day of the trip"])
 def test_no_day_or_a_vague_one(text: str) -> None:
     assert asked_days(text, TODAY) is None
+
+
+@pytest.mark.parametrize("text", [text for text, _, _ in NAMED_DAYS])
+def test_a_time_blanked_out_names_no_day(text: str) -> None:
+    assert asked_days(without_times(text), TODAY) is None
+
+
+@pytest.mark.parametrize("text, left", [
+    ("What kitchen appliance did I buy 10 days ago?", "What kitchen appliance did I buy ?"),
+    ("Who did I go with to the music event last Saturday?", "Who did I go with to the music event ?"),
+    ("How many times did I bake something in the past two weeks?", "How many times did I bake something in ?"),
+    ("I mentioned cooking something for my friend a couple of days ago. What was it?",
+     "I mentioned cooking something for my friend . What was it?"),
+    ("the gift I bought on May 2nd, a few weeks ago", "the gift I bought on ,"),  # vague times too
+    ("我三天前买了什么", "我 买了什么"),
+    ("前几天买的书", "买的书"),
+])
+def test_the_times_a_text_names_are_blanked_out(text: str, left: str) -> None:
+    assert " ".join(without_times(text).split()) == left
+
+
+@pytest.mark.parametrize("text", ["what may 2 people do", "my cat", "the 40th", ""])
+def test_a_text_naming_no_time_is_left_as_it_is(text: str) -> None:
+    assert without_times(text) == text
 
 
 def test_pages_of_the_day_climb_but_no_page_joins() -> None:

@@ -11,7 +11,7 @@ from proxy.recall.bm25 import BM25Index
 from proxy.recall.dates import DaySpan
 from proxy.recall.pagetext import user_text
 from proxy.recall.ranking import (PAGE, USER, DayPreference, best_views, candidate_views, lexical_candidates,
-                                  lexical_ranking, preferred_days, query_weights)
+                                  TIME_WEIGHT, lexical_ranking, preferred_days, query_weights, vector_query)
 from proxy.recall.text import tokenize
 
 D = dt.date
@@ -23,6 +23,35 @@ def test_the_kind_of_answer_a_question_asks_for_is_not_searched() -> None:
     assert list(query_weights("many friends came, for a long time")) == tokenize("many friends came long time")
     assert list(query_weights("how many?")) == tokenize("many")  # nothing else to search: kept
     assert query_weights("How much did Anna pay?", entity_boost=2.0) == {"anna": 2.0, "pay": 1.0}
+
+
+def test_the_times_a_query_names_weigh_less() -> None:
+    weights = query_weights("What kitchen appliance did I buy 10 days ago?")
+    assert weights == {**dict.fromkeys(tokenize("kitchen appliance buy"), 1.0),
+                       **dict.fromkeys(tokenize("10 days ago"), TIME_WEIGHT)}
+    # a word the time holds and the rest of the query too weighs in full
+    weights = query_weights("what did I plan for the week, two weeks ago?")
+    assert weights[tokenize("week")[0]] == 1.0
+    assert query_weights("my gym locker code") == dict.fromkeys(tokenize("gym locker code"), 1.0)
+    assert query_weights("yesterday") == {tokenize("yesterday")[0]: TIME_WEIGHT}  # a time alone is still searched
+
+
+def test_a_page_saying_the_same_time_of_something_else_does_not_outrank_the_one_asked_for() -> None:
+    pages = {"smoker": "I just got a smoker and I'm excited to try it with brisket",
+             "amp": "I bought a new guitar amp two weeks ago, a few days after the concert",
+             **{str(n): f"a page about the weather number {n}" for n in range(20)}}
+    query = "what smoker-ish kitchen appliance did I buy two weeks ago?"
+    index = _index(pages)
+    before = index.search_weighted(dict.fromkeys(tokenize(query), 1.0), k=2)
+    assert before[0][0] == "amp"  # the time's words alone outweigh the one word of the thing asked for
+    assert lexical_candidates(index, query_weights(query), 2)[0][0] == "smoker"
+
+
+def test_the_vector_half_embeds_the_query_without_its_times() -> None:
+    assert vector_query("Who did I go with to the music event last Saturday?") == \
+        "Who did I go with to the music event ?"
+    assert vector_query("my gym locker code") == "my gym locker code"
+    assert vector_query("yesterday") == "yesterday"  # nothing else: kept
 
 
 def _index(pages: dict[str, str]) -> BM25Index:
