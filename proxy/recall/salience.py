@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from proxy.recall.bm25 import BM25Index, DocId
 from proxy.recall.text import term_runs, tokenize
 
-__all__ = ["MAX_CHARS", "NOTHING", "NARROW", "STRENGTH", "Weighing", "asks", "in_text", "message_terms", "episodes", "one_page_idf", "phrase_pairs", "specific_episodes", "verdict",
+__all__ = ["MAX_CHARS", "NOTHING", "NARROW", "STRENGTH", "Weighing", "asks", "counts", "in_text", "never_known", "message_terms", "episodes", "one_page_idf", "phrase_pairs", "specific_episodes", "verdict",
            "weigh"]
 
 MAX_CHARS = 2000  # a message is weighed by its head: a pasted document is not a question about the archive
@@ -41,6 +41,7 @@ MAX_TERMS = 24  # specific terms weighed per message, the rarest first
 SPECIFIC_SHARE = 0.02  # at most this many episodes per archived page ...
 MIN_EPISODES = 1  # ... or this many, in a small archive ...
 EPISODE_GAP = 3  # (pages at most this far apart are one episode)
+COUNT_EPISODES = 3  # ... times as many for a message that asks for a count or a total (``counts``)
 PAGE_SHARE = 0.1  # ... and held by at most this share of the pages (or MIN_DF) ...
 MIN_DF = 4
 MAX_DF = 32  # ... and never by more: the postings a turn reads stay bounded
@@ -71,6 +72,11 @@ NARROW = {
     "look_up": ((0.5, 0.1),),
 }
 
+# a count or a total: "how many", "how often", "in total", "the total amount", 一共, 几次 (not "how much was the
+# budget", 密码是多少: one value, which the prompt answers when it names it)
+_COUNT = re.compile(r"\bhow\s+(?:many|often)\b|\bhow\s+much\b[^?.!\n]{0,40}?\b(?:spen[dt]|paid|total)\b|\bin\s+total\b"
+                    r"|\btotal\s+(?:number|amount|cost|money|of)\b|\baltogether\b"
+                    r"|多少(?:次|个|种|回)|几(?:次|个|种|位|回)|一共|总共", re.IGNORECASE)
 _QUESTION = re.compile(r"[?？]|[吗呢么]\s*[。！!]?\s*$|(?:什么|多少|几[个次天年月号点岁]|哪|谁|怎么|为什么|是否)")
 
 
@@ -82,6 +88,17 @@ def message_terms(text: str) -> list[str]:
 def asks(text: str) -> bool:
     """Whether the message asks something (a question mark, full-width too, or a Chinese interrogative)."""
     return bool(_QUESTION.search(text[:MAX_CHARS]))
+
+
+def counts(text: str) -> bool:
+    """Whether the message asks for a count or a total ("how many times…", "how much did I spend in total", 几次,
+    一共): every mention of what it counts answers it, those in the archive as well as those in the prompt."""
+    return bool(_COUNT.search(text[:MAX_CHARS]))
+
+
+def never_known(term: str) -> bool:
+    """``known`` for ``weigh`` when what the active pages hold answers only part of the message (``counts``)."""
+    return False
 
 
 def specific_episodes(pages: int) -> int:
@@ -141,7 +158,8 @@ def weigh(index: BM25Index, text: str, known: Callable[[str], bool] | None = Non
     archived = len(index)
     if archived == 0 or not text:
         return NOTHING
-    cap = specific_episodes(archived)
+    # a count spans sessions ("how many fitness classes do I attend?"): what it counts may be met in more episodes
+    cap = specific_episodes(archived) * (COUNT_EPISODES if counts(text) else 1)
     max_df = min(MAX_DF, max(MIN_DF, math.ceil(PAGE_SHARE * archived)))
     terms = message_terms(text)
     idf: dict[str, float] = {}

@@ -18,7 +18,7 @@ from proxy.metrics import Metrics
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.proactive import LOOK_UP_TERMS, has_cjk, is_look_up, push_call, recall_round, search_words
 from proxy.recall.resolver import SEARCH_HITS, RecallContext, RecallResolver, allowed_hits
-from proxy.recall.salience import NOTHING, Weighing, asks, in_text, verdict, weigh
+from proxy.recall.salience import NOTHING, Weighing, asks, counts, in_text, never_known, verdict, weigh
 from proxy.recall.tool import RecallArgs
 from proxy.turn.recall_rounds import CALL_FRAMING_TOKENS, RESULT_FRAMING_TOKENS, TurnRecall
 from proxy.turn.turn import Turn
@@ -76,12 +76,15 @@ def latest_user_text(messages: Sequence[dict[str, Any]]) -> str | None:
 def need_of(index: BM25Index, text: str, state: ConversationState, messages: Sequence[dict[str, Any]]) -> Need:
     """The message weighed against the archive (``index``); the active pages are read only when an archived page
     matches strongly (a turn that does not push costs the message's terms and a few short postings), and then as
-    one case-folded text searched for the matched terms (proxy.recall.salience.in_text)."""
+    one case-folded text searched for the matched terms (proxy.recall.salience.in_text); not at all for a count
+    (proxy.recall.salience.counts)."""
     kind = "look_up" if is_look_up(text) else "question" if asks(text) else ""
     weighing = weigh(index, text)
     reason = verdict(weighing, kind)
     if reason in WANTED:
-        weighing = weigh(index, text, in_text(active_text(state, messages)))
+        # a count ("how many times have I…") is answered by every mention, the archive's too: what the active pages
+        # name does not make the round needless
+        weighing = weigh(index, text, never_known if counts(text) else in_text(active_text(state, messages)))
         reason = verdict(weighing, kind)
         if reason not in WANTED:
             reason = "in_prompt"

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.recall.bm25 import BM25Index
-from proxy.recall.salience import (MAX_DF, MAX_TERMS, PAIR_DF, asks, episodes, in_text, message_terms,
+from proxy.recall.salience import (MAX_DF, MAX_TERMS, PAIR_DF, asks, counts, episodes, in_text, message_terms,
                                    phrase_pairs, specific_episodes, verdict, weigh)
 
 FACTS = {
@@ -93,6 +93,16 @@ def test_question_detection_is_language_agnostic_enough() -> None:
     assert not asks("I like tea.") and not asks("好的，谢谢。")
 
 
+def test_a_count_or_a_total_is_told_from_a_single_value() -> None:
+    for text in ("How many times have I tried making a Negroni?", "How often do I go to yoga?",
+                 "How much have I spent on coffee this month?", "What is the total number of courses I took?",
+                 "How much did the trips cost in total?", "我一共去过几次？", "我买了几个杯子？"):
+        assert counts(text), text
+    for text in ("How much was the print budget?", "我的密码是多少？", "What's my gym locker code?",
+                 "Is a total eclipse visible here?", "How long is my commute?"):
+        assert not counts(text), text
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.integers(10, 250), st.text(max_size=300))
 def test_the_cost_is_bounded_whatever_the_archive(pages: int, text: str) -> None:
@@ -141,11 +151,13 @@ def test_phrase_pairs_are_adjacent_words_without_a_stop_word_or_punctuation_betw
 
 
 def test_two_words_said_together_once_are_specific_together_a_phrasing_word_beside_a_subject_is_not() -> None:
-    question = "How many fitness classes do I attend in a typical week?"
+    question = "Which fitness classes do I attend in a typical week?"
     # each word recurs all conversation long (in more episodes than a specific term may be), apart
     spread = {n: CHAT.format(n=n) + " Fitness matters to me." for n in range(5, 120, 19)}
     spread.update({n: CHAT.format(n=n) + " The class was full." for n in range(12, 120, 19)})
     assert verdict(weigh(archive(spread), question), "question") == "no_match"
+    # a count spans sessions: what it counts may be met in more episodes
+    assert verdict(weigh(archive(spread), "How many fitness classes do I attend?"), "question") != "no_match"
     # ... and together in one sitting: "fitness classes" is what that sitting was about
     spread.update({60: "user: I go to three fitness classes a week: spin, yoga and pilates.",
                    61: "user: The fitness classes are at the gym near my office, in the evening class slot."})

@@ -160,6 +160,11 @@ def test_push_room_is_planned_only_for_messages_whose_archived_match_the_active_
     assert not wanted([*asked[:-1], {"role": "user", "content": "What should I cook tonight?"}])
     # the words it matched are in the active pages: the prompt answers it, no round to make room for
     assert not wanted([{"role": "user", "content": "the print budget, blue logo"}, *asked[1:]])
+    # a count: every mention answers it, those of the archive too, where the active pages name what it counts
+    counted = [{"role": "user", "content": "The blue logo again, for the print run."}, asked[1],
+               {"role": "user", "content": "How many times did we change the blue logo?"}]
+    assert wanted(counted)
+    assert not wanted([*counted[:-1], {"role": "user", "content": "Which blue logo did we choose?"}])
     config = EngineConfig()
     assert with_push_room(config).high_watermark == PUSH_HIGH_WATERMARK < config.high_watermark
     assert with_push_room(config).low_watermark == config.low_watermark
