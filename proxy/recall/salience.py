@@ -76,7 +76,8 @@ NARROW = {
 # budget", 密码是多少: one value, which the prompt answers when it names it)
 _COUNT = re.compile(r"\bhow\s+(?:many|often)\b|\bhow\s+much\b[^?.!\n]{0,40}?\b(?:spen[dt]|paid|total)\b|\bin\s+total\b"
                     r"|\btotal\s+(?:number|amount|cost|money|of)\b|\baltogether\b"
-                    r"|多少(?:次|个|种|回)|几(?:次|个|种|位|回)|一共|总共", re.IGNORECASE)
+                    # Chinese: in the clause a question mark ends (几个 is also "a few": 可以从几个方面来看。)
+                    r"|(?:多少(?:次|个|种|回)|几(?:次|个|种|位|回)|一共|总共)[^。！!，,；;\n]{0,30}[？?]", re.IGNORECASE)
 _QUESTION = re.compile(r"[?？]|[吗呢么]\s*[。！!]?\s*$|(?:什么|多少|几[个次天年月号点岁]|哪|谁|怎么|为什么|是否)")
 
 

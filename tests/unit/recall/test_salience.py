@@ -98,7 +98,8 @@ def test_a_count_or_a_total_is_told_from_a_single_value() -> None:
                  "How much have I spent on coffee this month?", "What is the total number of courses I took?",
                  "How much did the trips cost in total?", "我一共去过几次？", "我买了几个杯子？"):
         assert counts(text), text
-    for text in ("How much was the print budget?", "我的密码是多少？", "What's my gym locker code?",
+    for text in ("How much was the print budget?", "我的密码是多少？", "What's my gym locker code?", "给我几个建议。",
+                 "这个问题可以从几个方面来看。能再详细讲讲预算吗？",  # 几个 is also "a few"
                  "Is a total eclipse visible here?", "How long is my commute?"):
         assert not counts(text), text
 
