@@ -116,10 +116,12 @@ def user_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str, s
 
 
 MAX_PLACES = 64  # places of each term looked at when choosing the excerpt
+USER_PLACE_WEIGHT = 2.0  # a query term in the user's own words counts this much more where the excerpt is placed
 
 
 def excerpt(text: str, terms: list[str], limit: int = 300, whole: int = 0,
-            weights: Mapping[str, float] | None = None, second: int = 0) -> str:
+            weights: Mapping[str, float] | None = None, second: int = 0,
+            user_place: float = USER_PLACE_WEIGHT) -> str:
     """About `limit` characters of `text` around the place where the most query terms occur together (the first
     such place): from the start of the message holding it when that place is within two thirds of the window from
     there (a short message is shown whole), a third of the window before it otherwise, but never past that
@@ -127,13 +129,14 @@ def excerpt(text: str, terms: list[str], limit: int = 300, whole: int = 0,
     not with the start of the next message); the whole message, when it is longer than `limit` but at most `whole`
     characters. ``weights``: each term's weight in that choice (the
     resolver gives its idf: a rare term places the excerpt before a common one); a place in a user message counts
-    ``USER_PLACE_WEIGHT`` times. ``second``: characters of a second window, placed the same way among the query
+    ``user_place`` times (``USER_PLACE_WEIGHT``; its inverse for a question about what the assistant said).
+    ``second``: characters of a second window, placed the same way among the query
     terms the first one lacks that weigh at least half the heaviest term of the text (the user's question shown,
     and the answer in the reply that follows it: the rare word that answers it); none when no such term occurs.
     Quoted after it is cut and its whitespace collapsed (escaping comes last: proxy.engine.markup)."""
     flat = " ".join(text.split())
     lower = flat.lower()
-    start, size = _window(flat, _densest(lower, terms, limit, weights), limit, whole)
+    start, size = _window(flat, _densest(lower, terms, limit, weights, user_place=user_place), limit, whole)
     windows = [(start, start + size)]
     if second > 0:
         shown = lower[start:start + size]
@@ -142,7 +145,8 @@ def excerpt(text: str, terms: list[str], limit: int = 300, whole: int = 0,
         heaviest = max((weight(term) for term in present), default=0.0)
         lacking = [term for term in present if term not in shown and weight(term) >= heaviest / 2]
         if lacking:  # placed by all the query's terms, among the places the first window does not show
-            other, other_size = _window(flat, _densest(lower, terms, second, weights, (start, start + size)), second, 0)
+            placed = _densest(lower, terms, second, weights, (start, start + size), user_place)
+            other, other_size = _window(flat, placed, second, 0)
             windows = _merged([*windows, (other, other + other_size)])
     pieces = [quote(flat[a:b]) for a, b in windows]
     return ("…" if windows[0][0] > 0 else "") + " … ".join(pieces) + ("…" if windows[-1][1] < len(flat) else "")
@@ -186,14 +190,12 @@ def _message_openings(lower: str) -> tuple[list[int], list[bool]]:
     return openings, users
 
 
-USER_PLACE_WEIGHT = 2.0  # a query term in the user's own words counts this much more where the excerpt is placed
-
 
 def _densest(lower: str, terms: list[str], limit: int, weights: Mapping[str, float] | None = None,
-             shown: tuple[int, int] = (0, 0)) -> int:
+             shown: tuple[int, int] = (0, 0), user_place: float = USER_PLACE_WEIGHT) -> int:
     """Where the window of ``2 * limit // 3`` characters holding the most of the query starts (at a term's place; 0
-    when no term occurs): the sum of the ``weights`` (default 1) of the distinct terms in it, times
-    ``USER_PLACE_WEIGHT`` when it starts in a user message (what a user asks back about is mostly what they said).
+    when no term occurs): the sum of the ``weights`` (default 1) of the distinct terms in it, times ``user_place``
+    when it starts in a user message (what a user asks back about is mostly what they said).
     ``shown``: a span whose places do not count (a window already shown). Cost: at most ``MAX_PLACES`` places per
     term."""
     places: list[tuple[int, int]] = []  # (position, term number)
@@ -220,7 +222,7 @@ def _densest(lower: str, terms: list[str], limit: int, weights: Mapping[str, flo
             counts[number] = counts.get(number, 0) + 1
             right += 1
         opened = bisect.bisect_right(openings, start) - 1
-        score = total * (USER_PLACE_WEIGHT if opened >= 0 and users[opened] else 1.0)
+        score = total * (user_place if opened >= 0 and users[opened] else 1.0)
         if score > best_score + 1e-9:
             best, best_score = start, score
         number = places[left][1]

@@ -29,8 +29,8 @@ import xxhash
 from proxy.recall.rounds import ToolCall, assistant_call_message, tool_result_message
 from proxy.recall.text import CJK_CHAR, keywords, tokenize
 
-__all__ = ["LOOK_UP_TERMS", "call_id", "has_cjk", "is_look_up", "missing_terms", "push_call", "recall_round",
-           "search_words"]
+__all__ = ["LOOK_UP_TERMS", "asks_about_reply", "call_id", "has_cjk", "is_look_up", "missing_terms", "push_call",
+           "recall_round", "search_words"]
 
 QUERY_TERMS = 6
 QUERY_WORDS = 16
@@ -74,6 +74,23 @@ _ZH = re.compile(
     + r"|" + _ZH_WHEN + r"[^。！\n]{0,40}?(?:什么|啥|哪|多少|几|谁|来着)"
     + r"|来着"
 )
+
+
+_ABOUT_REPLY = re.compile(
+    r"\bdid\s+you\s+(?:ever\s+)?(?:say|mention|recommend|suggest|tell|give|write|create|list|explain|provide|share|"
+    r"propose|describe|name|make|compose|draft|offer|come\s+up\s+with)\b"
+    r"|\byou\s+(?:had\s+|have\s+|once\s+|just\s+|previously\s+|earlier\s+)?(?:said|mentioned|recommended|suggested|"
+    r"told|gave|wrote|created|listed|explained|provided|shared|proposed|described|named|made|composed|drafted|offered|"
+    r"came\s+up\s+with)\b"
+    r"|\byour\s+(?:answer|reply|response|suggestion|recommendation|list|advice|explanation|story|poem|song)s?\b"
+    r"|你(?:之前|上次|刚才|以前)?(?:说|提到|推荐|建议|讲|给|写|列|提|创作|编)(?:过|了|的)")
+
+
+def asks_about_reply(text: str) -> bool:
+    """Whether the message asks about what the assistant said ("how many eggs did you say?", "the two companies you
+    mentioned", 你之前推荐的那本书): its answer is in the replies more than in the user's own words."""
+    head = text[:MAX_LOOK_UP_CHARS]
+    return bool(_ABOUT_REPLY.search(head.lower()) or (not head.isascii() and _ABOUT_REPLY.search(head)))
 
 
 def is_look_up(text: str) -> bool:

@@ -19,8 +19,8 @@ from proxy.recall.candidate_vectors import CandidateVectors
 from proxy.recall.dates import day_of
 from proxy.recall.neighbours import part_after, part_before
 from proxy.recall.offloaded import read_lines, search_lines
-from proxy.recall.pagetext import (excerpt, index_text, message_text, page_messages_with_hidden, render_page,
-                                   user_text, vector_text)
+from proxy.recall.pagetext import (USER_PLACE_WEIGHT, excerpt, index_text, message_text, page_messages_with_hidden,
+                                   render_page, user_text, vector_text)
 from proxy.recall.ranking import (PAGE, USER, best_views, candidate_views, fuse, lexical_candidates,
                                   lexical_ranking, preferred_days, query_weights, vector_query)
 from proxy.recall.search_indexes import PageSource, RecallContext, SearchIndexes
@@ -58,6 +58,7 @@ class _ReadHits:
     found: list[tuple[str, float, PageRecord, str]]  # (label, score, record, page text) of the hits found
     beside: dict[str, list[str]]  # hit label -> the parts of its turn to show beside it
     neighbours: dict[str, tuple[PageRecord, str]]  # those parts' records and texts
+    user_place: float = USER_PLACE_WEIGHT  # what a place in a user message counts where an excerpt is placed
 
 
 def _view_key(label: str, view: str) -> str:
@@ -113,14 +114,16 @@ class RecallResolver:
     async def resolve(self, ctx: RecallContext, args: RecallArgs, limit: int | None = None, newest_first: bool = False,
                       excerpt_tokens: int | None = None, hits_shown: int = SEARCH_HITS,
                       shown_if: Callable[[str], bool] | None = None, muted: frozenset[str] = frozenset(),
-                      keep: str | None = None) -> RecallOutcome:
+                      keep: str | None = None, reply_first: bool = False) -> RecallOutcome:
         """``limit``: tokens the answer may take (the room left in the prompt budget); at most recall_max_tokens.
         ``newest_first``: the search's hits shown newest page first (a fact said again later comes first), their
         excerpts shortened, then the lowest-ranked hits left out, until they fit (proxy.recall.resolver._fitted_hits);
         ``excerpt_tokens``: tokens shown of each hit, in any script (default: ``EXCERPT_CHARS`` characters);
         ``hits_shown``: how many search hits; ``shown_if(label)``: whether a hit below the best one may be shown
         (the five best searched, those it refuses left out); ``muted``: query terms that weigh nothing (when others
-        remain); ``keep``: a page the hits must hold, second when the search did not rank it among them."""
+        remain); ``keep``: a page the hits must hold, second when the search did not rank it among them;
+        ``reply_first``: the excerpts placed in the assistant's words before the user's where the terms meet in
+        both (a question about what the assistant said)."""
         parts: list[str] = []
         returned: list[str] = []
         hits: list[tuple[str, float]] = []
@@ -139,7 +142,8 @@ class RecallResolver:
             if keep is not None and hits and keep not in {label for label, _ in hits}:
                 hits = [hits[0], (keep, 0.0), *hits[1:]][:max(2, hits_shown)]
             seconds = time.perf_counter() - started
-            parts.append(await self._fitted_hits(ctx, args.query, hits, cap, newest_first, excerpt_tokens))
+            user_place = 1 / USER_PLACE_WEIGHT if reply_first else USER_PLACE_WEIGHT
+            parts.append(await self._fitted_hits(ctx, args.query, hits, cap, newest_first, excerpt_tokens, user_place))
         if args.problems:
             parts.append("Note: " + "; ".join(args.problems) + ".")
         kind = "+".join(k for k, on in (("offloaded", bool(reads)), ("pages", bool(args.pages)),
@@ -346,12 +350,13 @@ class RecallResolver:
         return out
 
     async def _fitted_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]], cap: int,
-                           newest_first: bool, excerpt_tokens: int | None) -> str:
+                           newest_first: bool, excerpt_tokens: int | None,
+                           user_place: float = USER_PLACE_WEIGHT) -> str:
         """The hits rendered; newest first, within ``cap``: their excerpts shortened (to half), then the
         lowest-ranked hits left out, so that the best hit always shows whole (shown newest first, the oldest would
         otherwise be the one cut off, and a fact said once long ago is the oldest). The pages are read once,
         whatever the number of renderings."""
-        read = await self._read_hits(ctx, query, hits)
+        read = await self._read_hits(ctx, query, hits, user_place)
         rendered = self._render_hits(query, hits, read, newest_first, tokens_each=excerpt_tokens)
         if not newest_first or self.counter.count_text(rendered) <= cap:
             return rendered
@@ -367,7 +372,8 @@ class RecallResolver:
             rendered = self._render_hits(query, hits, read, newest_first, tokens_each=shorter, tight=True)
         return rendered
 
-    async def _read_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]]) -> _ReadHits:
+    async def _read_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]],
+                         user_place: float = USER_PLACE_WEIGHT) -> _ReadHits:
         """What rendering ``hits`` (or any first part of them) needs: their pages, the parts of their turns beside
         each (proxy.recall.neighbours) and the query terms' idf in the archive (a rare term places the excerpt
         before a common one)."""
@@ -378,7 +384,7 @@ class RecallResolver:
         wanted = list(dict.fromkeys(n for labels in beside.values() for n in labels))
         neighbours = {label: (record, text) for label, _score, record, text in
                       await self.hit_pages(ctx, [(n, 0.0) for n in wanted])}
-        return _ReadHits(terms, {term: index.idf(term) for term in terms}, found, beside, neighbours)
+        return _ReadHits(terms, {term: index.idf(term) for term in terms}, found, beside, neighbours, user_place)
 
     def _render_hits(self, query: str, hits: list[tuple[str, float]], read: _ReadHits, newest_first: bool = False,
                      tokens_each: int | None = None, tight: bool = False) -> str:
@@ -407,15 +413,16 @@ class RecallResolver:
                     chars, whole = in_chars(2 * tokens_each), in_chars(
                         WHOLE_HIT_FACTOR * tokens_each if tight else WHOLE_MESSAGE_TOKENS)
             lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: "
-                         f"{excerpt(text, terms, chars, whole, weights, second)}")
+                         f"{excerpt(text, terms, chars, whole, weights, second, read.user_place)}")
             beside = [n for n in read.beside[label] if n not in shown]
             shown.update(beside)
             for neighbour in beside:
                 if neighbour not in read.neighbours:
                     continue
                 other, other_text = read.neighbours[neighbour]
-                lines.append(f"[Page {neighbour}] {utc_date(other.first_seen)}, the same turn as page {label}: "
-                             f"{excerpt(other_text, terms, self._excerpt_chars(other_text, tokens_each), 0, weights)}")
+                part = excerpt(other_text, terms, self._excerpt_chars(other_text, tokens_each), 0, weights, 0,
+                               read.user_place)
+                lines.append(f"[Page {neighbour}] {utc_date(other.first_seen)}, the same turn as page {label}: {part}")
         return "\n".join(lines)
 
     def _excerpt_chars(self, text: str, tokens: int | None) -> int:

@@ -16,7 +16,8 @@ from proxy.engine.intent import message_text
 from proxy.engine.state import ConversationState
 from proxy.metrics import Metrics
 from proxy.recall.bm25 import BM25Index
-from proxy.recall.proactive import LOOK_UP_TERMS, has_cjk, is_look_up, push_call, recall_round, search_words
+from proxy.recall.proactive import (LOOK_UP_TERMS, asks_about_reply, has_cjk, is_look_up, push_call, recall_round,
+                                    search_words)
 from proxy.recall.resolver import SEARCH_HITS, RecallContext, RecallResolver, allowed_hits
 from proxy.recall.salience import NOTHING, Weighing, asks, counts, in_text, never_known, verdict, weigh
 from proxy.recall.tool import RecallArgs
@@ -186,10 +187,12 @@ class ProactivePush:
             m.recall_pushes.labels("no_hits").inc()
             return []
         # Below the best hit, only pages that hold a rare term of the message: a page that shares the message's
-        # common words alone is not pushed
+        # common words alone is not pushed. A question about what the assistant said ("how many eggs did you say?")
+        # shows each page's reply before the user's words where the terms meet in both
         outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit,
                                               newest_first=True, excerpt_tokens=EXCERPT_TOKENS, hits_shown=len(found),
-                                              shown_if=holding, muted=LOOK_UP_TERMS, keep=found[0][0])
+                                              shown_if=holding, muted=LOOK_UP_TERMS, keep=found[0][0],
+                                              reply_first=asks_about_reply(need.text))
         if not outcome.hits:
             m.recall_pushes.labels("no_hits").inc()
             return []

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.recall.proactive import call_id, is_look_up, missing_terms, push_call, recall_round, search_words
+from proxy.recall.proactive import (asks_about_reply, call_id, is_look_up, missing_terms, push_call, recall_round,
+                                    search_words)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "loadtests"))
 from workloads import make_workload  # noqa: E402
@@ -107,3 +108,16 @@ def test_search_words_are_words_of_the_text_with_search_terms(text: str) -> None
 
     for word in search_words(text).split():
         assert word in text and tokenize(word)
+
+
+@pytest.mark.parametrize("text", ["How many eggs did you say we need for the omelette?",
+                                  "Remind me of the two companies you mentioned.", "You recommended five bottles.",
+                                  "What was your advice on the budget?", "你之前推荐的那本书叫什么？"])
+def test_a_question_about_what_the_assistant_said(text: str) -> None:
+    assert asks_about_reply(text)
+
+
+@pytest.mark.parametrize("text", ["Can you tell me my gym locker code?", "Could you give me three ideas?",
+                                  "I told you my code earlier, what was it?", "我告诉过你我的密码吗？", ""])
+def test_a_request_or_a_question_about_the_users_own_words(text: str) -> None:
+    assert not asks_about_reply(text)

@@ -221,3 +221,17 @@ async def test_each_hit_of_a_pushed_round_shows_the_passage_of_the_reply_that_ho
         assert "ocean reptiles" in lines[label] and f"a {colour} scaly body" in lines[label]
     plain = await resolver.resolve(ctx, RecallArgs(query="dinosaur book Plesiosaur scaly"), limit=4000)
     assert " … " not in plain.text  # a model's own call: one window per hit, as before
+
+
+async def test_a_question_about_what_the_assistant_said_shows_the_reply_where_the_terms_meet_in_both() -> None:
+    state, messages = conversation({})
+    messages[4]["content"] = "What eggs and butter do I need for a classic French omelette? " + FILLER * 2
+    messages[5]["content"] = FILLER * 6 + "For a classic French omelette: 2-3 eggs, a pinch of salt, butter. " + FILLER
+    resolver = RecallResolver(None, EstimateCounter(), 4096)
+    ctx = RecallContext("t", "c", state, messages)
+    query = RecallArgs(query="classic French omelette eggs")
+    mine = await resolver.resolve(ctx, query, limit=4000, newest_first=True, excerpt_tokens=20, hits_shown=1)
+    assert "What eggs and butter" in mine.text and "2-3 eggs" not in mine.text  # the user's words first
+    said = await resolver.resolve(ctx, query, limit=4000, newest_first=True, excerpt_tokens=20, hits_shown=1,
+                                  reply_first=True)
+    assert "2-3 eggs" in said.text and "What eggs and butter" not in said.text  # the reply's
