@@ -182,3 +182,38 @@ def test_everyday_questions_about_facts_said_a_hundred_turns_earlier_reach_the_p
         reached.append(value in json.dumps(sent["body"]["messages"], ensure_ascii=False))
     assert sum(reached) >= 18, [q for (_, q, _), ok in zip(EVERYDAY, reached) if not ok]
     client.close()
+
+
+# one page with its request (a sixth of the budget at most), the name past the request's window
+ZOMBIE_REPLY = ("Here are some thoughts on your story. " + "A horror story lives on its pacing and its quiet moments. " * 18
+                + "For the radiation zombie, I suggest the name Glowfang: the name says it glows, and it bites. "
+                + "Keep the dialogue short and the scenes dark. " * 6)
+
+
+def test_a_count_and_a_question_about_what_the_assistant_said_get_what_they_need(pair):
+    """A count ("how many times…") is pushed although the active pages name what it counts, and shows the archived
+    sessions; a question about what the assistant said shows the passage of the reply, not the user's request."""
+    emu, proxy = pair.emulator, pair.proxy
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-push-count", max_retries=0, timeout=30)
+    messages: list[dict] = []
+    ask(client, messages, "I went kayaking on the lake with Mira today. [[len:30]]")
+    ask(client, messages, "Please suggest a name for the radiation zombie of my horror story. [[len:30]]")
+    messages[-1] = {"role": "assistant", "content": ZOMBIE_REPLY}  # what the model said, as the client resends it
+    for turn in range(90):
+        text = ("Another kayaking trip today, down the river with Jo." if turn == 40
+                else f"Chit-chat number {turn} about the weather and the news.")
+        headers = ask(client, messages, text + " [[len:80]]")
+    ask(client, messages, "A third kayaking morning today, windy but fun. [[len:30]]")
+    assert int(headers["x-memci-pages-archived"]) > 40  # the first two trips and the reply have left the prompt
+
+    ask(client, messages, "How many times did I go kayaking?")
+    (sent,) = emu.requests(1)
+    assert sent["body"]["messages"][-1]["role"] == "tool"
+    pushed = sent["body"]["messages"][-1]["content"]
+    assert "Mira" in pushed and "down the river" in pushed
+
+    ask(client, messages, "What name did you suggest for the radiation zombie?", stream=True)
+    (sent,) = emu.requests(1)
+    assert sent["body"]["messages"][-1]["role"] == "tool"
+    assert "Glowfang" in sent["body"]["messages"][-1]["content"]
+    client.close()
