@@ -196,17 +196,22 @@ def test_a_count_and_a_question_about_what_the_assistant_said_get_what_they_need
     emu, proxy = pair.emulator, pair.proxy
     client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-push-count", max_retries=0, timeout=30)
     messages: list[dict] = []
-    ask(client, messages, "I went kayaking on the lake with Mira today. [[len:30]]")
+    ask(client, messages, "I went on a kayaking trip on the lake with Mira today. [[len:30]]")
     ask(client, messages, "Please suggest a name for the radiation zombie of my horror story. [[len:30]]")
     messages[-1] = {"role": "assistant", "content": ZOMBIE_REPLY}  # what the model said, as the client resends it
     for turn in range(90):
         text = ("Another kayaking trip today, down the river with Jo." if turn == 40
                 else f"Chit-chat number {turn} about the weather and the news.")
         headers = ask(client, messages, text + " [[len:80]]")
-    ask(client, messages, "A third kayaking morning today, windy but fun. [[len:30]]")
     assert int(headers["x-memci-pages-archived"]) > 40  # the first two trips and the reply have left the prompt
+    archived, turn = int(headers["x-memci-pages-archived"]), 90
+    while int(headers["x-memci-pages-archived"]) == archived:  # up to the next epoch: the rounds have room
+        headers = ask(client, messages, f"Chit-chat number {turn} about the weather and the news. [[len:80]]")
+        turn += 1
+        assert turn < 200, "no epoch"
+    ask(client, messages, "A third kayaking trip this morning, windy but fun. [[len:30]]")
 
-    ask(client, messages, "How many times did I go kayaking?")
+    ask(client, messages, "How many kayaking trips did I take?")
     (sent,) = emu.requests(1)
     assert sent["body"]["messages"][-1]["role"] == "tool"
     pushed = sent["body"]["messages"][-1]["content"]
