@@ -24,7 +24,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -33,7 +32,7 @@ from proxy.recall.bm25 import BM25Index
 from proxy.recall.dates import DaySpan, asked_days, prefer_days, without_times
 from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector
-from proxy.recall.text import tokenize
+from proxy.recall.text import content_terms, tokenize
 
 __all__ = ["MIN_SCORE", "USER", "PAGE", "DayPreference", "query_weights", "preferred_days", "lexical_candidates",
            "lexical_ranking", "vector_query", "candidate_views", "best_views", "fuse"]
@@ -44,12 +43,11 @@ MIN_SCORE = 0.2  # BM25 score under which a page is not a hit
 TIME_WEIGHT = 0.25  # of a query term that only a time it names holds (step 1)
 USER, PAGE = "user", "page"  # the views of a page the vector half embeds
 
-_ANSWER_KIND = re.compile(r"\bhow\s+(?:many|much|long|often|far|old|soon)\b", re.IGNORECASE)
 
 
 def query_weights(query: str, entity_boost: float = 1.0) -> dict[str, float]:
     """BM25 weights of the query's terms (module docstring, step 1)."""
-    terms = dict.fromkeys(tokenize(_ANSWER_KIND.sub(" ", query)), 1.0) or dict.fromkeys(tokenize(query), 1.0)
+    terms = dict.fromkeys(content_terms(query), 1.0)
     weights = boosted_query(terms, query, entity_boost)
     timeless = without_times(query)
     if timeless == query:

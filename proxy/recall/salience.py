@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.recall.bm25 import BM25Index, DocId
-from proxy.recall.text import term_runs, tokenize
+from proxy.recall.text import content_terms, term_runs
 
 __all__ = ["MAX_CHARS", "NOTHING", "NARROW", "STRENGTH", "Weighing", "asks", "counts", "in_text", "never_known", "message_terms", "episodes", "one_page_idf", "phrase_pairs", "specific_episodes", "verdict",
            "weigh"]
@@ -82,8 +82,9 @@ _QUESTION = re.compile(r"[?？]|[吗呢么]\s*[。！!]?\s*$|(?:什么|多少|�
 
 
 def message_terms(text: str) -> list[str]:
-    """The message's search terms, each once, in order of appearance."""
-    return list(dict.fromkeys(tokenize(text[:MAX_CHARS])))
+    """The message's search terms, each once, in order of appearance; not the word after "how" ("how many times
+    did I go kayaking?" names kayaking and times, not many), as the search leaves it out."""
+    return list(dict.fromkeys(content_terms(text[:MAX_CHARS])))
 
 
 def asks(text: str) -> bool:

@@ -27,6 +27,7 @@ __all__ = [
     "KEYWORD_PATTERN",
     "CJK_CHAR",
     "tokenize",
+    "content_terms",
     "term_runs",
     "stem",
     "keywords",
@@ -113,6 +114,15 @@ def _cjk_terms(run: str) -> list[str]:
             if pair not in STOP_WORDS_ZH:
                 terms.append(pair)
     return terms
+
+
+# The word a question puts after "how" names the kind of answer wanted ("how many", "how long"), not what it is about
+ANSWER_KIND = re.compile(r"\bhow\s+(?:many|much|long|often|far|old|soon)\b", re.IGNORECASE)
+
+
+def content_terms(text: str) -> list[str]:
+    """``tokenize(text)`` without the word after "how" (``ANSWER_KIND``), unless nothing else is left."""
+    return tokenize(ANSWER_KIND.sub(" ", text)) or tokenize(text)
 
 
 def tokenize(text: str) -> list[str]:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.salience import (MAX_DF, MAX_TERMS, PAIR_DF, asks, counts, episodes, in_text, message_terms,
                                    phrase_pairs, specific_episodes, verdict, weigh)
+from proxy.recall.text import tokenize
 
 FACTS = {
     "My gym locker code is PELICAN-8823.": ["What's my gym locker code?", "Can you tell me my gym locker code?"],
@@ -91,6 +92,16 @@ def test_episodes_are_runs_of_nearby_pages() -> None:
 def test_question_detection_is_language_agnostic_enough() -> None:
     assert asks("What's my code?") and asks("我的密码是多少？") and asks("密码是多少") and asks("你记得吗")
     assert not asks("I like tea.") and not asks("好的，谢谢。")
+
+
+def test_the_kind_of_answer_a_question_asks_for_names_nothing() -> None:
+    assert message_terms("How many times did I go kayaking?") == tokenize("times go kayaking")
+    assert message_terms("how long is my commute") == tokenize("commute")
+    assert message_terms("how many?") == tokenize("many")  # nothing else: kept
+    index = archive({30: "user: I went kayaking on the lake with Mira today.",
+                     70: "user: Another kayaking trip, down the river with Jo."})
+    # "many" or "often", words the archive never saw, no longer dilute the match
+    assert weigh(index, "How many times did I go kayaking?").match == weigh(index, "Times I go kayaking?").match
 
 
 def test_a_count_or_a_total_is_told_from_a_single_value() -> None:
