@@ -4,6 +4,8 @@ message."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 
 from tests.resilience.conftest import Chat, metric_value, stored_user_texts
@@ -23,7 +25,15 @@ def test_a_replica_behind_the_stored_state_replans(migrated_db_url, home, start_
             r = chat.send(client, text)
             assert r.status_code == 200, (r.text, replica.log())
             sent.append(text)
-    assert stored_user_texts(migrated_db_url, chat.conversation_id, len(sent)) == sent
-    replans = sum(metric_value(p.url, "memci_engine_errors_total", 'stage="stale_state"') for p in (a, b))
+    # a turn queued behind its answer meets the newer stored state when its write lands, after the answer: wait for
+    # the writes (nothing lost) and for that replan to be counted
+    deadline = time.monotonic() + 15
+    while True:
+        stored = stored_user_texts(migrated_db_url, chat.conversation_id, len(sent))
+        replans = sum(metric_value(p.url, "memci_engine_errors_total", 'stage="stale_state"') for p in (a, b))
+        if (stored == sent and replans > 0) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert stored == sent
     assert replans > 0
     assert all(metric_value(p.url, "memci_store_write_failures_total") == 0 for p in (a, b))
