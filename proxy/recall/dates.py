@@ -77,8 +77,8 @@ def _calendar_days(text: str, today: _dt.date) -> list[_dt.date]:
     for pattern in (_ISO, _MONTH_DAY, _DAY_OF_MONTH, _ZH_DATE):
         for match in pattern.finditer(text):
             month = match.group("month")
-            if month == "may" and not (match.groupdict().get("ordinal") or match.group("year")):
-                continue  # "what may 2 people do": the verb; "may 2nd", "May 2" and "may 2, 2023" are dates
+            if _the_verb_may(match):
+                continue
             number = int(month) if month.isdigit() else _MONTHS[month.lower().rstrip(".")]
             if 1 <= number <= 12:
                 found = _calendar_day(match.group("year"), number, int(match.group("day")), today)
@@ -113,9 +113,12 @@ def without_times(text: str) -> str:
 
 def _blank_date(match: re.Match[str]) -> str:
     """A calendar date blanked out, as _calendar_days reads them ("what may 2 people do" is left alone)."""
-    if match.group("month").lower() == "may" and not (match.groupdict().get("ordinal") or match.group("year")):
-        return match.group()
-    return " "
+    return match.group() if _the_verb_may(match) else " "
+
+
+def _the_verb_may(match: re.Match[str]) -> bool:
+    """"what may 2 people do": the verb; "may 2nd", "May 2" and "may 2, 2023" are dates."""
+    return match.group("month") == "may" and not (match.groupdict().get("ordinal") or match.group("year"))
 
 
 def prefer_days(

@@ -83,6 +83,7 @@ def test_a_time_blanked_out_names_no_day(text: str) -> None:
     ("I mentioned cooking something for my friend a couple of days ago. What was it?",
      "I mentioned cooking something for my friend . What was it?"),
     ("the gift I bought on May 2nd, a few weeks ago", "the gift I bought on ,"),  # vague times too
+    ("what did I buy on May 2?", "what did I buy on ?"),  # read as a day: blanked too
     ("我三天前买了什么", "我 买了什么"),
     ("前几天买的书", "买的书"),
 ])
