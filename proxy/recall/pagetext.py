@@ -10,6 +10,7 @@ from typing import Any
 from proxy.engine.condense import image_reference, image_text
 from proxy.engine.contents import utc_date
 from proxy.engine.markup import quote
+from proxy.recall.counting import counted_terms
 from proxy.recall.text import tokenize
 
 
@@ -76,11 +77,18 @@ def index_terms(
 ) -> list[str]:
     """The page's BM25 terms: those of ``index_text``, the user's messages' counted ``user_weight`` times (a field
     weight, as in BM25F: the user's own words are what a user asks back about, and an assistant's long answers
-    would otherwise weigh on the page's length as much as they do on its matches)."""
+    would otherwise weigh on the page's length as much as they do on its matches). The user's messages add the
+    terms of what their numbers count, once (proxy.recall.counting: "I have 12 rare figurines"), which the search
+    of a question asking for a count weighs."""
     terms: list[str] = []
     for message in messages:
-        words = tokenize(message_text(message, image_descriptions))
-        terms.extend(words * user_weight if message.get("role") == "user" and user_weight > 1 else words)
+        text = message_text(message, image_descriptions)
+        words = tokenize(text)
+        if message.get("role") != "user":
+            terms.extend(words)
+            continue
+        terms.extend(words * user_weight if user_weight > 1 else words)
+        terms.extend(counted_terms(text))
     return terms
 
 

@@ -5,7 +5,9 @@
    answer wanted, not what it is about: it is left out (a page rarely repeats it, many pages hold it). The words
    of the times it names ("four weeks ago", "last Saturday", "in the past two months") say when, not what: they
    weigh ``TIME_WEIGHT`` (step 2 ranks by the days they name; in full they would find the pages that say "a few
-   weeks ago" or "Saturday" of something else).
+   weeks ago" or "Saturday" of something else). A question that asks for a count or a total weighs the counted
+   form of each of its terms as much as the term (proxy.recall.counting): the pages where the user gave a count
+   of what it counts ("I have 12 rare figurines") rank above the pages that only name it.
 2. ``preferred_days``: the days the query names (proxy.recall.dates), then the days after them up to today: an
    event is told of on its day or later ("I cleaned my sneakers last month", said this week). The pages of the
    asked days climb a ranking first, those of the days after them next (proxy.recall.dates.prefer_days).
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from proxy.recall.bm25 import BM25Index
+from proxy.recall.counting import counted_form, counts
 from proxy.recall.dates import DaySpan, asked_days, prefer_days, without_times
 from proxy.recall.entities import boosted_query
 from proxy.recall.fusion import fuse_lexical_and_vector
@@ -45,15 +48,18 @@ USER, PAGE = "user", "page"  # the views of a page the vector half embeds
 
 
 
-def query_weights(query: str, entity_boost: float = 1.0) -> dict[str, float]:
-    """BM25 weights of the query's terms (module docstring, step 1)."""
+def query_weights(query: str, entity_boost: float = 1.0, counting: bool = False) -> dict[str, float]:
+    """BM25 weights of the query's terms (module docstring, step 1); ``counting``: the query stands for a message that
+    asks for a count (its words may no longer say so: "many rare figurines")."""
     terms = dict.fromkeys(content_terms(query), 1.0)
     weights = boosted_query(terms, query, entity_boost)
     timeless = without_times(query)
-    if timeless == query:
-        return weights
-    kept = set(tokenize(timeless))
-    return {term: weight if term in kept else weight * TIME_WEIGHT for term, weight in weights.items()}
+    if timeless != query:
+        kept = set(tokenize(timeless))
+        weights = {term: weight if term in kept else weight * TIME_WEIGHT for term, weight in weights.items()}
+    if counting or counts(query):
+        weights.update({counted_form(term): weight for term, weight in list(weights.items())})
+    return weights
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from proxy.engine.offloading import find_offload
 from proxy.engine.state import STATUS_NAMES, find_page
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.candidate_vectors import CandidateVectors
+from proxy.recall.counting import COUNTED
 from proxy.recall.dates import day_of
 from proxy.recall.neighbours import part_after, part_before
 from proxy.recall.offloaded import read_lines, search_lines
@@ -114,7 +115,7 @@ class RecallResolver:
     async def resolve(self, ctx: RecallContext, args: RecallArgs, limit: int | None = None, newest_first: bool = False,
                       excerpt_tokens: int | None = None, hits_shown: int = SEARCH_HITS,
                       shown_if: Callable[[str], bool] | None = None, muted: frozenset[str] = frozenset(),
-                      keep: str | None = None, reply_first: bool = False) -> RecallOutcome:
+                      keep: str | None = None, reply_first: bool = False, counting: bool = False) -> RecallOutcome:
         """``limit``: tokens the answer may take (the room left in the prompt budget); at most recall_max_tokens.
         ``newest_first``: the search's hits shown newest page first (a fact said again later comes first), their
         excerpts shortened, then the lowest-ranked hits left out, until they fit (proxy.recall.resolver._fitted_hits);
@@ -123,7 +124,8 @@ class RecallResolver:
         (the five best searched, those it refuses left out); ``muted``: query terms that weigh nothing (when others
         remain); ``keep``: a page the hits must hold, second when the search did not rank it among them;
         ``reply_first``: the excerpts placed in the assistant's words before the user's where the terms meet in
-        both (a question about what the assistant said)."""
+        both (a question about what the assistant said); ``counting``: the search's query stands for a message that
+        asks for a count (``search``)."""
         parts: list[str] = []
         returned: list[str] = []
         hits: list[tuple[str, float]] = []
@@ -136,7 +138,8 @@ class RecallResolver:
             parts.extend(await self._pages(ctx, args.pages, returned))
         if args.query:
             started = time.perf_counter()
-            hits = await self.search(ctx, args.query, hits_shown if shown_if is None else SEARCH_HITS, muted=muted)
+            hits = await self.search(ctx, args.query, hits_shown if shown_if is None else SEARCH_HITS, muted=muted,
+                                     counting=counting)
             if shown_if is not None:
                 hits = allowed_hits(hits, shown_if)[:hits_shown]
             if keep is not None and hits and keep not in {label for label, _ in hits}:
@@ -160,20 +163,23 @@ class RecallResolver:
         return self.vectors is not None and not getattr(self.vectors, "candidates_only", False)
 
     async def search(
-        self, ctx: RecallContext, query: str, k: int, use_vectors: bool = True, muted: frozenset[str] = frozenset()
+        self, ctx: RecallContext, query: str, k: int, use_vectors: bool = True, muted: frozenset[str] = frozenset(),
+        counting: bool = False,
     ) -> list[tuple[str, float]]:
         """Best-first (page label, score): BM25 scores when lexical only, reciprocal-rank-fusion scores when
         fused with the vector ranking (proxy.recall.ranking: the top lexical hits stay first). Each page at most
         once. When the query names days ("yesterday", "on May 2nd"), the pages of those days (and after them)
         join the candidates and climb the ranking (lexical scores are kept, the floors of the push and of memory
-        injection compare them)."""
+        injection compare them). A query that asks for a count, or ``counting`` (it stands for a message that does),
+        weighs the counted forms of its terms too (proxy.recall.ranking.query_weights)."""
         added: dict[str, str] = {}
         index = await self.indexes.index_for(ctx, added)
         if self.vectors is not None:
             self.vectors.remember(ctx.conversation_id, added)
         days = preferred_days(query, day_of(self.clock()), lambda: self._days(ctx))
-        weights = query_weights(query, self.entity_boost)
-        weights = {term: weight for term, weight in weights.items() if term not in muted} or weights
+        weights = query_weights(query, self.entity_boost, counting)
+        weights = {term: weight for term, weight in weights.items()
+                   if term.removeprefix(COUNTED) not in muted} or weights
         candidates = max(k * FUSION_CANDIDATES, k)
         if self.vectors is None or not use_vectors:
             if self.vectors is None and use_vectors:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.recall.bm25 import BM25Index, DocId
+from proxy.recall.counting import counts
 from proxy.recall.text import content_terms, term_runs
 
 __all__ = ["MAX_CHARS", "NOTHING", "NARROW", "STRENGTH", "Weighing", "asks", "counts", "in_text", "never_known", "message_terms", "episodes", "one_page_idf", "phrase_pairs", "specific_episodes", "verdict",
@@ -72,30 +73,19 @@ NARROW = {
     "look_up": ((0.5, 0.1),),
 }
 
-# a count or a total: "how many", "how often", "in total", "the total amount", 一共, 几次 (not "how much was the
-# budget", 密码是多少: one value, which the prompt answers when it names it)
-_COUNT = re.compile(r"\bhow\s+(?:many|often)\b|\bhow\s+much\b[^?.!\n]{0,40}?\b(?:spen[dt]|paid|total)\b|\bin\s+total\b"
-                    r"|\btotal\s+(?:number|amount|cost|money|of)\b|\baltogether\b"
-                    # Chinese: in the clause a question mark ends (几个 is also "a few": 可以从几个方面来看。)
-                    r"|(?:多少(?:次|个|种|回)|几(?:次|个|种|位|回)|一共|总共)[^。！!，,；;\n]{0,30}[？?]", re.IGNORECASE)
 _QUESTION = re.compile(r"[?？]|[吗呢么]\s*[。！!]?\s*$|(?:什么|多少|几[个次天年月号点岁]|哪|谁|怎么|为什么|是否)")
 
 
 def message_terms(text: str) -> list[str]:
-    """The message's search terms, each once, in order of appearance; not the word after "how" ("how many times
-    did I go kayaking?" names kayaking and times, not many), as the search leaves it out."""
+    """The message's search terms, each once, in order of appearance; not the words that name the kind of answer
+    wanted ("how many times did I go kayaking?" names kayaking and times, not many; proxy.recall.text.ANSWER_KIND), as
+    the search leaves them out."""
     return list(dict.fromkeys(content_terms(text[:MAX_CHARS])))
 
 
 def asks(text: str) -> bool:
     """Whether the message asks something (a question mark, full-width too, or a Chinese interrogative)."""
     return bool(_QUESTION.search(text[:MAX_CHARS]))
-
-
-def counts(text: str) -> bool:
-    """Whether the message asks for a count or a total ("how many times…", "how much did I spend in total", 几次,
-    一共): every mention of what it counts answers it, those in the archive as well as those in the prompt."""
-    return bool(_COUNT.search(text[:MAX_CHARS]))
 
 
 def never_known(term: str) -> bool:

@@ -27,6 +27,9 @@ __all__ = [
     "KEYWORD_PATTERN",
     "CJK_CHAR",
     "tokenize",
+    "tokens",
+    "latin_term",
+    "cjk_terms",
     "content_terms",
     "term_runs",
     "stem",
@@ -71,6 +74,8 @@ _TOKEN_PATTERN = re.compile(rf"[{_CJK}]+|\d+(?:[.,]\d+)+|[^\W_{_CJK}]+(?:'[^\W_{
 _VOWELS = frozenset("aeiouy")
 MAX_TOKENIZE_CHARS = 262_144
 MAX_TERM_CHARS = 64
+# marks the term of a word whose stem is a stop word but which is none ("theme" -> "them_"): no token holds "_"
+STEMMED_INTO_STOP_WORD = "_"
 _NO_UNDOUBLE = frozenset("lsz")
 
 
@@ -104,7 +109,9 @@ def stem(word: str) -> str:
     return w
 
 
-def _cjk_terms(run: str) -> list[str]:
+def cjk_terms(run: str) -> list[str]:
+    """A CJK run's terms: its character unigrams and overlapping bigrams, stop characters and bigrams and hiragana
+    unigrams left out."""
     terms: list[str] = []
     for i, char in enumerate(run):
         if char not in STOP_WORDS_ZH and not _HIRAGANA.match(char):
@@ -116,12 +123,19 @@ def _cjk_terms(run: str) -> list[str]:
     return terms
 
 
-# The word a question puts after "how" names the kind of answer wanted ("how many", "how long"), not what it is about
-ANSWER_KIND = re.compile(r"\bhow\s+(?:many|much|long|often|far|old|soon)\b", re.IGNORECASE)
+# The words that name the kind of answer a question wants, not what it is about: the word after "how" ("how many",
+# "how long"), "the total number of", "the amount of", "in total", and the time that has passed ("how many months have
+# passed since…", "how many days passed between…"; not "which exam have I passed?")
+ANSWER_KIND = re.compile(
+    r"\bhow\s+(?:many|much|long|often|far|old|soon)\b"
+    r"|\b(?:the\s+)?(?:total\s+)?(?:number|amount)\s+of\b|\bin\s+total\b|\btotal\b"
+    r"|\b(?:days?|weeks?|months?|years?|hours?)\s+(?:(?:have|has|had)\s+)?(?:passed|elapsed|gone\s+by)\b(?:\s+since\b)?"
+    r"|\b(?:passed|elapsed)\s+(?:since|between)\b", re.IGNORECASE)
 
 
 def content_terms(text: str) -> list[str]:
-    """``tokenize(text)`` without the word after "how" (``ANSWER_KIND``), unless nothing else is left."""
+    """``tokenize(text)`` without the words that name the kind of answer wanted (``ANSWER_KIND``), unless nothing else
+    is left."""
     return tokenize(ANSWER_KIND.sub(" ", text)) or tokenize(text)
 
 
@@ -133,15 +147,27 @@ def tokenize(text: str) -> list[str]:
     term is at most ``MAX_TERM_CHARS`` long (a longer run of letters or digits is cut), which also bounds the
     ``stem`` memo in bytes."""
     terms: list[str] = []
-    for token in _TOKEN_PATTERN.findall(text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'")):
+    for token in tokens(text):
         first = token[0]
         if "\u3040" <= first <= "\u30ff" or "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
-            terms.extend(_cjk_terms(token))  # unigrams and bigrams: no term is long
+            terms.extend(cjk_terms(token))  # unigrams and bigrams: no term is long
             continue
         term = _term(token[:MAX_TERM_CHARS])
         if term is not None:
             terms.append(term)
     return terms
+
+
+def tokens(text: str) -> list[str]:
+    """The case-folded tokens of ``text`` that ``tokenize`` reads (its first ``MAX_TOKENIZE_CHARS`` characters): CJK runs,
+    numbers, and runs of other letters and digits."""
+    return _TOKEN_PATTERN.findall(text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'"))
+
+
+def latin_term(token: str) -> str | None:
+    """The search term of a Latin-script or number token (``tokens``), None when it is a stop word; cut to
+    ``MAX_TERM_CHARS``."""
+    return _term(token[:MAX_TERM_CHARS])
 
 
 @lru_cache(maxsize=65536)
@@ -154,6 +180,8 @@ def _term(token: str) -> str | None:
         stemmed = stem(token)
         if stemmed not in STOP_WORDS_EN:
             return stemmed
+        if not token.endswith("'s"):  # "theme", "notes", "evening" are not "them", "not", "even"
+            return stemmed + STEMMED_INTO_STOP_WORD
     return None
 
 

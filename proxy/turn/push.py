@@ -182,7 +182,9 @@ class ProactivePush:
         # How many pages: those the matched words find (the best, and of the next four those holding a rare term
         # of the message: the pages of each session a "how many X did I ..." spans); none found, no round
         holding = need.weighing.holding.__contains__
-        found = allowed_hits(await self.resolver.search(rounds.context, matched, SEARCH_HITS), holding)
+        counting = counts(need.text)  # the search weighs what the user gave a count of (proxy.recall.counting)
+        found = allowed_hits(await self.resolver.search(rounds.context, matched, SEARCH_HITS, counting=counting),
+                             holding)
         if not found:
             m.recall_pushes.labels("no_hits").inc()
             return []
@@ -192,7 +194,7 @@ class ProactivePush:
         outcome = await self.resolver.resolve(rounds.context, RecallArgs(query=query), limit=limit,
                                               newest_first=True, excerpt_tokens=EXCERPT_TOKENS, hits_shown=len(found),
                                               shown_if=holding, muted=LOOK_UP_TERMS, keep=found[0][0],
-                                              reply_first=asks_about_reply(need.text))
+                                              reply_first=asks_about_reply(need.text), counting=counting)
         if not outcome.hits:
             m.recall_pushes.labels("no_hits").inc()
             return []

@@ -39,6 +39,15 @@ def ask(client, messages, text, stream=False):
     return raw.headers
 
 
+def chat_until_the_next_epoch(client, messages, headers, turn: int) -> None:
+    """Chit-chat up to the turn on which more pages leave the prompt: the turns after it have room for a round."""
+    archived = int(headers["x-memci-pages-archived"])
+    while int(headers["x-memci-pages-archived"]) == archived:
+        headers = ask(client, messages, f"Chit-chat number {turn} about the weather and the news. [[len:80]]")
+        turn += 1
+        assert turn < 200, "no epoch"
+
+
 def cached_share(emu) -> float:
     (last,) = emu.requests(1)
     return last["cached_tokens"] / last["prompt_tokens"]
@@ -204,11 +213,7 @@ def test_a_count_and_a_question_about_what_the_assistant_said_get_what_they_need
                 else f"Chit-chat number {turn} about the weather and the news.")
         headers = ask(client, messages, text + " [[len:80]]")
     assert int(headers["x-memci-pages-archived"]) > 40  # the first two trips and the reply have left the prompt
-    archived, turn = int(headers["x-memci-pages-archived"]), 90
-    while int(headers["x-memci-pages-archived"]) == archived:  # up to the next epoch: the rounds have room
-        headers = ask(client, messages, f"Chit-chat number {turn} about the weather and the news. [[len:80]]")
-        turn += 1
-        assert turn < 200, "no epoch"
+    chat_until_the_next_epoch(client, messages, headers, 90)  # the rounds have room
     ask(client, messages, "A third kayaking trip this morning, windy but fun. [[len:30]]")
 
     ask(client, messages, "How many kayaking trips did I take?")
@@ -221,4 +226,36 @@ def test_a_count_and_a_question_about_what_the_assistant_said_get_what_they_need
     (sent,) = emu.requests(1)
     assert sent["body"]["messages"][-1]["role"] == "tool"
     assert "Glowfang" in sent["body"]["messages"][-1]["content"]
+    client.close()
+
+
+DECOYS = [
+    "Where could I get rare figurines and rare records appraised around here?",
+    "Do you think rare figurines or rare records keep their value better?",
+    "How should I clean rare figurines and rare records without damaging them?",
+    "Is it worth insuring rare figurines and rare records separately?",
+    "Which fairs sell rare figurines and rare records at decent prices?",
+]
+
+
+def test_a_count_shows_the_sittings_where_the_user_gave_a_count(pair):
+    """A count ("how many rare … do I have?") shows the archived sittings where the user gave a count of what it
+    counts ("I have 12 rare figurines"), above the more numerous ones that only name it."""
+    emu, proxy = pair.emulator, pair.proxy
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-push-counted", max_retries=0, timeout=30)
+    messages: list[dict] = []
+    said = {5: "By the way, I have 12 rare figurines in my collection.",
+            65: "Also, I keep 57 rare records on a shelf in the study."}
+    for turn in range(100):
+        text = said.get(turn) or (DECOYS[turn - 40] if 40 <= turn < 40 + len(DECOYS)  # one sitting about them
+                                  else f"Chit-chat about the weather and the news, turn {turn}.")
+        headers = ask(client, messages, text + " [[len:80]]")
+    assert int(headers["x-memci-pages-archived"]) > 40  # the counts and the decoys have left the prompt
+    chat_until_the_next_epoch(client, messages, headers, 100)  # the round has room
+
+    ask(client, messages, "How many rare figurines and records do I have?")
+    (sent,) = emu.requests(1)
+    assert sent["body"]["messages"][-1]["role"] == "tool"
+    pushed = sent["body"]["messages"][-1]["content"]
+    assert "12 rare figurines" in pushed and "57 rare records" in pushed
     client.close()

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.dates import DaySpan
-from proxy.recall.pagetext import user_text
+from proxy.recall.counting import COUNTED, counted_form
+from proxy.recall.pagetext import index_terms, user_text
 from proxy.recall.ranking import (PAGE, USER, DayPreference, best_views, candidate_views, lexical_candidates,
                                   TIME_WEIGHT, lexical_ranking, preferred_days, query_weights, vector_query)
 from proxy.recall.text import tokenize
@@ -17,11 +18,16 @@ from proxy.recall.text import tokenize
 D = dt.date
 
 
+def searched(query: str) -> list[str]:
+    """The query's own terms (not their counted forms)."""
+    return [term for term in query_weights(query) if not term.startswith(COUNTED)]
+
+
 def test_the_kind_of_answer_a_question_asks_for_is_not_searched() -> None:
-    assert list(query_weights("How many weddings did I attend?")) == tokenize("weddings attend")
+    assert searched("How many weddings did I attend?") == tokenize("weddings attend")
     assert list(query_weights("how long was I in Japan for")) == ["japan"]
     assert list(query_weights("many friends came, for a long time")) == tokenize("many friends came long time")
-    assert list(query_weights("how many?")) == tokenize("many")  # nothing else to search: kept
+    assert searched("how many?") == tokenize("many")  # nothing else to search: kept
     assert query_weights("How much did Anna pay?", entity_boost=2.0) == {"anna": 2.0, "pay": 1.0}
 
 
@@ -34,6 +40,31 @@ def test_the_times_a_query_names_weigh_less() -> None:
     assert weights[tokenize("week")[0]] == 1.0
     assert query_weights("my gym locker code") == dict.fromkeys(tokenize("gym locker code"), 1.0)
     assert query_weights("yesterday") == {tokenize("yesterday")[0]: TIME_WEIGHT}  # a time alone is still searched
+
+
+def test_a_count_weighs_the_counted_form_of_each_term_as_the_term() -> None:
+    weights = query_weights("How many rare coins did I buy in the past two months?", entity_boost=2.0)
+    for term in tokenize("rare coins buy"):
+        assert weights[counted_form(term)] == weights[term] == 1.0
+    for term in tokenize("past two months"):
+        assert weights[counted_form(term)] == weights[term] == TIME_WEIGHT
+    assert not any(term.startswith(COUNTED) for term in query_weights("Which rare coins did I buy?"))
+
+
+def test_a_count_ranks_the_page_that_gives_a_count_above_those_that_only_name_what_it_counts() -> None:
+    pages = {
+        "decoy-1": "Where can I buy rare figurines? I love rare figurines.",
+        "decoy-2": "How should I dust rare figurines? My rare figurines get dusty.",
+        "figurines": "By the way, I have 12 rare figurines in my collection.",
+        **{f"chat-{n}": f"Chit-chat about the weather and the news, {n} of 30." for n in range(30)},
+    }
+    index = BM25Index()
+    for label, text in pages.items():
+        index.add_terms(label, index_terms([{"role": "user", "content": text}], user_weight=2))
+    asked = [label for label, _ in lexical_candidates(index, query_weights("Which rare figurines do I like?"), 3)]
+    assert asked[-1] == "figurines"
+    counted = [label for label, _ in lexical_candidates(index, query_weights("How many rare figurines do I have?"), 3)]
+    assert counted[0] == "figurines"
 
 
 def test_a_page_saying_the_same_time_of_something_else_does_not_outrank_the_one_asked_for() -> None:
@@ -108,3 +139,11 @@ def test_the_user_words_of_a_page() -> None:
     assert user_text(page) == "user: my gym code is 7349"
     assert user_text(page[1:]) == ""
     assert user_text([{"role": "user", "content": "  "}]) == ""  # says nothing: no vector
+
+
+def test_words_naming_the_kind_of_answer_are_not_searched() -> None:
+    assert searched("What is the total number of online courses I've completed?") == tokenize("online courses completed")
+    assert searched("How much total money did I spend on bikes?") == tokenize("money spend bikes")
+    assert searched("How many months have passed since I ran the charity race?") == tokenize("ran charity race")
+    assert searched("How many days passed between the workshop and the planting?") == tokenize("workshop planting")
+    assert searched("Which exam have I passed?") == tokenize("exam passed")  # what it is about: kept

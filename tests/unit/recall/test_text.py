@@ -78,14 +78,14 @@ def test_keywords_respect_top_and_drop_single_characters() -> None:
 
 def _tokenize_unmemoised(text: str) -> list[str]:
     """The tokenizer spelled out token by token (what the memoised one must equal)."""
-    from proxy.recall.text import _TOKEN_PATTERN, MAX_TERM_CHARS, MAX_TOKENIZE_CHARS, _cjk_terms
+    from proxy.recall.text import _TOKEN_PATTERN, MAX_TERM_CHARS, MAX_TOKENIZE_CHARS, cjk_terms
 
     terms: list[str] = []
     for match in _TOKEN_PATTERN.finditer(text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'")):
         token = match.group()
         first = token[0]
         if "\u3040" <= first <= "\u30ff" or "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
-            terms.extend(_cjk_terms(token))
+            terms.extend(cjk_terms(token))
             continue
         token = token[:MAX_TERM_CHARS]
         if first.isdigit() or any(char.isdigit() for char in token):
@@ -109,3 +109,14 @@ def test_keywords_of_joined_texts_are_the_top_of_their_summed_counts(texts: list
     for text in texts:
         summed.update(keyword_counts(text))
     assert top_keywords(summed, top) == keywords(" ".join(texts), top)
+
+
+def test_a_word_whose_stem_is_a_stop_word_is_still_a_term() -> None:
+    # "theme" -> "them", "notes" -> "not", "evening" -> "even": the stem of each is a stop word, the word is none
+    for word in ("theme", "themes", "notes", "evening", "willing", "outing"):
+        (term,) = tokenize(word)
+        assert term not in STOP_WORDS_EN
+    assert tokenize("theme") == tokenize("themes") == tokenize("themed")
+    assert tokenize("note") == tokenize("notes")
+    assert tokenize("them not even") == []  # the stop words themselves stay out
+    assert tokenize("the cat's a's toy") == tokenize("cat toy")
