@@ -47,7 +47,6 @@ TIME_WEIGHT = 0.25  # of a query term that only a time it names holds (step 1)
 USER, PAGE = "user", "page"  # the views of a page the vector half embeds
 
 
-
 def query_weights(query: str, entity_boost: float = 1.0, counting: bool = False) -> dict[str, float]:
     """BM25 weights of the query's terms (module docstring, step 1); ``counting``: the query stands for a message that
     asks for a count (its words may no longer say so: "many rare figurines")."""

@@ -152,7 +152,7 @@ def tokenize(text: str) -> list[str]:
         if "\u3040" <= first <= "\u30ff" or "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
             terms.extend(cjk_terms(token))  # unigrams and bigrams: no term is long
             continue
-        term = _term(token[:MAX_TERM_CHARS])
+        term = _term(token[:MAX_TERM_CHARS])  # latin_term inlined: tokenize runs over every page indexed
         if term is not None:
             terms.append(term)
     return terms
@@ -161,7 +161,13 @@ def tokenize(text: str) -> list[str]:
 def tokens(text: str) -> list[str]:
     """The case-folded tokens of ``text`` that ``tokenize`` reads (its first ``MAX_TOKENIZE_CHARS`` characters): CJK runs,
     numbers, and runs of other letters and digits."""
-    return _TOKEN_PATTERN.findall(text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'"))
+    return _TOKEN_PATTERN.findall(_folded(text))
+
+
+def _folded(text: str) -> str:
+    """What ``tokens`` and ``term_runs`` read of ``text``: its first ``MAX_TOKENIZE_CHARS`` characters, case-folded,
+    the typographic apostrophe made plain."""
+    return text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'")
 
 
 def latin_term(token: str) -> str | None:
@@ -194,11 +200,11 @@ def term_runs(text: str, skip_after: str = "") -> list[list[str]]:
     Japanese run ends a run. ``skip_after``: a word whose next word is left out (and ends the run)."""
     runs: list[list[str]] = [[]]
     end, previous = 0, ""
-    lowered = text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'")
+    lowered = _folded(text)
     for match in _TOKEN_PATTERN.finditer(lowered):
         token = match.group()
         cjk = CJK_CHAR.match(token) is not None
-        term = None if cjk or previous == skip_after else _term(token[:MAX_TERM_CHARS])
+        term = None if cjk or previous == skip_after else latin_term(token)
         if term is None or not _BETWEEN_RUN.fullmatch(lowered, end, match.start()):
             if runs[-1]:
                 runs.append([])
