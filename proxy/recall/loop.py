@@ -338,7 +338,7 @@ async def stream_rounds(
                     return
                 if out is not None:
                     yield encode_data(_encode(out))
-        except (aiohttp.ClientPayloadError, aiohttp.ClientOSError, TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:  # a cut body, a reset, a disconnect, a time-out
             record.failure = ("stream_cut", 200, type(exc).__name__)
             yield encode_data(error_body(f"upstream stream ended early: {type(exc).__name__}", "upstream_error", "upstream_cut"))
             yield DONE

@@ -82,7 +82,7 @@ async def relay_sse(
                 on_cut("no [DONE] received")
             yield cut_stream_event("no [DONE] received")
             yield DONE
-    except (aiohttp.ClientPayloadError, aiohttp.ServerTimeoutError, asyncio.TimeoutError, aiohttp.ClientOSError) as exc:
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # a cut body, a reset, a disconnect, a time-out
         if on_cut is not None:
             on_cut(type(exc).__name__)
         yield cut_stream_event(type(exc).__name__)

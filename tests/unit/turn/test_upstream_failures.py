@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
@@ -23,7 +26,7 @@ CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m
 
 
 def _count(metrics: Metrics, metric, *labels: str) -> float:
-    return metric.labels(*labels)._value.get()
+    return (metric.labels(*labels) if labels else metric)._value.get()
 
 
 def _outgoing(stream: bool, conversation: str | None = None) -> Outgoing:
@@ -39,6 +42,28 @@ def _warnings(caplog) -> list[str]:
 def _cut_stream(_request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, headers={"Content-Type": "text/event-stream"},
                           content=b"data: " + json.dumps(CHUNK).encode() + b"\n\n")
+
+
+def _chat_upstream(stream: Callable[[httpx.Request], httpx.Response]) -> Callable[[httpx.Request], httpx.Response]:
+    """An upstream that knows its context length, has no tokenizer endpoint and answers a chat with ``stream``."""
+    def upstream(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
+        if request.url.path.endswith("/tokenize"):
+            return httpx.Response(404)
+        return stream(request)
+
+    return upstream
+
+
+async def _managed_turn(upstream: Callable[[httpx.Request], httpx.Response], caplog) -> tuple[Any, str, bytes]:
+    """One streamed managed turn: the service, the conversation id and every event the client got."""
+    service = make_service(upstream)
+    caplog.set_level(logging.WARNING)
+    chat = Chat(service)
+    chat.messages.append({"role": "user", "content": SECRET})
+    answer = await service.handle(call_of(chat.messages, stream=True))
+    return service, answer.headers["X-Memci-Conversation-Id"], b"".join(await answer_of(answer))
 
 
 async def test_a_cut_stream_is_logged_counted_and_not_a_200(caplog) -> None:
@@ -91,20 +116,7 @@ async def test_no_connection_or_a_time_out_is_logged_and_counted(caplog, error, 
 
 
 async def test_a_managed_turn_whose_stream_is_cut_names_its_conversation(caplog) -> None:
-    def upstream(request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/models"):
-            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 4096}]})
-        if request.url.path.endswith("/tokenize"):
-            return httpx.Response(404)
-        return _cut_stream(request)
-
-    service = make_service(upstream)
-    caplog.set_level(logging.WARNING)
-    chat = Chat(service)
-    chat.messages.append({"role": "user", "content": SECRET})
-    answer = await service.handle(call_of(chat.messages, stream=True))
-    cid = answer.headers["X-Memci-Conversation-Id"]
-    events = b"".join(await answer_of(answer))
+    service, cid, events = await _managed_turn(_chat_upstream(_cut_stream), caplog)
     assert b"upstream_cut" in events
     m = service.metrics
     assert _count(m, m.upstream_errors, "stream_cut") == 1
@@ -112,6 +124,50 @@ async def test_a_managed_turn_whose_stream_is_cut_names_its_conversation(caplog)
     lines = _warnings(caplog)
     assert len(lines) == 1 and f"conversation {cid}" in lines[0] and "no finish_reason" in lines[0]
     assert SECRET not in caplog.text
+    await service.close()
+
+
+# How a connection dropped mid-stream reaches the proxy depends on when the upstream's server closes it: a body cut
+# short (ClientPayloadError), a reset (ClientConnectionResetError) or a disconnect (ServerDisconnectedError). Each is
+# the same failure: an error event and [DONE] for the client, one stream_cut count and line.
+_DROPS = [aiohttp.ClientPayloadError("Response payload is not completed"), aiohttp.ServerDisconnectedError(),
+          aiohttp.ClientConnectionResetError("Connection reset by peer"), aiohttp.ClientOSError(104, "reset")]
+
+
+def _dropped_stream(error: Exception):
+    async def body():
+        yield b"data: " + json.dumps(CHUNK).encode() + b"\n\n"
+        raise error
+
+    return _chat_upstream(lambda _request: httpx.Response(200, headers={"Content-Type": "text/event-stream"},
+                                                          content=body()))
+
+
+@pytest.mark.parametrize("error", _DROPS, ids=lambda e: type(e).__name__)
+async def test_a_connection_dropped_mid_stream_is_a_cut_however_it_surfaces(caplog, error) -> None:
+    metrics = Metrics()
+    exchange = Exchange(MockUpstream(_dropped_stream(error)), metrics)
+    caplog.set_level(logging.WARNING)
+    events = b"".join(await answer_of(await exchange.send(_outgoing(stream=True))))
+    assert b"upstream_cut" in events and events.endswith(b"data: [DONE]\n\n")
+    assert _count(metrics, metrics.upstream_errors, "stream_cut") == 1
+    assert _count(metrics, metrics.requests, "chat", "stream_cut") == 1
+    assert _count(metrics, metrics.requests, "chat", "200") == 0
+    assert _count(metrics, metrics.client_disconnects) == 0  # the upstream left, not the client
+    [line] = _warnings(caplog)
+    assert f"stream_cut, status 200, route chat, conversation - ({type(error).__name__})" in line
+
+
+@pytest.mark.parametrize("error", _DROPS, ids=lambda e: type(e).__name__)
+async def test_a_managed_turn_whose_connection_drops_mid_stream_is_a_cut(caplog, error) -> None:
+    service, cid, events = await _managed_turn(_dropped_stream(error), caplog)
+    assert b"upstream_cut" in events and events.endswith(b"data: [DONE]\n\n")
+    m = service.metrics
+    assert _count(m, m.upstream_errors, "stream_cut") == 1
+    assert _count(m, m.requests, "chat", "stream_cut") == 1
+    assert _count(m, m.client_disconnects) == 0
+    [line] = _warnings(caplog)
+    assert f"conversation {cid} ({type(error).__name__})" in line and SECRET not in caplog.text
     await service.close()
 
 
