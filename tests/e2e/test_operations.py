@@ -80,8 +80,10 @@ def started(upstream: str, home: Path, env: dict[str, str] | None = None, args: 
 
 
 def eventually(condition, timeout: float = 5.0) -> None:
+    """Wait for ``condition()``; fail here, not at a later assertion, when it does not come true in time."""
     deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
+    while not condition():
+        assert time.monotonic() < deadline, f"not true within {timeout:g} s"
         time.sleep(0.05)
 
 
