@@ -24,7 +24,7 @@ import msgspec
 from proxy.recall.rounds import LoopRecord, ToolCall, add_usage, assistant_call_message, tool_result_message
 from proxy.recall.tool import inject
 from proxy.wire.errors import error_body
-from proxy.wire.sse import DONE, SSESplitter, encode_data, event_data
+from proxy.wire.sse import DONE, SSESplitter, cut_stream_event, encode_data, event_data
 
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
@@ -339,14 +339,15 @@ async def stream_rounds(
                 if out is not None:
                     yield encode_data(_encode(out))
         except (aiohttp.ClientError, TimeoutError) as exc:  # a cut body, a reset, a disconnect, a time-out
+            # (proxy.upstream.relay.relay_sse reads the same exceptions as a cut)
             record.failure = ("stream_cut", 200, type(exc).__name__)
-            yield encode_data(error_body(f"upstream stream ended early: {type(exc).__name__}", "upstream_error", "upstream_cut"))
+            yield cut_stream_event(type(exc).__name__)
             yield DONE
             return
         first_id, created, send_role, next_client = rnd.first_id, rnd.created, rnd.send_role, rnd.next_client
         if rnd.finish is None:
             record.failure = ("stream_cut", 200, "no finish_reason")
-            yield encode_data(error_body("upstream stream ended early: no finish_reason", "upstream_error", "upstream_cut"))
+            yield cut_stream_event("no finish_reason")
             yield DONE
             return
         recall = list(rnd.recall.values())

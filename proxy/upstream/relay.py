@@ -8,8 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import aiohttp
 import msgspec
 
-from proxy.wire.errors import error_body
-from proxy.wire.sse import DONE, SSESplitter, encode_data, event_data
+from proxy.wire.sse import DONE, SSESplitter, cut_stream_event, event_data
 
 _decode = msgspec.json.Decoder().decode
 
@@ -37,10 +36,6 @@ def usage_of_event(event: bytes) -> dict | None:
 # The last event of the other APIs' streams (Responses, Anthropic Messages), which end without [DONE].
 _LAST_EVENTS = (b"event: response.completed", b"event: response.failed", b"event: response.incomplete",
                 b"event: message_stop", b"event: error")
-
-
-def cut_stream_event(detail: str) -> bytes:
-    return encode_data(error_body(f"upstream stream ended early: {detail}", "upstream_error", "upstream_cut"))
 
 
 async def relay_sse(
@@ -83,6 +78,7 @@ async def relay_sse(
             yield cut_stream_event("no [DONE] received")
             yield DONE
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # a cut body, a reset, a disconnect, a time-out
+        # (proxy.recall.loop.stream_rounds reads the same exceptions as a cut)
         if on_cut is not None:
             on_cut(type(exc).__name__)
         yield cut_stream_event(type(exc).__name__)

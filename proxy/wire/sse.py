@@ -1,6 +1,8 @@
-"""Server-sent events: split a byte stream into events, and encode events."""
+"""Server-sent events: split a byte stream into events, and encode events (a cut stream's error event too)."""
 
 from __future__ import annotations
+
+from proxy.wire.errors import error_body
 
 DONE = b"data: [DONE]\n\n"
 
@@ -50,3 +52,8 @@ def event_data(event: bytes) -> bytes | None:
 
 def encode_data(payload: bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
+
+
+def cut_stream_event(detail: str) -> bytes:
+    """The error event that ends a stream the upstream cut short (the relay's and the recall loop's)."""
+    return encode_data(error_body(f"upstream stream ended early: {detail}", "upstream_error", "upstream_cut"))

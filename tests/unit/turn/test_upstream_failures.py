@@ -23,6 +23,7 @@ from turn_fakes import Chat, MockUpstream, answer_of, call_of, make_service
 SECRET = "the user's secret words"
 CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
          "choices": [{"index": 0, "delta": {"role": "assistant", "content": "partial answer"}, "finish_reason": None}]}
+FIRST_EVENT = b"data: " + json.dumps(CHUNK).encode() + b"\n\n"  # what the upstream sends before it stops
 
 
 def _count(metrics: Metrics, metric, *labels: str) -> float:
@@ -41,7 +42,7 @@ def _warnings(caplog) -> list[str]:
 
 def _cut_stream(_request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, headers={"Content-Type": "text/event-stream"},
-                          content=b"data: " + json.dumps(CHUNK).encode() + b"\n\n")
+                          content=FIRST_EVENT)
 
 
 def _chat_upstream(stream: Callable[[httpx.Request], httpx.Response]) -> Callable[[httpx.Request], httpx.Response]:
@@ -128,15 +129,15 @@ async def test_a_managed_turn_whose_stream_is_cut_names_its_conversation(caplog)
 
 
 # How a connection dropped mid-stream reaches the proxy depends on when the upstream's server closes it: a body cut
-# short (ClientPayloadError), a reset (ClientConnectionResetError) or a disconnect (ServerDisconnectedError). Each is
-# the same failure: an error event and [DONE] for the client, one stream_cut count and line.
+# short (ClientPayloadError), a reset (ClientConnectionResetError, or ClientOSError from the socket) or a disconnect
+# (ServerDisconnectedError). Each is the same failure: an error event and [DONE] for the client, one stream_cut count and line.
 _DROPS = [aiohttp.ClientPayloadError("Response payload is not completed"), aiohttp.ServerDisconnectedError(),
           aiohttp.ClientConnectionResetError("Connection reset by peer"), aiohttp.ClientOSError(104, "reset")]
 
 
 def _dropped_stream(error: Exception):
     async def body():
-        yield b"data: " + json.dumps(CHUNK).encode() + b"\n\n"
+        yield FIRST_EVENT
         raise error
 
     return _chat_upstream(lambda _request: httpx.Response(200, headers={"Content-Type": "text/event-stream"},
