@@ -381,7 +381,8 @@ class Settings:
     # --- long-term memory (background workers) ------------------------------------------------
     memory_workers: bool = field(
         default=True,
-        metadata=_doc("Run the memory workers: conversation summaries (B4), the tenant profile (B2a), archival by age. "
+        metadata=_doc("Run the memory workers: conversation summaries (B4), the end user's profile (B2a: per user id, "
+                      "per conversation without one), archival by age. "
                       "Their summary and profile jobs resend the conversation's pre-epoch prompt plus one instruction, "
                       "so the upstream's prefix cache covers them (measured on a 300-turn 8k chat: hit rate 0.963 "
                       "workers off, 0.967 on; 0.891 with the earlier standalone summary prompts)."),
@@ -423,7 +424,8 @@ class Settings:
                                  "event is recorded and recent days are archived at once; unarchived messages are "
                                  "never deleted. 0: never (seed 001 suggests 300).", min=0)
     )
-    profile_max_facts: int = field(default=30, metadata=_doc("Facts in the tenant profile (B2a).", min=0))
+    profile_max_facts: int = field(
+        default=30, metadata=_doc("Facts in the end user's profile (B2a; a conversation's own without a user id).", min=0))
     memory_sweep_interval_s: float = field(
         default=600.0, metadata=_doc("Seconds between archival-by-age sweeps and retries of failed summaries.", min=1.0)
     )
@@ -502,6 +504,12 @@ class Settings:
 
     # --- admin ---------------------------------------------------------------------------------
     admin_key: str = field(default="", metadata=_doc("Bearer key for /memci/ admin endpoints (empty: admin API off)."))
+    user_hash_key: str = field(
+        default="",
+        metadata=_doc("Secret key of the keyed hash that end-user ids (X-Memci-User, safety_identifier, user, "
+                      "Anthropic metadata.user_id) are stored as, per tenant; the same on every replica. Set it in "
+                      "production: without it the hash is keyed by a constant, and a guessed id can be checked."),
+    )
 
     # -------------------------------------------------------------------------------------------
     @property

@@ -39,7 +39,8 @@ async def managed_turn(request: Request, chat: dict[str, Any], started: float,
     # The messages' bytes, as a chat client's would be: the codecs write a conversation the same way every turn, so
     # the turn recognises it by a byte prefix (one hash pass) rather than by hashing every message again.
     raw_messages = _encode(chat["messages"])
-    call = chat_call(headers, chat, body, raw_messages, request.url.query, started, tenant)
+    call = chat_call(headers, chat, body, raw_messages, request.url.query, started, tenant,
+                     user_secret=services.settings.user_hash_key)
     return await services.context.handle(call)
 
 

@@ -40,10 +40,11 @@ def entry_hashes(messages: Iterable[dict[str, Any]]) -> list[str]:
     return [entry_hash(m) for m in messages]
 
 
-def chain_hashes(hashes: Sequence[str]) -> list[str]:
-    """Prefix chain: h_i = xxh3_128(h_{i-1} || entry_hash_i); h_-1 is the empty string."""
+def chain_hashes(hashes: Sequence[str], seed: str = "") -> list[str]:
+    """Prefix chain: h_i = xxh3_128(h_{i-1} || entry_hash_i); h_-1 is ``seed`` (the end user's key: one user's
+    messages never match another's prefix; "" without one)."""
     out: list[str] = []
-    previous = ""
+    previous = seed
     for h in hashes:
         previous = _h128((previous + h).encode())
         out.append(previous)

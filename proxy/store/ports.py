@@ -148,8 +148,10 @@ class ConversationRepository(Protocol):
         session_key: str | None = None,
         parent_id: str | None = None,
         forked_at: int | None = None,
+        end_user: str = "",
     ) -> None:
-        """Create it; a no-op when it exists for this tenant with the same session key.
+        """Create it, for ``end_user`` (a keyed hash; "" for none); a no-op when it exists for this tenant with the
+        same session key.
         Raises ConversationConflict when the id belongs to another tenant or the session key to
         another conversation (look it up again with find_by_session_key)."""
 

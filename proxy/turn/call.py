@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.turn.end_user import EndUserError, end_user_id, user_key
 from proxy.turn.identity import session_key_of, tenant_of
 from proxy.wire.errors import bad_request
 from proxy.wire.validate import refuse_nul
@@ -29,6 +30,7 @@ class ChatCall:
     rewrite_mode: str = ""  # X-Memci-Rewrite for this request: "", "off", "rules" or "model"
     memory_mode: str = ""  # X-Memci-Memory for this request: "", "on" or "off"
     offload_mode: str = ""  # X-Memci-Offload for this request: "", "on" or "off"
+    end_user: str = ""  # the end user's keyed hash (proxy.turn.end_user), "" when the request names none
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -48,6 +50,7 @@ def _header(headers: Mapping[str, str], name: str) -> str:
 def chat_call(
     headers: Mapping[str, str], data: dict[str, Any], body: bytes, raw_messages: Any, query: str = "",
     started: float = 0.0, tenant: str | None = None, raw_fields: Mapping[str, Any] | None = None,
+    user_secret: str = "",
 ) -> ChatCall:
     rewrite = _header(headers, "X-Memci-Rewrite")
     memory = _header(headers, "X-Memci-Memory")
@@ -55,8 +58,13 @@ def chat_call(
     if offload not in ("", "on", "off"):
         raise bad_request(f"X-Memci-Offload must be 'on' or 'off', not {offload!r}", param="X-Memci-Offload",
                           code="invalid_header")
+    try:
+        user_id, _ = end_user_id(headers, data)
+    except EndUserError as exc:
+        raise bad_request(str(exc), param=exc.param, code="invalid_user") from None
+    tenant = tenant if tenant is not None else tenant_of(headers)
     return ChatCall(
-        tenant=tenant if tenant is not None else tenant_of(headers),
+        tenant=tenant,
         session_key=session_key_of(headers, data),
         headers=headers,
         data=data,
@@ -69,4 +77,5 @@ def chat_call(
         rewrite_mode=rewrite if rewrite in REWRITE_MODES else "",
         memory_mode=memory if memory in ("on", "off") else "",
         offload_mode=offload,
+        end_user=user_key(tenant, user_id, user_secret),
     )

@@ -53,9 +53,11 @@ def session_key_of(headers: Mapping[str, str], data: Mapping[str, Any]) -> str |
     return None
 
 
-def conversation_id_for_session(tenant: str, session_key: str) -> str:
-    """Deterministic, so every replica derives the same id for one session key."""
-    return "s" + xxhash.xxh3_128_hexdigest(f"{tenant}\0{session_key}".encode())[:24]
+def conversation_id_for_session(tenant: str, session_key: str, end_user: str = "") -> str:
+    """Deterministic, so every replica derives the same id for one session key; one end user's session key names
+    another conversation than the same key of another user (``end_user``: proxy.turn.end_user.user_key)."""
+    scope = f"{tenant}\0{end_user}" if end_user else tenant
+    return "s" + xxhash.xxh3_128_hexdigest(f"{scope}\0{session_key}".encode())[:24]
 
 
 def new_conversation_id() -> str:

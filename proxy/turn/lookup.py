@@ -22,7 +22,7 @@ from proxy.turn.call import ChatCall
 from proxy.turn.identity import conversation_id_for_session, new_conversation_id
 
 _h128 = xxhash.xxh3_128_hexdigest
-STARTS_PER_KEY = 4  # conversations remembered per (tenant, first message): forks share it
+STARTS_PER_KEY = 4  # conversations remembered per (tenant, end user, first message): forks share it
 
 
 @dataclass(slots=True)
@@ -39,7 +39,7 @@ class ConversationLookup:
         self.hot = hot
         self.repo = repo
         self.state_of = state_of  # conversation id -> this process's newest state, or None (no I/O)
-        self._starts: BoundedLru[tuple[str, bytes], list[str]] = BoundedLru(
+        self._starts: BoundedLru[tuple[str, str, bytes], list[str]] = BoundedLru(
             "conversation_starts", max_entries, max_entries * 256, lambda _k, _v: 256)
         # conversation -> (entries, digest of the last entry, chain hash over all entries)
         self._chains: BoundedLru[str, tuple[int, bytes, str]] = BoundedLru(
@@ -47,13 +47,13 @@ class ConversationLookup:
 
     async def find(self, call: ChatCall, messages: list[dict[str, Any]]) -> Found:
         if call.session_key:
-            return Found(conversation_id_for_session(call.tenant, call.session_key), "session_key", -1)
+            return Found(conversation_id_for_session(call.tenant, call.session_key, call.end_user), "session_key", -1)
         if not messages:
             return Found(new_conversation_id(), "new", 0, [])
         continued = self._continued(call, messages)
         if continued is not None:
             return continued
-        chains = chain_hashes(entry_hashes(messages))
+        chains = chain_hashes(entry_hashes(messages), call.end_user)  # seeded: no match across end users
         for back in range(1, min(4, len(chains)) + 1):  # the usual case: all but the newest exchange is known
             hit = await self.hot.get_fingerprint(call.tenant, chains[-back])
             if hit is not None:
@@ -67,26 +67,26 @@ class ConversationLookup:
         """A conversation of this process whose last request is a byte-for-byte prefix of this one."""
         if call.raw_messages is None:
             return None
-        for cid in self._starts.get((call.tenant, entry_digest(messages[0]))) or ():
+        for cid in self._starts.get((call.tenant, call.end_user, entry_digest(messages[0]))) or ():
             state = self.state_of(cid)
             if (state is not None and state.messages_kind == "raw" and 0 < state.entry_count <= len(messages)
                     and advance_prefix(call.raw_messages, state.messages_length, state.messages_digest)[0]):
                 return Found(cid, "prefix", state.entry_count, raw_known=state.messages_length)
         return None
 
-    def remember(self, tenant: str, messages: list[dict[str, Any]], conversation_id: str) -> None:
-        """After a turn: requests starting with these messages may continue this conversation."""
+    def remember(self, tenant: str, end_user: str, messages: list[dict[str, Any]], conversation_id: str) -> None:
+        """After a turn: requests of this end user starting with these messages may continue this conversation."""
         if not messages:
             return
-        key = (tenant, entry_digest(messages[0]))
+        key = (tenant, end_user, entry_digest(messages[0]))
         known = self._starts.get(key) or []
         if conversation_id not in known:
             self._starts.put(key, [conversation_id, *known][:STARTS_PER_KEY])
 
     def fingerprints(self, found: Found, conversation_id: str, prior: ConversationState | None, plan: Plan,
-                     messages: list[dict[str, Any]]) -> list[tuple[str, int]]:
-        """(chain hash, prefix length) for the prefixes of this request not known before; the conversation's chain
-        is remembered for the next turn. Session-keyed conversations need none."""
+                     messages: list[dict[str, Any]], end_user: str = "") -> list[tuple[str, int]]:
+        """(chain hash, prefix length) for the prefixes of this request not known before, seeded by the end user's
+        key; the conversation's chain is remembered for the next turn. Session-keyed conversations need none."""
         if found.how == "session_key":
             return []
         chains = found.chains
@@ -95,7 +95,7 @@ class ConversationLookup:
             chained = self._chain_on(conversation_id, prior, plan)
             if chained is not None:
                 return chained
-            chains = chain_hashes(entry_hashes(messages))
+            chains = chain_hashes(entry_hashes(messages), end_user)
         out = [(chains[i], i + 1) for i in range(start, len(chains))]
         if chains:
             self._chains.put(conversation_id, (len(chains), plan.state.hash_blob[-HASH_SIZE:], chains[-1]))

@@ -234,10 +234,12 @@ class TurnService:
         try:
             if how == "fork":
                 await self.states.writer.settle(parent_id)  # the fork copies the parent's stored messages
-                await repo.create_conversation(tenant, conversation_id, parent_id=parent_id, forked_at=known_prefix)
+                await repo.create_conversation(tenant, conversation_id, parent_id=parent_id, forked_at=known_prefix,
+                                               end_user=call.end_user)
             elif known.state is None:
                 await repo.create_conversation(tenant, conversation_id, parent_id=None, forked_at=None,
-                                               session_key=conversation_id if how == "session_key" else None)
+                                               session_key=conversation_id if how == "session_key" else None,
+                                               end_user=call.end_user)
                 if self.memory is not None:
                     self.memory.created(tenant, conversation_id)
         except Exception as exc:
@@ -265,7 +267,7 @@ class TurnService:
         tools_json = _encode(tools).decode() if tools else ""
         turn_input = TurnInput(
             summary=await memory.latest_summary(tenant, conversation_id) if memory and state is not None else "",
-            profile=await memory.latest_profile(tenant) if memory is not None else "",
+            profile=await self._profile(tenant, conversation_id, call.end_user, state),
             intent=volatile.intent, memory=volatile.memory, system=system, messages=messages,
             tools_tokens=self.counts.tools_tokens(counter, tools_json),
             max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
@@ -277,13 +279,20 @@ class TurnService:
         self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
         accounting = self._count_plan(result, state)
         fingerprints = self.lookup.fingerprints(Found(conversation_id, how, known_prefix, found.chains), conversation_id,
-                                                known.state, result, messages)
-        self.lookup.remember(tenant, messages, conversation_id)
+                                                known.state, result, messages, call.end_user)
+        self.lookup.remember(tenant, call.end_user, messages, conversation_id)
         redo = Redo(turn_input, config, fingerprints, len(messages) - 1, counter=counter)
         rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints, state)
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
                     tools_json=tools_json, learned=isinstance(counter, LearnedCounter), accounting=accounting,
                     need=need, window=window)
+
+    async def _profile(self, tenant: str, conversation_id: str, end_user: str, state: ConversationState | None
+                       ) -> str:
+        """B2a: the end user's stable facts, or this conversation's own without a user id (nothing crosses)."""
+        if self.memory is None or (not end_user and state is None):
+            return ""
+        return await self.memory.latest_profile(tenant, conversation_id, end_user)
 
     async def _intake_images(self, result: Plan, tenant: str, conversation_id: str) -> None:
         """New messages' data: images to the blob store (once per hash), descriptions started; the entries

@@ -7,7 +7,7 @@ latest summary and profile to the managed turn (cached).
     await worker.notify(tenant, conversation_id)                    # after a turn that archived pages
     worker.touch(tenant, conversation_id)                           # after every turn (the idle delay)
     summary = await worker.latest_summary(tenant, conversation_id)  # TurnInput.summary (B4)
-    profile = await worker.latest_profile(tenant)                   # TurnInput.profile (B2a)
+    profile = await worker.latest_profile(tenant, conversation_id, end_user)  # TurnInput.profile (B2a)
     await worker.stop()
 
 Summary and profile jobs run right after the epoch (``notify``), or with ``idle_s`` > 0 once the conversation has had
@@ -64,8 +64,8 @@ class MemoryWorker:
         # Per-process caches, bounded in entries and bytes (proxy.caches); a miss reads PostgreSQL.
         self._summaries: BoundedLru[tuple[str, str], tuple[float, str]] = BoundedLru(
             "summaries", 10_000, 32 * 2**20, size_of=lambda k, v: 160 + len(k[0]) + len(k[1]) + len(v[1]))
-        self._profiles: BoundedLru[str, tuple[float, str]] = BoundedLru(
-            "profiles", 10_000, 16 * 2**20, size_of=lambda k, v: 160 + len(k) + len(v[1]))
+        self._profiles: BoundedLru[tuple[str, str], tuple[float, str]] = BoundedLru(
+            "profiles", 10_000, 16 * 2**20, size_of=lambda k, v: 160 + len(k[0]) + len(k[1]) + len(v[1]))
         # Pre-epoch prompts (the newest BASES_PER_CONVERSATION per conversation) for jobs on the cached prefix.
         self._bases: BoundedLru[tuple[str, str], tuple[SummaryBase, ...]] = BoundedLru(
             "summary_bases", self.config.bases_max_entries, self.config.bases_max_mb * 2**20,
@@ -172,23 +172,26 @@ class MemoryWorker:
         self._summaries.put(key, (time.monotonic(), text))
         return text
 
-    async def latest_profile(self, tenant: str) -> str:
-        """The tenant's stable facts as '- fact' lines, '' when none."""
-        cached = self._profiles.get(tenant)
+    async def latest_profile(self, tenant: str, conversation_id: str, end_user: str = "") -> str:
+        """The end user's stable facts as '- fact' lines ('' when none); without a user id (``end_user`` ""), the
+        conversation's own: a tenant is an app, and one person's facts never reach another's prompt."""
+        key = (tenant, "user:" + end_user if end_user else "conversation:" + conversation_id)
+        cached = self._profiles.get(key)
         if cached is not None and time.monotonic() - cached[0] < self.config.cache_ttl_s:
             return cached[1]
         try:
-            text = render_profile(await self.repo.profile_facts(tenant, self.config.profile_max_facts))
+            text = render_profile(await self.repo.profile_facts(tenant, conversation_id, end_user,
+                                                                self.config.profile_max_facts))
         except Exception as exc:
-            log.warning("could not read the profile of a tenant: %s", exc)
+            log.warning("could not read the profile of conversation %s: %s", conversation_id, exc)
             return cached[1] if cached is not None else ""
-        self._profiles.put(tenant, (time.monotonic(), text))
+        self._profiles.put(key, (time.monotonic(), text))
         return text
 
     def forget(self, tenant: str, conversation_id: str) -> None:
         """Drop cached values (after a delete)."""
         self._summaries.pop((tenant, conversation_id))
-        self._profiles.pop(tenant)
+        self._profiles.pop((tenant, "conversation:" + conversation_id))
         self._bases.pop((tenant, conversation_id))
         self._idle.pop((tenant, conversation_id), None)
 

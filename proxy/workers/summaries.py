@@ -1,4 +1,4 @@
-"""The conversation summary (B4), its topics, and the tenant profile's facts (B2a), from archived pages.
+"""The conversation summary (B4), its topics, and the end user's profile facts (B2a), from archived pages.
 
 Each job takes the archived (or evicted) pages not yet taken in (``first_seq`` after the row's ``last_seq``),
 in batches of ``batch_chars``; progress is stored after every batch. The summary is merged with the previous
@@ -176,7 +176,7 @@ async def update_profile(
     repo: Any, summarizer: Summarizer, config: MemoryConfig, tenant: str, conversation_id: str, now: dt.datetime,
     bases: Sequence[SummaryBase] = (), on_call: Callable[[str], None] | None = None,
 ) -> str:
-    """Stable facts about the tenant's user from the conversation's newly archived pages."""
+    """Stable facts about the conversation's end user (its own without a user id) from its newly archived pages."""
     row = await repo.get_summary(tenant, conversation_id, "profile")
     if backing_off(row, now):
         return BACKING_OFF

@@ -12,8 +12,8 @@ from proxy.store.ports import BEHIND, NOT_FOUND, REPLAYED, SAVED, STALE, TurnWri
 
 _json = msgspec.json.Encoder()
 
-CREATE = ("INSERT INTO conversations (id, tenant, session_key) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING "
-          "RETURNING id")
+CREATE = ("INSERT INTO conversations (id, tenant, session_key, end_user) VALUES ($1, $2, $3, $4) "
+          "ON CONFLICT DO NOTHING RETURNING id")
 SAVE_TURNS = "SELECT memci_save_turns(" + ", ".join(f"${i}" for i in range(1, 38)) + ")"
 CURRENT = "SELECT id, tenant, state_version, md5(state) AS digest FROM conversations WHERE id = ANY($1::text[])"
 
@@ -54,9 +54,10 @@ def arguments(writes: list[TurnWrite]) -> list[list[Any]]:
     return columns
 
 
-async def create_conversation(connection: Any, tenant: str, conversation_id: str, session_key: str | None) -> bool:
+async def create_conversation(connection: Any, tenant: str, conversation_id: str, session_key: str | None,
+                              end_user: str = "") -> bool:
     """A new conversation (not a fork) in one statement; False when the id or the session key exists already."""
-    return await connection.fetchval(CREATE, conversation_id, tenant, session_key) is not None
+    return await connection.fetchval(CREATE, conversation_id, tenant, session_key, end_user or None) is not None
 
 
 async def save_turns(connection: Any, writes: list[TurnWrite]) -> list[str]:

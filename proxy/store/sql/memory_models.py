@@ -1,4 +1,5 @@
-"""Table models of the long-term memory (migration 0004): summaries, topics, the tenant profile's facts.
+"""Table models of the long-term memory (migration 0004; 0009: whose facts): summaries, topics, the end user's
+profile facts.
 
 They are declared on the shared ``Base`` so that the schema test compares them with the migrations; the
 repository imports them through ``memory_queries``.
@@ -66,5 +67,10 @@ class MemoryProfileFact(Base):
     tenant: Mapped[str] = mapped_column(Text, nullable=False)
     fact: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+    end_user: Mapped[str | None] = mapped_column(Text)  # the conversation's end user (NULL: the conversation's own)
 
-    __table_args__ = (Index("ix_memory_profile_facts_tenant_created_at", "tenant", "created_at"),)
+    __table_args__ = (
+        Index("ix_memory_profile_facts_tenant_created_at", "tenant", "created_at"),
+        Index("ix_memory_profile_facts_tenant_end_user_created_at", "tenant", "end_user", "created_at",
+              postgresql_where=sql_text("end_user IS NOT NULL")),
+    )

@@ -1,5 +1,5 @@
 """Long-term memory over PostgreSQL (migration 0004): summaries by conversation, day and month, topics, the
-tenant profile's facts, and the archive maintenance reads (messages per day, archive flags, pruning).
+end user's profile facts, and the archive maintenance reads (messages per day, archive flags, pruning).
 
 The table models are in ``memory_models`` (imported here, so known wherever the repository is).
 Every method is scoped by tenant like the rest of the repository; ``due_summaries`` and
@@ -249,23 +249,29 @@ class MemoryQueries:
         if not facts:
             return 0
         async with self.engine.begin() as connection:
-            if not (await connection.execute(select(_owned(tenant, conversation_id)))).scalar():
+            owner = (await connection.execute(
+                select(conv.c.end_user).where(conv.c.id == conversation_id, conv.c.tenant == tenant))).first()
+            if owner is None:
                 return 0
             stmt = (
                 insert(facts_t)
                 .values([
-                    {"conversation_id": conversation_id, "digest": d, "tenant": tenant, "fact": f} for d, f in facts
+                    {"conversation_id": conversation_id, "digest": d, "tenant": tenant, "fact": f,
+                     "end_user": owner.end_user} for d, f in facts
                 ])
                 .on_conflict_do_nothing()
                 .returning(facts_t.c.digest)
             )
             return len((await connection.execute(stmt)).all())
 
-    async def profile_facts(self, tenant: str, limit: int = 50) -> list[str]:
-        """The tenant's facts, oldest first (stable order: the profile text only grows), duplicates once."""
+    async def profile_facts(self, tenant: str, conversation_id: str, end_user: str = "", limit: int = 50) -> list[str]:
+        """The end user's facts (learnt from any of their conversations), or without one (``end_user`` "") the
+        conversation's own; oldest first (stable order: the profile text only grows), duplicates once."""
+        scope = ((facts_t.c.tenant == tenant) & (facts_t.c.end_user == end_user) if end_user else
+                 (facts_t.c.tenant == tenant) & (facts_t.c.conversation_id == conversation_id))
         stmt = (
             select(facts_t.c.fact, func.min(facts_t.c.created_at).label("first"))
-            .where(facts_t.c.tenant == tenant)
+            .where(scope)
             .group_by(facts_t.c.fact)
             .order_by(sql_text("first"), facts_t.c.fact)
             .limit(limit)

@@ -75,6 +75,8 @@ class Conversation(Base):
     id: Mapped[str] = mapped_column(Text, primary_key=True)
     tenant: Mapped[str] = mapped_column(Text, nullable=False)
     session_key: Mapped[str | None] = mapped_column(Text)
+    # the end user's keyed hash (proxy.turn.end_user); NULL: no user id, nothing of it leaves the conversation
+    end_user: Mapped[str | None] = mapped_column(Text)
     parent_id: Mapped[str | None] = mapped_column(Text)
     forked_at: Mapped[int | None] = mapped_column(Integer)
     label: Mapped[str | None] = mapped_column(Text)
@@ -95,6 +97,8 @@ class Conversation(Base):
             postgresql_where=text("session_key IS NOT NULL"),
         ),
         Index("ix_conversations_tenant_last_active_at", "tenant", "last_active_at"),
+        Index("ix_conversations_tenant_end_user_last_active_at", "tenant", "end_user", "last_active_at",
+              postgresql_where=text("end_user IS NOT NULL")),
     )
 
 

@@ -124,13 +124,15 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
         session_key: str | None = None,
         parent_id: str | None = None,
         forked_at: int | None = None,
+        end_user: str = "",
     ) -> None:
-        if parent_id is None and await self._created(tenant, conversation_id, session_key):
+        if parent_id is None and await self._created(tenant, conversation_id, session_key, end_user):
             return  # the common case, one statement on the driver's connection
         stmt = (
             insert(conv)
             .values(
-                id=conversation_id, tenant=tenant, session_key=session_key, parent_id=parent_id, forked_at=forked_at
+                id=conversation_id, tenant=tenant, session_key=session_key, parent_id=parent_id, forked_at=forked_at,
+                end_user=end_user or None,
             )
             .on_conflict_do_nothing()
             .returning(conv.c.id)
@@ -149,9 +151,9 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
             raise ConversationConflict(f"conversation id {conversation_id!r} is already in use")
         raise ConversationConflict(f"session key {session_key!r} belongs to another conversation")
 
-    async def _created(self, tenant: str, conversation_id: str, session_key: str | None) -> bool:
+    async def _created(self, tenant: str, conversation_id: str, session_key: str | None, end_user: str) -> bool:
         return await self._on_driver(
-            lambda raw: batch_writes.create_conversation(raw, tenant, conversation_id, session_key))
+            lambda raw: batch_writes.create_conversation(raw, tenant, conversation_id, session_key, end_user))
 
     async def _on_driver(self, work: Callable[[Any], Awaitable[T]]) -> T:
         """``work`` on a write connection's asyncpg connection."""

@@ -26,14 +26,15 @@ def emulator_url() -> Iterator[str]:
 class History:
     """Writes a conversation's messages and pages the way the managed turn does (save_turn)."""
 
-    def __init__(self, repo: SqlConversationRepository, conversation_id: str, tenant: str = TENANT) -> None:
-        self.repo, self.conversation_id, self.tenant = repo, conversation_id, tenant
+    def __init__(self, repo: SqlConversationRepository, conversation_id: str, tenant: str = TENANT,
+                 end_user: str = "") -> None:
+        self.repo, self.conversation_id, self.tenant, self.end_user = repo, conversation_id, tenant, end_user
         self.entries: list[EntryRow] = []
         self.pages: list[PageRow] = []
         self.version = 0
 
     async def create(self) -> "History":
-        await self.repo.create_conversation(self.tenant, self.conversation_id)
+        await self.repo.create_conversation(self.tenant, self.conversation_id, end_user=self.end_user)
         return self
 
     async def add_pages(self, texts: list[tuple[str, str]], state: str = "archived") -> None:

@@ -127,15 +127,30 @@ async def test_recovers_after_a_failure(repo: SqlConversationRepository, worker:
 
 
 async def test_profile_facts_from_archived_pages(repo: SqlConversationRepository, worker: MemoryWorker) -> None:
-    history = await History(repo, "c5").create()
+    history = await History(repo, "c5", end_user="uAda").create()
     await history.add_pages([("[[say:- The user is called Ada]] hello", "hi Ada")])
     assert await worker.handle(Job(PROFILE_JOB, TENANT, "c5")) == "done"
-    other = await History(repo, "c6").create()
+    other = await History(repo, "c6", end_user="uAda").create()
     await other.add_pages([("[[say:- The user is called Ada]] again", "hi")])
     assert await worker.handle(Job(PROFILE_JOB, TENANT, "c6")) == "done"
-    assert await worker.latest_profile(TENANT) == "- The user is called Ada"  # once, though learnt twice
-    assert await worker.latest_profile("tenant-b") == ""
+    # the end user's profile, from all of their conversations: once, though learnt twice
+    assert await worker.latest_profile(TENANT, "c-new", "uAda") == "- The user is called Ada"
+    assert await worker.latest_profile(TENANT, "c-new", "uBob") == ""  # another user of the same app
+    assert await worker.latest_profile("tenant-b", "c-new", "uAda") == ""
     assert await worker.handle(Job(PROFILE_JOB, TENANT, "c5")) == "nothing"
+
+
+async def test_without_a_user_id_the_profile_stays_in_its_conversation(
+    repo: SqlConversationRepository, worker: MemoryWorker
+) -> None:
+    alice = await History(repo, "c8").create()
+    await alice.add_pages([("[[say:- My address is 12 Quokka Lane]] hello", "hi")])
+    assert await worker.handle(Job(PROFILE_JOB, TENANT, "c8")) == "done"
+    bob = await History(repo, "c9").create()
+    await bob.add_pages([("hello", "hi")])
+    assert await worker.latest_profile(TENANT, "c8") == "- My address is 12 Quokka Lane"
+    assert await worker.latest_profile(TENANT, "c9") == ""  # the same app (tenant), another conversation
+    assert await worker.latest_profile(TENANT, "c9", "uBob") == ""
 
 
 async def test_deleting_the_conversation_removes_its_memory_rows(
@@ -151,7 +166,7 @@ async def test_deleting_the_conversation_removes_its_memory_rows(
     for table in ("memory_summaries", "memory_topics", "memory_profile_facts"):
         assert await rows_of(repo, table, "c7") == [], table
     worker.forget(TENANT, "c7")
-    assert await worker.latest_profile(TENANT) == ""
+    assert await worker.latest_profile(TENANT, "c7") == ""
 
 
 def _base_prompt(pages: list[tuple[str, str]]) -> dict:

@@ -38,7 +38,7 @@ class RecordingMemory:
     async def latest_summary(self, tenant: str, conversation_id: str) -> str:
         return ""
 
-    async def latest_profile(self, tenant: str) -> str:
+    async def latest_profile(self, tenant: str, conversation_id: str, end_user: str = "") -> str:
         return ""
 
 

@@ -299,7 +299,7 @@ async def test_a_new_conversation_is_told_to_the_memory_workers_so_its_summary_i
             self.summary_reads.append(cid)
             return ""
 
-        async def latest_profile(self, tenant: str) -> str:
+        async def latest_profile(self, tenant: str, conversation_id: str, end_user: str = "") -> str:
             return ""
 
         def touch(self, tenant: str, cid: str) -> None: ...

@@ -57,7 +57,8 @@ class MemoryRepository:
         return c if c is not None and c.tenant == tenant else None
 
     async def create_conversation(self, tenant: str, conversation_id: str, session_key: str | None = None,
-                                  parent_id: str | None = None, forked_at: int | None = None) -> None:
+                                  parent_id: str | None = None, forked_at: int | None = None,
+                                  end_user: str = "") -> None:
         if self.fail:
             raise self.fail
         existing = self.conversations.get(conversation_id)
