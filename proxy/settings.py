@@ -504,6 +504,16 @@ class Settings:
 
     # --- admin ---------------------------------------------------------------------------------
     admin_key: str = field(default="", metadata=_doc("Bearer key for /memci/ admin endpoints (empty: admin API off)."))
+    user_memory: bool = field(
+        default=True,
+        metadata=_doc("With a user id on the request: the push, recall and /memci/search also reach the same user's "
+                      "other conversations (every stored page, newest first, labelled <conversation>/<page>). Never "
+                      "another user's; without a user id nothing leaves its conversation."),
+    )
+    user_memory_timeout_ms: int = field(
+        default=100, metadata=_doc("Milliseconds the search of the user's other conversations may take on a turn; "
+                                   "past it the turn goes on without their round.", min=1),
+    )
     user_hash_key: str = field(
         default="",
         metadata=_doc("Secret key of the keyed hash that end-user ids (X-Memci-User, safety_identifier, user, "

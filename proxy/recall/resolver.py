@@ -14,6 +14,7 @@ from proxy.engine.contents import utc_date
 from proxy.engine.offload import OffloadRecord, output_text
 from proxy.engine.offloading import find_offload
 from proxy.engine.state import STATUS_NAMES, find_page
+from proxy.recall import across
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.candidate_vectors import CandidateVectors
 from proxy.recall.counting import COUNTED
@@ -147,6 +148,8 @@ class RecallResolver:
             seconds = time.perf_counter() - started
             user_place = 1 / USER_PLACE_WEIGHT if reply_first else USER_PLACE_WEIGHT
             parts.append(await self._fitted_hits(ctx, args.query, hits, cap, newest_first, excerpt_tokens, user_place))
+            if ctx.end_user and shown_if is None:  # a model's own search: the user's other conversations too
+                parts.append(await self._other_conversations(ctx, args.query))
         if args.problems:
             parts.append("Note: " + "; ".join(args.problems) + ".")
         kind = "+".join(k for k, on in (("offloaded", bool(reads)), ("pages", bool(args.pages)),
@@ -331,10 +334,35 @@ class RecallResolver:
             self.metrics.child(self.metrics.offload_reads, how).inc()
         return part
 
+    async def _other_conversations(self, ctx: RecallContext, query: str) -> str:
+        """The best pages of the user's other conversations for ``query`` (proxy.recall.across)."""
+        terms = across.query_terms(query)
+        finder = getattr(self.source.repo, "user_page_candidates", None)
+        if not terms or finder is None:
+            return ""
+        candidates = await finder(ctx.tenant, ctx.end_user, ctx.conversation_id,
+                                  across.tsquery_text(ctx.end_user, terms), across.CANDIDATES)
+        hits, index = across.rank(query, candidates, SEARCH_HITS)
+        return across.render(query, hits, index, EXCERPT_CHARS)
+
+    async def _other_page(self, ctx: RecallContext, label: str) -> str | None:
+        """A page of another conversation of the user, by its label (``<conversation>/<page>``); None: not such a
+        label."""
+        parts = across.parse_label(label) if ctx.end_user else None
+        reader = getattr(self.source.repo, "user_page", None)
+        if parts is None or reader is None:
+            return None
+        page = await reader(ctx.tenant, ctx.end_user, *parts)
+        return across.render_page(page) if page is not None else f"[Page {label}] does not exist."
+
     async def _pages(self, ctx: RecallContext, labels: list[str], returned: list[str]) -> list[str]:
         out: list[str] = []
         state = ctx.state
         for label in labels:
+            other = await self._other_page(ctx, label)
+            if other is not None:
+                out.append(other)
+                continue
             try:
                 position = find_page(state, label)
             except ValueError:

@@ -24,6 +24,7 @@ class RecallContext:
     state: ConversationState
     messages: list[dict[str, Any]] | None = None  # the request's non-system messages (bodies of known entries)
     image_descriptions: Mapping[str, str] | None = None  # image key -> description (proxy.vision)
+    end_user: str = ""  # the end user's key: recall also reads and searches their other conversations
 
 
 class PageSource:

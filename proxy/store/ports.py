@@ -107,6 +107,28 @@ class ConversationInfo:
     pages: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class UserPageText:
+    """A page of one of an end user's conversations, as their memory across conversations holds it."""
+
+    conversation_id: str
+    number: str
+    seen_at: float  # when the page was first seen (epoch seconds)
+    text: str  # its messages as role-labelled text (proxy.recall.pagetext.index_text)
+
+
+@dataclass(frozen=True, slots=True)
+class UserPageRow:
+    """A page written to the end user's index (proxy.store.sql.user_memory_queries)."""
+
+    number: str
+    first_seq: int
+    last_seq: int
+    seen_at: float  # epoch seconds
+    text: str
+    terms: list[str]  # its terms, tagged with the user's key (proxy.recall.across.tagged_terms)
+
+
 @dataclass
 class StoredEvent(EventRow):
     id: int = 0

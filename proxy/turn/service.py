@@ -41,7 +41,8 @@ from proxy.turn.recall_rounds import TurnRecall, recall_room
 from proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
 from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
 from proxy.turn.turn import Redo, Release, Turn
-from proxy.turn.push import ProactivePush, with_push_room
+from proxy.turn.across import UserMemory
+from proxy.turn.push import QUESTION_HIGH_WATERMARK, ProactivePush, with_push_room
 from proxy.turn.volatile import VolatileContext, push_on
 from proxy.turn.shapes import Shape, ShapeChoice, holds_rounds, renderer, resend
 from proxy.turn.window import ContextWindow
@@ -88,6 +89,8 @@ class TurnService:
         self.recall_enabled = s.recall_enabled
         self.volatile = VolatileContext(settings, metrics, self.resolver, getattr(exchange.client, "session", None))
         self.push = ProactivePush(metrics, self.resolver)
+        self.across = UserMemory(store.repo, metrics, s.user_memory and s.recall_enabled,
+                                 s.user_memory_timeout_ms / 1000)
         self.states = ConversationStates(store.repo, store.hot, store.kind_hot == "redis", metrics, settings, self._redo)
         self.lookup = ConversationLookup(store.hot, store.repo, self.states.state_of, s.state_cache_max_entries, metrics)
         self.last_prompts = LastPrompts(s.last_prompts_max_entries, s.last_prompts_max_mb << 20)
@@ -115,6 +118,7 @@ class TurnService:
         """Finish the turns still running their after-answer step, write everything queued, close clients."""
         if self._finishing:
             await asyncio.gather(*self._finishing, return_exceptions=True)
+        await self.across.close()
         for task in list(self._preparing):
             task.cancel()
         await asyncio.gather(*self._preparing, return_exceptions=True)
@@ -254,6 +258,11 @@ class TurnService:
                 if self.recall_enabled and push_on(self.settings, call.memory_mode) else None)
         if need is not None and need.room_wanted:
             config = with_push_room(config, need.room_ceiling)  # its round needs room: an epoch now, not no round
+        across = (await self.across.weigh(tenant, call.end_user, conversation_id, messages)
+                  if call.end_user and push_on(self.settings, call.memory_mode) and not (need and need.wanted)
+                  else None)
+        if across is not None and across.room_wanted:  # the user's other conversations answer it
+            config = with_push_room(config, QUESTION_HIGH_WATERMARK)
         data = call.data
         tools = list(data.get("tools") or [])
         if self.recall_enabled:
@@ -285,7 +294,7 @@ class TurnService:
         rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints, state)
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
                     tools_json=tools_json, learned=isinstance(counter, LearnedCounter), accounting=accounting,
-                    need=need, window=window)
+                    need=need, across=across, window=window)
 
     async def _profile(self, tenant: str, conversation_id: str, end_user: str, state: ConversationState | None
                        ) -> str:
@@ -328,7 +337,7 @@ class TurnService:
         room = recall_room(turn.plan, turn.state, s.safety_margin * await self.window.tokens(),
                            self.counts.text_unit(turn.redo.counter))
         context = RecallContext(call.tenant, turn.conversation_id, turn.state, turn.redo.input.messages,
-                                turn.redo.input.image_descriptions)
+                                turn.redo.input.image_descriptions, call.end_user if self.across.enabled else "")
 
         async def keep(exchange: list[dict[str, Any]]) -> None:
             await self._keep(turn, exchange)
@@ -338,7 +347,8 @@ class TurnService:
         pushed: list[dict[str, Any]] = []
         if push_on(s, call.memory_mode):
             # The proxy's own recall round, kept (durably) before the request that carries it goes upstream.
-            pushed = await self.push.exchange(turn, rounds, loop_config.recall_name)
+            pushed = (await self.push.exchange(turn, rounds, loop_config.recall_name)
+                      or self.across.exchange(turn, rounds, loop_config.recall_name))
             if pushed:
                 await self._keep(turn, pushed)
                 body["messages"] = [*body["messages"], *pushed]
@@ -459,6 +469,9 @@ class TurnService:
                     log.exception("usage feedback failed")
                     self.metrics.engine_errors.labels("feedback").inc()
             await self._store(turn, state)
+            new = turn.plan.new_entries
+            self.across.note(turn.call.tenant, turn.call.end_user, turn.conversation_id, state,
+                             turn.redo.input.messages, new[0][0] if new else len(turn.redo.input.messages))
             if self.memory is not None:
                 self.memory.touch(turn.call.tenant, turn.conversation_id)
                 if turn.plan.archived:  # (jobs_first: the summary and profile jobs ran before the request)

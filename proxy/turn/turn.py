@@ -44,6 +44,7 @@ class Turn:
     pushed_tokens: int = 0  # estimated tokens of the proactive recall round sent with the first round
     accounting: dict[str, int] = field(default_factory=dict)  # tokens shed / re-prefilled by the plan (admin view)
     need: Any = None  # proxy.turn.push.Need: what the latest user message needs from the archive (push on)
+    across: Any = None  # proxy.turn.across.AcrossNeed: what the user's other conversations hold for it
     window: int = 0  # the context window the turn was planned for
     jobs_first: bool = False  # the epoch's memory jobs ran before its request (a one-slot engine)
 

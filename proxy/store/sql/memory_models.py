@@ -8,10 +8,11 @@ repository imports them through ``memory_queries``.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, Text, func
 from sqlalchemy import text as sql_text
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
 from proxy.store.sql.models import Base
@@ -73,4 +74,29 @@ class MemoryProfileFact(Base):
         Index("ix_memory_profile_facts_tenant_created_at", "tenant", "created_at"),
         Index("ix_memory_profile_facts_tenant_end_user_created_at", "tenant", "end_user", "created_at",
               postgresql_where=sql_text("end_user IS NOT NULL")),
+    )
+
+
+class UserPage(Base):
+    """A page of an end user's conversation, for the search across their conversations (migration 0009): its text
+    and its terms, each lexeme prefixed with the user's key (proxy.recall.across.tagged_terms)."""
+
+    __tablename__ = "user_pages"
+
+    conversation_id: Mapped[str] = mapped_column(
+        Text, ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    number: Mapped[str] = mapped_column(Text, primary_key=True)
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    end_user: Mapped[str] = mapped_column(Text, nullable=False)
+    first_seq: Mapped[int] = mapped_column(Integer, nullable=False)
+    last_seq: Mapped[int] = mapped_column(Integer, nullable=False)
+    seen_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    text: Mapped[str] = mapped_column(Text, nullable=False)
+    terms: Mapped[Any] = mapped_column(TSVECTOR, nullable=False)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+    __table_args__ = (
+        Index("ix_user_pages_terms", "terms", postgresql_using="gin"),
+        Index("ix_user_pages_tenant_end_user_seen_at", "tenant", "end_user", "seen_at"),
     )

@@ -32,6 +32,7 @@ from proxy.store.sql.models import BlobRef, Conversation, Entry, Event, Fingerpr
 from proxy.store.sql.search_queries import PageSearchQueries
 from proxy.store.sql.urls import to_async_url
 from proxy.store.sql.vector_queries import PageVectorQueries
+from proxy.store.sql.user_memory_queries import UserMemoryQueries
 
 T = TypeVar("T")
 
@@ -107,7 +108,8 @@ def _page_row(row: Any) -> PageRow:
     )
 
 
-class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, PageVectorQueries, MemoryQueries):
+class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, PageVectorQueries, MemoryQueries,
+                                UserMemoryQueries):
     """Implements proxy.store.ports.ConversationRepository, ConversationAdmin and PageVectorStore; full-text
     page search."""
 

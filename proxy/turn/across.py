@@ -1,0 +1,160 @@
+"""Memory across one end user's conversations, in the managed turn (proxy.recall.across ranks and renders).
+
+With a user id (proxy.turn.end_user) and ``user_memory`` on:
+
+* after each answer (``note``), the pages the turn added or grew are written to the user's index in the
+  background: every page of every conversation counts, the active ones too (a short conversation is memory);
+* before planning (``weigh``), a message that asks something (a question, a look-up, a count) is searched for
+  among the user's other conversations, within ``user_memory_timeout_ms`` (past it, the turn goes on without);
+* the round (``exchange``): when the conversation's own archive pushed nothing, the hits are pushed as a recall
+  round of the proxy's own, newest first, each labelled ``<conversation>/<page>`` with its date, kept in the history
+  like any pushed round (the next turn's prefix is unchanged: cache-neutral).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.metrics import Metrics
+from proxy.recall.across import CANDIDATES, Candidate, query_terms, rank, render, tagged_terms, tsquery_text
+from proxy.recall.bm25 import BM25Index
+from proxy.recall.pagetext import index_text
+from proxy.recall.proactive import LOOK_UP_TERMS, is_look_up, push_call, recall_round, search_words
+from proxy.recall.counting import counts
+from proxy.recall.salience import asks
+from proxy.store.ports import UserPageRow
+from proxy.turn.push import PUSH_SHARE, QUESTION_HIGH_WATERMARK, latest_user_text
+from proxy.turn.recall_rounds import CALL_FRAMING_TOKENS, RESULT_FRAMING_TOKENS, TurnRecall
+
+log = logging.getLogger("memci.turn")
+HITS = 5  # most hits pushed
+MAX_PAGE_CHARS = 16_000  # of a page's text indexed and kept (a long tool output is an offloaded page of its own)
+EXCERPT_CHARS = (600, 320, 160, 80)  # each hit's excerpt, shortened until the round fits its room
+MIN_RESULT_TOKENS = 64
+MAX_PENDING_WRITES = 256  # index writes waiting at once; past it a turn's pages wait for the conversation's next turn
+
+
+@dataclass(frozen=True, slots=True)
+class AcrossNeed:
+    """What the user's other conversations hold for the latest message, found before planning."""
+
+    query: str  # the message's words searched, as the round shows them
+    hits: list[tuple[Candidate, float]]
+    index: BM25Index  # over the candidates (its idf places each excerpt)
+
+    @property
+    def room_wanted(self) -> bool:
+        return bool(self.hits)
+
+
+class UserMemory:
+    def __init__(self, repo: Any, metrics: Metrics, enabled: bool, timeout_s: float) -> None:
+        self.repo = repo
+        self.metrics = metrics
+        self.enabled = enabled and hasattr(repo, "user_page_candidates")
+        self.timeout_s = timeout_s
+        self._writes: set[asyncio.Task[None]] = set()
+
+    # --- before planning ---------------------------------------------------------------------------------------
+    async def weigh(self, tenant: str, end_user: str, conversation_id: str, messages: list[dict[str, Any]]
+                    ) -> AcrossNeed | None:
+        text = latest_user_text(messages) if self.enabled and end_user else None
+        if not text or not (asks(text) or is_look_up(text) or counts(text)):
+            return None
+        query = search_words(text, skip=LOOK_UP_TERMS) or search_words(text) or text[:200]
+        terms = query_terms(query)
+        if not terms:
+            return None
+        try:
+            candidates = await asyncio.wait_for(self.repo.user_page_candidates(
+                tenant, end_user, conversation_id, tsquery_text(end_user, terms), CANDIDATES), self.timeout_s)
+        except TimeoutError:
+            self._count("timeout")
+            return None
+        except Exception:
+            log.exception("the search of the user's other conversations failed; no round from them this turn")
+            self._count("failed")
+            return None
+        hits, index = rank(query, candidates, HITS)
+        if not hits:
+            self._count("no_hits" if candidates else "no_match")
+            return None
+        return AcrossNeed(query, hits, index)
+
+    # --- the round -------------------------------------------------------------------------------------------------
+    def exchange(self, turn: Any, rounds: TurnRecall, tool_name: str) -> list[dict[str, Any]]:
+        """The round to append after the latest user message ([] when none fits)."""
+        need: AcrossNeed | None = turn.across
+        if need is None or turn.plan.over_budget:
+            return []
+        call = push_call(tool_name, need.query, f"u{turn.redo.last_index}")
+        counter = rounds.resolver.counter
+        within = int((0.90 * turn.plan.budget - turn.plan.estimated_tokens) / max(1.0, turn.state.correction_ratio))
+        limit = (int(PUSH_SHARE * min(rounds.room, within) / rounds.density) - counter.count_text(call.arguments)
+                 - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS)
+        hits = list(need.hits)
+        text = ""
+        while hits and limit >= MIN_RESULT_TOKENS:
+            for chars in EXCERPT_CHARS:
+                text = render(need.query, hits, need.index, chars)
+                if counter.count_text(text) <= limit:
+                    break
+            else:
+                hits = hits[:-1]
+                continue
+            break
+        else:
+            self._count("no_room")
+            return []
+        exchange = recall_round(call, text)
+        pushed = math.ceil(sum(counter.count_message(m) for m in exchange) * rounds.density)
+        rounds.room = max(0, min(rounds.room, within) - pushed)
+        rounds.initial_room = max(0, min(rounds.initial_room, within) - pushed)
+        self._count("pushed")
+        self.metrics.recall_push_tokens.observe(pushed)
+        return exchange
+
+    # --- after the answer --------------------------------------------------------------------------------------
+    def note(self, tenant: str, end_user: str, conversation_id: str, state: Any, messages: list[dict[str, Any]],
+             first_new: int) -> None:
+        """The pages holding the turn's new messages (from ``first_new``), written to the user's index in the
+        background."""
+        if not self.enabled or not end_user:
+            return
+        rows = [page_row(end_user, record, messages) for record in state.pages
+                if record.end > first_new and record.start < len(messages)]
+        if not rows:
+            return
+        if len(self._writes) >= MAX_PENDING_WRITES:
+            self._count("write_skipped")
+            return
+        task = asyncio.get_running_loop().create_task(self._write(tenant, end_user, conversation_id, rows))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _write(self, tenant: str, end_user: str, conversation_id: str, rows: list[UserPageRow]) -> None:
+        try:
+            await self.repo.put_user_pages(tenant, end_user, conversation_id, rows)
+        except Exception as exc:
+            log.warning("could not index the pages of %s for its user (%s)", conversation_id, exc)
+            self.metrics.store_write_failures.labels("user_pages").inc()
+
+    async def close(self) -> None:
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
+
+    def _count(self, outcome: str) -> None:
+        self.metrics.child(self.metrics.user_memory_pushes, outcome).inc()
+
+
+def page_row(end_user: str, record: Any, messages: list[dict[str, Any]]) -> UserPageRow:
+    text = index_text(messages[record.start:record.end])[:MAX_PAGE_CHARS]
+    return UserPageRow(record.label, record.start, record.end - 1, record.first_seen, text,
+                       tagged_terms(end_user, text))
+
+
+__all__ = ["AcrossNeed", "UserMemory", "QUESTION_HIGH_WATERMARK"]

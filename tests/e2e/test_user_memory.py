@@ -1,0 +1,105 @@
+"""Memory across one user's conversations (openai SDK -> proxy -> emulator).
+
+Ada tells one conversation her locker code; days later, in a new conversation, she asks for it: the proxy pushes a
+round with the page of her other conversation (labelled ``<conversation>/<page>``), which the model can read whole
+through ``recall``. The turn after keeps that round byte for byte (its prefix is cached). Bob, and a request with
+no user id, asking the same under the same key, get nothing of hers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+WINDOW = 4096
+FILLER = "river stone cloud maple lantern orbit copper meadow signal harbor velvet ember".split()
+CODE = "locker code at the climbing gym is 4417-ZEBRA"
+
+
+@pytest.fixture(scope="module")
+def pair(emulator_and_proxy):
+    return emulator_and_proxy(WINDOW, {"MEMCI_CONTEXT_WINDOW": str(WINDOW)})
+
+
+def filler(turn: int, words: int = 60) -> str:
+    return " ".join(FILLER[(turn + i) % len(FILLER)] for i in range(words))
+
+
+def chat(client: Any, messages: list[dict[str, Any]], **extra: Any) -> tuple[str, dict[str, Any], str]:
+    r = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=32, **extra)
+    completion = r.parse()
+    usage = completion.usage.model_dump() if completion.usage else {}
+    return completion.choices[0].message.content or "", usage, r.headers.get("x-memci-conversation-id", "")
+
+
+def last_request(emulator: Any, text: str) -> dict[str, Any]:
+    for item in reversed(emulator.requests(10)):
+        messages = (item.get("body") or {}).get("messages") or []
+        if any(m.get("role") == "user" and m.get("content") == text for m in messages):
+            return item["body"]
+    raise AssertionError(f"no upstream request holds {text!r}")
+
+
+def tool_results(emulator: Any, text: str) -> str:
+    """The recall results the upstream got after the user message ``text``."""
+    for item in reversed(emulator.requests(10)):
+        messages = (item.get("body") or {}).get("messages") or []
+        if messages and messages[-1].get("role") == "tool" and any(m.get("content") == text for m in messages):
+            return messages[-1]["content"]
+    raise AssertionError(f"no recall result followed {text!r}")
+
+
+def test_a_new_conversation_of_the_user_gets_what_her_earlier_one_said(pair, client_for):
+    client = client_for(pair.proxy, api_key="sk-one-app")
+    # an earlier conversation, sent whole in one request (as an app importing a history would)
+    earlier = [{"role": "system", "content": "You are a helpful assistant. Today is 2024-03-02."},
+               {"role": "user", "content": f"I just joined a climbing gym. My {CODE}, please remember it."},
+               {"role": "assistant", "content": "Noted, I will remember your locker code."},
+               {"role": "user", "content": "Thanks, that is all for now."}]
+    _, _, first_id = chat(client, earlier, user="ada")
+
+    # the new conversation: a few turns of something else, then the question
+    system = {"role": "system", "content": "You are a helpful assistant. Today is 2024-03-20."}
+    messages: list[dict[str, Any]] = [system]
+    for i in range(6):
+        messages.append({"role": "user", "content": f"Tell me about rivers, part {i}. {filler(i)}"})
+        answer, _, second_id = chat(client, messages, user="ada")
+        messages.append({"role": "assistant", "content": answer})
+    assert second_id != first_id
+    question = "What is my locker code at the climbing gym?"
+    messages.append({"role": "user", "content": question})
+    answer, _, _ = chat(client, messages, user="ada")
+    sent = last_request(pair.emulator, question)
+    pushed = [m for m in sent["messages"] if m.get("role") == "tool"]
+    assert pushed and "4417-ZEBRA" in pushed[-1]["content"], sent["messages"][-3:]
+    label = re.search(r"\[Page (c[0-9a-f]{8}/\d+)\]", pushed[-1]["content"]).group(1)
+    assert first_id.startswith(label.split("/")[0])
+
+    # the turn after keeps the round byte for byte: its prefix is the upstream's cached prefix
+    messages.append({"role": "assistant", "content": answer})
+    follow = "Thanks. And which gym was that?"
+    messages.append({"role": "user", "content": follow})
+    _, usage, _ = chat(client, messages, user="ada")
+    after = last_request(pair.emulator, follow)
+    assert after["messages"][:len(sent["messages"])] == sent["messages"]
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
+    assert cached / usage["prompt_tokens"] >= 0.96, usage
+
+    # the model reads the page whole through recall, by its label
+    text = f'Read it. [[call:recall {{"pages": ["{label}"]}}]]'
+    messages += [{"role": "assistant", "content": "It is the one you joined."}, {"role": "user", "content": text}]
+    chat(client, messages, user="ada")
+    assert "4417-ZEBRA" in tool_results(pair.emulator, text)  # the result the upstream got for the model's call
+
+    # Bob, and a request naming nobody, ask the same under the same key: nothing of Ada's
+    for extra in ({"user": "bob"}, {}):
+        others = [system, {"role": "user", "content": question}]
+        answer, _, _ = chat(client, others, **extra)
+        body = json.dumps(last_request(pair.emulator, question))
+        assert "4417" not in body and "4417" not in answer
+        text = f'Read it. [[call:recall {{"pages": ["{label}"], "query": "locker code climbing gym"}}]]'
+        chat(client, [*others, {"role": "assistant", "content": "?"}, {"role": "user", "content": text}], **extra)
+        assert "does not exist" in tool_results(pair.emulator, text) and "4417" not in tool_results(pair.emulator, text)
