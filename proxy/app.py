@@ -16,6 +16,7 @@ from litestar.middleware import DefineMiddleware
 from proxy.api.admin import ADMIN_ROUTES
 from proxy.api.api_metrics import api_failed
 from proxy.api.auth import AuthMiddleware, Authenticator
+from proxy.api.error_shapes import error_body_for
 from proxy.api.keys import KEY_ROUTES
 from proxy.api.limits import Limits, LimitsMiddleware
 from proxy.api.conversations import CONVERSATION_ROUTES
@@ -45,19 +46,21 @@ def _proxy_error(request: Request, exc: ProxyError) -> Response:
     if route is not None:
         request.app.state.services.metrics.requests.labels(route, str(exc.status)).inc()
         api_failed(request.app.state.services.metrics, path, exc.status)
-    return Response(content=exc.body(), status_code=exc.status, media_type="application/json",
+    return Response(content=error_body_for(path, exc), status_code=exc.status, media_type="application/json",
                     headers=exc.headers or None)
 
 
 def _http_error(request: Request, exc: HTTPException) -> Response:
+    """Litestar's own errors (413 for a body over max_body_bytes, 404, 405): in the shape of the path's API."""
     err = from_status(exc.status_code, str(exc.detail))
-    return Response(content=err.body(), status_code=err.status, media_type="application/json", headers=exc.headers)
+    return Response(content=error_body_for(request.url.path, err), status_code=err.status,
+                    media_type="application/json", headers=exc.headers)
 
 
 def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", logtext.field(request.method, 16), logtext.field(request.url.path))
     err = from_status(500, f"internal proxy error: {type(exc).__name__}")
-    return Response(content=err.body(), status_code=500, media_type="application/json")
+    return Response(content=error_body_for(request.url.path, err), status_code=500, media_type="application/json")
 
 
 def tune_garbage_collector(gen0_threshold: int) -> None:
