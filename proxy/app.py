@@ -88,6 +88,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         await services.upstream.start()
         # The upstream's route, checked while the rest starts: a warning, never a failed start.
         upstream_check = asyncio.create_task(warn_about_the_upstream(services.route_watch))
+        announce: asyncio.Task[None] | None = None  # the `ready on` line, once ready (announce_ready)
         try:
             if settings.manage_context:
                 from proxy.turn.service import start_turn_service  # imported here: pass-through needs none of it
@@ -106,12 +107,14 @@ def create_app(settings: Settings | None = None) -> Litestar:
             else:
                 log.info("context management off: pure pass-through to %s", settings.upstream_url)
             tune_garbage_collector(settings.gc_gen0_threshold)
-            log.info("ready on %s", listening_url(settings.host, settings.port))
+            announce = asyncio.create_task(announce_ready(services, listening_url(settings.host, settings.port)))
             yield
         finally:
-            upstream_check.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await upstream_check
+            for task in (upstream_check, announce):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await authenticator.keys.close()
             if services.memory is not None:
                 await services.memory.stop()
@@ -138,6 +141,16 @@ def create_app(settings: Settings | None = None) -> Litestar:
     app.state.limits = limits
     app.state.authenticator = authenticator  # the keys admin API (proxy.api.keys)
     return app
+
+
+async def announce_ready(services: Services, url: str, poll: float = 0.05) -> None:
+    """``ready on <url>`` once what /ready checks of the proxy itself is ready: the packaged embedding model, which
+    loads in the background after the start, no longer loading (loaded, or failed for good: search is lexical). The
+    upstream is not waited for: when it does not serve chat the start warns (warn_about_the_upstream)."""
+    status = services.context.embeddings_status if services.context is not None else None
+    while status is not None and (state := status()) is not None and not state["ok"]:
+        await asyncio.sleep(poll)
+    log.info("ready on %s", url)
 
 
 def listening_url(host: str, port: int) -> str:
