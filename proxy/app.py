@@ -16,6 +16,7 @@ from litestar.middleware import DefineMiddleware
 from proxy.api.admin import ADMIN_ROUTES
 from proxy.api.api_metrics import api_failed
 from proxy.api.auth import AuthMiddleware, Authenticator
+from proxy.api.error_shapes import error_body_for
 from proxy.api.keys import KEY_ROUTES
 from proxy.api.limits import Limits, LimitsMiddleware
 from proxy.api.conversations import CONVERSATION_ROUTES
@@ -45,19 +46,21 @@ def _proxy_error(request: Request, exc: ProxyError) -> Response:
     if route is not None:
         request.app.state.services.metrics.requests.labels(route, str(exc.status)).inc()
         api_failed(request.app.state.services.metrics, path, exc.status)
-    return Response(content=exc.body(), status_code=exc.status, media_type="application/json",
+    return Response(content=error_body_for(path, exc), status_code=exc.status, media_type="application/json",
                     headers=exc.headers or None)
 
 
 def _http_error(request: Request, exc: HTTPException) -> Response:
+    """Litestar's own errors (413 for a body over max_body_bytes, 404, 405): in the shape of the path's API."""
     err = from_status(exc.status_code, str(exc.detail))
-    return Response(content=err.body(), status_code=err.status, media_type="application/json", headers=exc.headers)
+    return Response(content=error_body_for(request.url.path, err), status_code=err.status,
+                    media_type="application/json", headers=exc.headers)
 
 
 def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", logtext.field(request.method, 16), logtext.field(request.url.path))
     err = from_status(500, f"internal proxy error: {type(exc).__name__}")
-    return Response(content=err.body(), status_code=500, media_type="application/json")
+    return Response(content=error_body_for(request.url.path, err), status_code=500, media_type="application/json")
 
 
 def tune_garbage_collector(gen0_threshold: int) -> None:
@@ -85,6 +88,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         await services.upstream.start()
         # The upstream's route, checked while the rest starts: a warning, never a failed start.
         upstream_check = asyncio.create_task(warn_about_the_upstream(services.route_watch))
+        announce: asyncio.Task[None] | None = None  # the `ready on` line, once ready (announce_ready)
         try:
             if settings.manage_context:
                 from proxy.turn.service import start_turn_service  # imported here: pass-through needs none of it
@@ -103,12 +107,14 @@ def create_app(settings: Settings | None = None) -> Litestar:
             else:
                 log.info("context management off: pure pass-through to %s", settings.upstream_url)
             tune_garbage_collector(settings.gc_gen0_threshold)
-            log.info("ready on %s", listening_url(settings.host, settings.port))
+            announce = asyncio.create_task(announce_ready(services, listening_url(settings.host, settings.port)))
             yield
         finally:
-            upstream_check.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await upstream_check
+            for task in (upstream_check, announce):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await authenticator.keys.close()
             if services.memory is not None:
                 await services.memory.stop()
@@ -135,6 +141,16 @@ def create_app(settings: Settings | None = None) -> Litestar:
     app.state.limits = limits
     app.state.authenticator = authenticator  # the keys admin API (proxy.api.keys)
     return app
+
+
+async def announce_ready(services: Services, url: str, poll: float = 0.05) -> None:
+    """``ready on <url>`` once what /ready checks of the proxy itself is ready: the packaged embedding model, which
+    loads in the background after the start, no longer loading (loaded, or failed for good: search is lexical). The
+    upstream is not waited for: when it does not serve chat the start warns (warn_about_the_upstream)."""
+    status = services.context.embeddings_status if services.context is not None else None
+    while status is not None and (state := status()) is not None and not state["ok"]:
+        await asyncio.sleep(poll)
+    log.info("ready on %s", url)
 
 
 def listening_url(host: str, port: int) -> str:

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from proxy.listen_check import PortInUse, ensure_free
 from proxy.log_setup import configure_logging
 from proxy.settings import Settings, SettingsError, env_name, load_settings
 
@@ -14,6 +15,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memci-proxy", description="OpenAI-compatible context-managing proxy.")
+    parser.add_argument("--version", action="version", version=f"memci-proxy {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the proxy")
@@ -67,6 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def package_version() -> str:
+    """The installed package's version (its metadata, as pip installed it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memci-proxy")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def _settings_from(args: argparse.Namespace) -> Settings:
     overrides = {k: getattr(args, k, None) for k in ("host", "port", "upstream_url", "config", "workers", "log_level")}
     return load_settings(overrides=overrides)
@@ -82,6 +94,7 @@ def serve(args: argparse.Namespace) -> int:
     settings = _settings_from(args)
     configure_logging(settings.log_level)
     _export(settings)
+    ensure_free(settings.host, settings.port, "the proxy")
     from granian import Granian
 
     Granian(
@@ -191,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"memci-proxy: {exc}", file=sys.stderr)
         return 2
+    except PortInUse as exc:
+        print(f"memci-proxy: {exc}", file=sys.stderr)
+        return 1
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -89,7 +89,8 @@ class Settings:
     )
     upstream_max_connections: int = field(default=1024, metadata=_doc("Connection pool size to the upstream.", min=1))
     max_messages: int = field(
-        default=10000, metadata=_doc("Most messages in one chat request (400 with param 'messages' above; 0: no limit).", min=0)
+        default=10000, metadata=_doc("Most messages in one request: chat completions, Responses (input and the chain "
+                                     "before it), Messages and its count_tokens (400 above; 0: no limit).", min=0)
     )
     rate_limit_rps: float = field(
         default=0.0, metadata=_doc("Requests per second each tenant may send (token bucket; 0: no limit).", min=0.0)

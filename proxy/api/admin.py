@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from litestar import Request, Response, get
 
-from proxy.api.auth import is_admin_request
+from proxy.api.auth import bore_a_key, is_admin_request
 from proxy.api.forwarding import services_of
 from proxy.api.services import Services
 from proxy.engine.markup import quote
@@ -16,8 +16,13 @@ def check_admin_key(request: Request, admin_key: str) -> None:
     """403 while the admin API is off (no admin key set), 401 unless the request carries the admin key."""
     if not admin_key:
         raise ProxyError(403, "the admin API is off: set MEMCI_ADMIN_KEY", "permission_error", "admin_disabled")
-    if not is_admin_request(request.scope):
-        raise ProxyError(401, "admin key required (Authorization: Bearer <admin key>)", "authentication_error", "invalid_admin_key")
+    if is_admin_request(request.scope):
+        return
+    if bore_a_key(request.scope):
+        raise ProxyError(401, "invalid admin key: the key given is not the proxy's admin key", "authentication_error",
+                         "invalid_admin_key")
+    raise ProxyError(401, "admin key required (Authorization: Bearer <admin key>)", "authentication_error",
+                     "missing_admin_key")
 
 
 def require_admin(request: Request) -> Services:

@@ -31,7 +31,7 @@ import msgspec
 import xxhash
 
 from proxy import usage_meter
-from proxy.api.messages_codec import error_body as anthropic_error_body
+from proxy.api.error_shapes import error_body_for
 from proxy.turn.identity import AUTH_TENANT_HEADER, key_tenant
 from proxy.keys import (  # noqa: F401 - parse_virtual_keys and SettingsKey are re-exported
     KeyRegistry,
@@ -52,6 +52,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f]")
 _encode = msgspec.json.Encoder().encode
 KEY_SCOPE = "memci.key"  # ASGI scope entry: the VirtualKey of the request (limits read its rate)
 ADMIN_SCOPE = "memci.admin"  # ASGI scope entry: True when the request bore the admin key (/memci/* only)
+CREDENTIAL_SCOPE = "memci.credential"  # ASGI scope entry: True when the request bore a key at all
 PROMPT_LOG_LIMIT = 64 * 1024  # bytes of a request body the prompt log shows at most
 
 
@@ -146,6 +147,11 @@ def is_admin_request(scope: Mapping[str, Any]) -> bool:
     return scope.get(ADMIN_SCOPE) is True
 
 
+def bore_a_key(scope: Mapping[str, Any]) -> bool:
+    """Whether the request came with a key of any kind (a wrong admin key is told apart from a missing one)."""
+    return scope.get(CREDENTIAL_SCOPE) is True
+
+
 def _check_admin_key_distinct(settings: Settings, seeds: Mapping[str, SettingsKey]) -> None:
     """The admin key must not be a key the proxy sends anywhere, nor a client key: refuse such settings at start."""
     admin = settings.admin_key
@@ -197,13 +203,14 @@ class AuthMiddleware:
             return
         if _CONTROL.search(scope.get("path", "")):  # no route has one; ids with NUL would reach PostgreSQL
             await send_error(send, ProxyError(404, "no route for a path with control characters",
-                                              "invalid_request_error", "not_found"))
+                                              "invalid_request_error", "not_found"), scope.get("path", ""))
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw}
         path = scope.get("path", "")
+        scope[CREDENTIAL_SCOPE] = bool(bearer_of(headers))
         if self.auth.is_admin(headers) or (path.startswith("/v1/") and self._carries_admin_key(scope, raw)):
             if not scope.get("path", "").startswith("/memci/"):
-                await send_error(send, invalid_key())  # not a chat credential: refused like an unknown key
+                await send_error(send, invalid_key(), path)  # not a chat credential: refused like an unknown key
                 return
             scope[ADMIN_SCOPE] = True
             scope["headers"] = [(k, v) for k, v in raw if k.lower() != b"authorization"]
@@ -258,7 +265,7 @@ def _logged_body(receive: Any, tenant: str) -> Any:
 
 async def send_error(send: Any, exc: ProxyError, path: str = "") -> None:
     """The error answered before a route runs, in the shape of the path's API (Anthropic's for /v1/messages)."""
-    body = anthropic_error_body(exc.status, exc.message) if path.startswith("/v1/messages") else exc.body()
+    body = error_body_for(path, exc)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
     await send({"type": "http.response.start", "status": exc.status, "headers": headers})

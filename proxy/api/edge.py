@@ -22,13 +22,14 @@ _encode = msgspec.json.Encoder().encode
 
 
 async def managed_turn(request: Request, chat: dict[str, Any], started: float,
-                       headers: Mapping[str, str] | None = None) -> Answer:
+                       headers: Mapping[str, str] | None = None, messages_param: str = "messages") -> Answer:
     """The one managed turn for a chat-completions body a codec built (``headers``: the client's, as the codec
-    adapted them for the upstream's chat completions)."""
+    adapted them for the upstream's chat completions; ``messages_param``: the client's field the messages came
+    from, named by the limit's error)."""
     services = services_of(request)
     validate_chat_request(chat)
     limits = request.app.state.limits
-    limits.check_messages(chat)
+    limits.check_messages(chat, messages_param)
     headers = request.headers if headers is None else headers
     tenant = tenant_of(headers)
     if chat.get("stream") is True:

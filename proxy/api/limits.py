@@ -232,13 +232,16 @@ class Limits:
         self.rejections.labels(reason).inc()
         return error
 
-    def check_messages(self, data: dict[str, Any]) -> None:
+    def check_messages(self, data: dict[str, Any], param: str = "messages") -> None:
+        """400 for a chat body of more than ``max_messages`` messages; ``param``: the field of the client's API the
+        messages came from (Responses: ``input``, with the conversation before it)."""
         limit = self.settings.max_messages
         messages = data.get("messages")
         if limit and isinstance(messages, list) and len(messages) > limit:
-            raise self.reject("messages", bad_request(
-                f"'messages' has {len(messages)} items; at most {limit} are accepted", param="messages",
-                code="too_many_messages"))
+            what = f"'{param}' has {len(messages)} items" if param == "messages" else (
+                f"the conversation ('{param}' and what came before it) has {len(messages)} messages")
+            raise self.reject("messages", bad_request(f"{what}; at most {limit} are accepted", param=param,
+                                                      code="too_many_messages"))
 
     async def check_rate(self, tenant: str, key: Any = None) -> None:
         """The tenant's bucket; a virtual key with a rate of its own (``rate_limit_rps``, 0: none) has its own

@@ -11,16 +11,17 @@ import msgspec
 from litestar import Request, Response, post
 
 from proxy.api.api_metrics import api_failed, metered
+from proxy.api.error_shapes import error_body_for
 from proxy.api.edge import forward_as_sent, managed_turn
 from proxy.api.forwarding import respond, services_of
 from proxy.api.messages_codec import (
-    chat_request, chat_tools, error_body, error_of_openai, message_of, prompt_messages,
+    chat_request, chat_tools, error_of_openai, message_of, prompt_messages,
 )
 from proxy.api.messages_stream import message_events
 from proxy.upstream.exchange import Answer
 from proxy.wire.chunks import completion_of_body
 from proxy.wire.errors import ProxyError
-from proxy.wire.validate import parse_json_object
+from proxy.wire.validate import parse_json_object, validate_chat_request
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -38,7 +39,7 @@ def chat_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 def _error(request: Request, exc: ProxyError) -> Response:
     api_failed(services_of(request).metrics, request.url.path, exc.status)
-    return Response(content=error_body(exc.status, exc.message), status_code=exc.status,
+    return Response(content=error_body_for(request.url.path, exc), status_code=exc.status,
                     media_type="application/json", headers=exc.headers or None)
 
 
@@ -81,6 +82,8 @@ async def count_tokens(request: Request) -> Response:
         if services.context is None:
             return respond(_anthropic_errors(await forward_as_sent(request, "/messages/count_tokens", body, False)))
         messages = prompt_messages(data)
+        validate_chat_request({"messages": messages})  # the limits of a chat request: counting is no cheaper
+        request.app.state.limits.check_messages({"messages": messages})
         tools = _encode(chat_tools(data["tools"])).decode() if data.get("tools") else ""
         count = await services.context.counts.prompt_tokens(str(data.get("model") or ""), messages, tools)
     except ProxyError as exc:

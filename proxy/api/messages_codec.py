@@ -53,7 +53,10 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
         raise bad_request("'messages' must be an array", param="messages")
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
-        role = message.get("role") if isinstance(message, dict) else None
+        if not isinstance(message, dict):
+            raise bad_request(f"messages.{i}: each message must be an object with a role and content",
+                              param=f"messages.{i}")
+        role = message.get("role")
         if role not in ("user", "assistant", "system"):
             raise bad_request(f"messages.{i}.role: must be 'user', 'assistant' or 'system'", param=f"messages.{i}.role")
         content = message.get("content")
@@ -149,12 +152,20 @@ def chat_tools(tools: Any) -> list[dict[str, Any]]:
             kind = tool.get("type") if isinstance(tool, dict) else None
             raise bad_request(f"tools.{i}: only client tools (name, input_schema) are supported by this proxy "
                               f"(got type {kind!r})", param=f"tools.{i}")
+        _typed(tool, "name", str, "a string", f"tools.{i}")
+        _typed(tool, "description", str, "a string", f"tools.{i}")
+        _typed(tool, "input_schema", dict, "an object (a JSON schema)", f"tools.{i}")
         function: dict[str, Any] = {"name": tool["name"]}
         if tool.get("description"):
             function["description"] = tool["description"]
         function["parameters"] = tool.get("input_schema") or {"type": "object", "properties": {}}
         out.append({"type": "function", "function": function})
     return out
+
+
+def _typed(value: dict[str, Any], key: str, kind: type, what: str, where: str) -> None:
+    if value.get(key) is not None and not isinstance(value[key], kind):
+        raise bad_request(f"{where}.{key}: must be {what}", param=f"{where}.{key}")
 
 
 def _tool_choice(choice: Any) -> tuple[Any, bool]:

@@ -48,7 +48,9 @@ async def create_response(request: Request) -> Response:
     chain = response_chain(request)
     history = await chain.messages(tenant, previous) if previous else []
     new = input_messages(data.get("input"))
-    answer = await managed_turn(request, chat_request(data, [*history, *new]), started)
+    if not new and not history:
+        raise bad_request("'input' must contain at least one item", param="input")
+    answer = await managed_turn(request, chat_request(data, [*history, *new]), started, messages_param="input")
     response_id = new_id("resp")
     store = data.get("store") is not False
 

@@ -60,9 +60,11 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
                 reasoning = []
             messages.append(message)
         elif kind in ("function_call", "custom_tool_call"):  # a freeform tool's text: its one argument `input`
-            arguments = custom_arguments(item.get("input")) if kind == "custom_tool_call" else item.get("arguments")
-            call = {"id": str(item.get("call_id") or item.get("id") or ""), "type": "function",
-                    "function": {"name": str(item.get("name") or ""), "arguments": str(arguments or "")}}
+            custom = kind == "custom_tool_call"
+            arguments = (custom_arguments(_text(item, "input", i)) if custom else _text(item, "arguments", i))
+            call_id = _text(item, "call_id", i) or _text(item, "id", i)
+            call = {"id": call_id, "type": "function",
+                    "function": {"name": _text(item, "name", i), "arguments": arguments}}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and not reasoning:
                 last.setdefault("tool_calls", []).append(call)
@@ -74,10 +76,10 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
                 messages.append(message)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output")
-            messages.append({"role": "tool", "tool_call_id": str(item.get("call_id") or ""),
+            messages.append({"role": "tool", "tool_call_id": _text(item, "call_id", i),
                              "content": output if isinstance(output, str) else _tool_output(output, i)})
         elif kind == "reasoning":
-            reasoning.append(_reasoning_text(item))
+            reasoning.append(_reasoning_text(item, i))
         else:
             raise bad_request(f"input[{i}]: items of type {kind!r} are not supported by this proxy (message, "
                               "function_call, custom_tool_call, their outputs and reasoning are)", param=f"input[{i}].type",
@@ -93,13 +95,17 @@ def _content(content: Any, role: str, i: int) -> Any:
     if not isinstance(content, list):
         raise bad_request(f"input[{i}].content must be a string or an array of content parts",
                           param=f"input[{i}].content")
+    for j, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise bad_request(f"input[{i}].content[{j}] must be an object", param=f"input[{i}].content[{j}]")
     if role == "assistant":  # output_text / refusal parts: one string, as a chat completion answers
-        return "".join(str(p.get("text") or p.get("refusal") or "") for p in content if isinstance(p, dict))
+        return "".join(_text(p, "text", i, f".content[{j}]") or _text(p, "refusal", i, f".content[{j}]")
+                       for j, p in enumerate(content))
     parts: list[dict[str, Any]] = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
+    for j, part in enumerate(content):
+        kind = part.get("type")
         if kind in ("input_text", "output_text", "text"):
-            parts.append({"type": "text", "text": str(part.get("text") or "")})
+            parts.append({"type": "text", "text": _text(part, "text", i, f".content[{j}]")})
         elif kind == "input_image":
             url = part.get("image_url")
             if not isinstance(url, str) or not url:
@@ -123,11 +129,35 @@ def _tool_output(output: Any, i: int) -> str:
     raise bad_request(f"input[{i}].output must be a string or an array of content parts", param=f"input[{i}].output")
 
 
-def _reasoning_text(item: dict[str, Any]) -> str:
-    texts = [p.get("text") for p in (item.get("content") or []) if isinstance(p, dict)]
+def _reasoning_text(item: dict[str, Any], i: int) -> str:
+    texts = _part_texts(item, "content", i)
     if not any(texts):
-        texts = [p.get("text") for p in (item.get("summary") or []) if isinstance(p, dict)]
-    return "\n".join(t for t in texts if isinstance(t, str))
+        texts = _part_texts(item, "summary", i)
+    return "\n".join(texts)
+
+
+def _part_texts(item: dict[str, Any], key: str, i: int) -> list[str]:
+    """The texts of a reasoning item's ``content`` or ``summary``: an array of objects with a string ``text``."""
+    parts = item.get(key)
+    if parts is None:
+        return []
+    if not isinstance(parts, list):
+        raise bad_request(f"input[{i}].{key} must be an array of objects", param=f"input[{i}].{key}")
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict):
+            raise bad_request(f"input[{i}].{key}[{j}] must be an object", param=f"input[{i}].{key}[{j}]")
+    return [_text(part, "text", i, f".{key}[{j}]") for j, part in enumerate(parts)]
+
+
+def _text(item: dict[str, Any], key: str, i: int, where: str = "") -> str:
+    """An input item's string field (``where``: the path to ``item`` inside input[i]); absent or null: ""."""
+    value = item.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        param = f"input[{i}]{where}.{key}"
+        raise bad_request(f"{param} must be a string, not {type(value).__name__}", param=param)
+    return value
 
 
 def chat_tools(tools: Any) -> list[dict[str, Any]]:

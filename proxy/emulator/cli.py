@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from proxy.emulator.config import EmulatorConfig
+from proxy.listen_check import PortInUse, ensure_free
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,12 +63,18 @@ def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
 
 
 def run_from_args(args: argparse.Namespace) -> None:
+    """Serve; PortInUse (proxy.listen_check) when another process listens on the port."""
     from proxy.emulator.server import run
 
-    run(config_from_args(args))
+    config = config_from_args(args)
+    ensure_free(config.host, config.port, "the emulator")
+    run(config)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m proxy.emulator", description="Memci upstream emulator")
     add_arguments(parser)
-    run_from_args(parser.parse_args(argv))
+    try:
+        run_from_args(parser.parse_args(argv))
+    except PortInUse as exc:
+        sys.exit(f"python -m proxy.emulator: {exc}")

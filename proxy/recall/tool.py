@@ -15,8 +15,14 @@ RECALL_DESCRIPTION = (
     "\"200-260\") to read those lines exactly, or with `query` to search within it."
 )
 LINES_HINT = 'a line range such as "200-260" or "1500" (the first line is 1)'
-
-
+# Bounds on what the model writes, checked before it is parsed: past them the call gets a note, never a failure,
+# and no work on the event loop grows with a hostile size.
+MAX_ARGUMENTS_CHARS = 20_000  # the raw arguments string
+MAX_PAGES = 50  # page references in one call (the first are read)
+MAX_LABEL_CHARS = 24  # one page reference ("12.2", "#17")
+MAX_QUERY_CHARS = 2_000  # the search words (the first are searched)
+MAX_LINES_CHARS = 40  # a line range ("200-260")
+MAX_LINE_DIGITS = 9  # a line number
 
 def recall_tool(name: str) -> dict[str, Any]:
     """The tool definition. A pure function of the name, so the tools list is identical turn after turn."""
@@ -85,18 +91,20 @@ class RecallArgs:
 
 
 def _label(page: object) -> str | None:
+    if isinstance(page, str) and len(page) > MAX_LABEL_CHARS:
+        return None
     if isinstance(page, (int, float, str)) and not isinstance(page, bool):
         label = str(page).strip().lstrip("#")
         if label.endswith(".0"):
             label = label[:-2]
-        return label or None
+        return label if label and len(label) <= MAX_LABEL_CHARS else None
     return None
 
 
 def parse_lines(value: object) -> tuple[int, int] | None:
     """A line range as the model writes it: "200-260", "200:260", "200..260", "1500", 1500, [200, 260]; "200-"
     reads on from line 200. None when it is not one."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or (isinstance(value, str) and len(value) > MAX_LINES_CHARS):
         return None
     if isinstance(value, int):
         first, last = value, value
@@ -112,19 +120,23 @@ def parse_lines(value: object) -> tuple[int, int] | None:
         else:
             head, tail = text, text
         head, tail = head.strip().replace(",", ""), tail.strip().replace(",", "")
-        if not head.isdigit() or (tail and not tail.isdigit()):
+        if not head.isdigit() or (tail and not tail.isdigit()) or max(len(head), len(tail)) > MAX_LINE_DIGITS:
             return None
         first, last = int(head), int(tail) if tail else 1 << 30
     else:
         return None
-    if first < 1 or last < first:
+    if first < 1 or last < first or first >= 10 ** MAX_LINE_DIGITS:
         return None
-    return first, last
+    return first, min(last, 1 << 30)
 
 
 def parse_arguments(raw: str | None) -> RecallArgs:
     """Lenient parsing of the model's arguments: bad parts become problems reported back to the model."""
     args = RecallArgs()
+    if isinstance(raw, str) and len(raw) > MAX_ARGUMENTS_CHARS:
+        args.problems.append(f"the arguments were {len(raw)} characters long; at most {MAX_ARGUMENTS_CHARS} are "
+                             f"read: ask for fewer pages (at most {MAX_PAGES}) or a shorter query")
+        return args
     try:
         data = msgspec.json.decode((raw or "{}").encode() if isinstance(raw, str) else b"{}")
     except msgspec.DecodeError:
@@ -137,18 +149,16 @@ def parse_arguments(raw: str | None) -> RecallArgs:
     if isinstance(pages, (int, float, str)) and not isinstance(pages, bool):
         pages = [pages]
     if isinstance(pages, list):
-        for page in pages:
-            label = _label(page)
-            if label is not None:
-                if label not in args.pages:
-                    args.pages.append(label)
-            else:
-                args.problems.append(f"ignored page reference {page!r}")
+        _add_pages(args, pages)
     elif pages is not None:
         args.problems.append("`pages` must be an array of page numbers")
     query = data.get("query")
     if isinstance(query, str):
         args.query = query.strip()
+        if len(args.query) > MAX_QUERY_CHARS:
+            args.problems.append(f"`query` was {len(args.query)} characters long; its first {MAX_QUERY_CHARS} were "
+                                 "searched")
+            args.query = args.query[:MAX_QUERY_CHARS]
     elif query is not None:
         args.problems.append("`query` must be text")
     page = data.get("page")
@@ -162,7 +172,7 @@ def parse_arguments(raw: str | None) -> RecallArgs:
     if lines is not None:
         args.lines = parse_lines(lines)
         if args.lines is None:
-            args.problems.append(f"`lines` must be {LINES_HINT}, not {lines!r}")
+            args.problems.append(f"`lines` must be {LINES_HINT}, not {_shown(lines)}")
         elif not args.page and len(args.pages) == 1:
             args.page = args.pages.pop()
         elif not args.page:
@@ -171,3 +181,34 @@ def parse_arguments(raw: str | None) -> RecallArgs:
     if not args.pages and not args.query and not args.page:
         args.problems.append("give `pages` (page numbers from the contents page) or a `query`")
     return args
+
+
+def _add_pages(args: RecallArgs, pages: list[Any]) -> None:
+    """The page references, each once, in order, at most MAX_PAGES of them (a set: linear in the references)."""
+    seen: set[str] = set()
+    ignored: list[str] = []
+    for page in pages:
+        label = _label(page)
+        if label is None:
+            ignored.append(_shown(page))
+        elif label not in seen:
+            seen.add(label)
+            args.pages.append(label)
+    if len(args.pages) > MAX_PAGES:
+        args.problems.append(f"{len(args.pages)} pages were asked for; at most {MAX_PAGES} are read in one call: "
+                             f"the first {MAX_PAGES} were")
+        del args.pages[MAX_PAGES:]
+    if ignored:
+        more = f" and {len(ignored) - 3} more" if len(ignored) > 3 else ""
+        args.problems.append(f"ignored page reference{'s' if len(ignored) > 1 else ''} {', '.join(ignored[:3])}{more}")
+
+
+def _shown(value: object, limit: int = 40) -> str:
+    """A value the model wrote, quoted for a note: at most ``limit`` characters (a huge one is not echoed back)."""
+    if isinstance(value, str):
+        text = value if len(value) <= limit else value[:limit] + "…"
+        return repr(text)
+    if isinstance(value, (int, float, bool)) or value is None:
+        text = repr(value) if not isinstance(value, int) or value.bit_length() < 64 else "a very large number"
+        return text
+    return f"a {type(value).__name__}"

@@ -11,6 +11,10 @@ import msgspec
 from proxy.wire.errors import ProxyError, bad_request
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Roles whose message may come without content (OpenAI's API accepts a null there): an assistant's (its tool calls,
+# refusal or reasoning are the message) and a legacy function result. A user, system, developer or tool message
+# without content is a 400.
+_CONTENT_OPTIONAL = frozenset({"assistant", "function"})
 _decoder = msgspec.json.Decoder()
 _fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 # Deeper JSON is refused with a 400: nothing legitimate nests that deep (tool schemas stay far below), and
@@ -143,7 +147,11 @@ def validate_chat_request(data: dict[str, Any]) -> None:
                 f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}; got {role!r}", param=f"messages[{i}].role"
             )
         content = message.get("content")
-        if content is not None and type(content) is not str and not isinstance(content, (str, list)):
+        if content is None:
+            if role not in _CONTENT_OPTIONAL:
+                raise bad_request(f"messages[{i}].content is required for role '{role}'",
+                                  param=f"messages[{i}].content", code="missing_required_parameter")
+        elif type(content) is not str and not isinstance(content, (str, list)):
             raise bad_request(f"messages[{i}].content must be a string or an array of parts",
                               param=f"messages[{i}].content")
         if role == "tool" and not isinstance(message.get("tool_call_id"), str):

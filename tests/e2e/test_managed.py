@@ -78,7 +78,7 @@ def test_300_turns_stay_under_budget_with_a_contents_page(managed, emulator_8k, 
 def test_admin_endpoint_needs_the_admin_key(managed):
     r = httpx.get(f"{managed.url}/memci/conversations/x/prompt", timeout=10)
     assert r.status_code == 401
-    assert r.json()["error"]["code"] == "invalid_admin_key"
+    assert r.json()["error"]["code"] == "missing_admin_key"
 
 
 def test_responses_say_what_happened(managed, client_for):

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -73,8 +74,11 @@ def run_the_readme(work: Path) -> None:
         assert doctor.returncode == 0, doctor.stdout + doctor.stderr
         assert "reports cached_tokens" in doctor.stdout and "doctor: all checks passed" in doctor.stdout
         assert "admin API on" in doctor.stdout  # the key the serve above it set
-        serve_log = (work / "serve.log").read_text(errors="replace")
-        assert f"ready on {proxy_url}" in serve_log and "XDG_RUNTIME_DIR" not in serve_log
+        deadline = time.monotonic() + 120  # `ready on` waits for the packaged embedding model to load
+        while f"ready on {proxy_url}" not in (serve_log := (work / "serve.log").read_text(errors="replace")):
+            assert time.monotonic() < deadline, serve_log[-3000:]
+            time.sleep(0.2)
+        assert "XDG_RUNTIME_DIR" not in serve_log
 
         # 4. the SDK snippet: the first answer, and the conversation id it prints
         snippet = work / "snippet.py"

@@ -53,3 +53,11 @@ async def test_the_start_warns_once_per_upstream_worker_that_does_not_serve_chat
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(lines) == 2
     assert "did you mean http://b:8000/v1?" in lines[0] and "unreachable: refused" in lines[1]
+
+
+def test_version_is_the_installed_packages() -> None:
+    from importlib.metadata import version
+
+    run = subprocess.run([sys.executable, "-m", "proxy.cli", "--version"], cwd=REPO, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0 and run.stdout.strip() == f"memci-proxy {version('memci-proxy')}"
