@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import msgspec
 from litestar import Request, Response, post
 
-from proxy.api.api_metrics import api_failed, metered
+from proxy.api.api_metrics import metered
 from proxy.api.edge import forward_as_sent, managed_turn
 from proxy.api.forwarding import respond, services_of
 from proxy.api.messages_codec import (
@@ -36,8 +36,7 @@ def chat_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _error(request: Request, exc: ProxyError) -> Response:
-    api_failed(services_of(request).metrics, request.url.path, exc.status)
+def _error(exc: ProxyError) -> Response:
     return Response(content=error_body(exc.status, exc.message), status_code=exc.status,
                     media_type="application/json", headers=exc.headers or None)
 
@@ -61,8 +60,8 @@ async def create_message(request: Request) -> Response:
             return respond(await forward_as_sent(request, "/messages", body, stream, started))
         answer = await managed_turn(request, chat_request(data), started, chat_headers(request.headers))
     except ProxyError as exc:
-        return _error(request, exc)
-    answer = metered(answer, services.metrics, "messages", started)
+        return _error(exc)
+    answer = metered(answer, services.metrics, "messages")
     model = str(data.get("model") or "")
     if answer.events is not None:
         answer.events = message_events(model, answer.events)
@@ -84,7 +83,7 @@ async def count_tokens(request: Request) -> Response:
         tools = _encode(chat_tools(data["tools"])).decode() if data.get("tools") else ""
         count = await services.context.counts.prompt_tokens(str(data.get("model") or ""), messages, tools)
     except ProxyError as exc:
-        return _error(request, exc)
+        return _error(exc)
     return Response(content={"input_tokens": count}, status_code=200)
 
 

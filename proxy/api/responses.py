@@ -59,7 +59,7 @@ async def create_response(request: Request) -> Response:
             await chain.keep(tenant, response_id, previous, history, [*new, *assistant_messages(response["output"])],
                              conversation_id)
 
-    answer = metered(answer, services.metrics, "responses", started)
+    answer = metered(answer, services.metrics, "responses")
     return respond(await _translated(answer, data, response_id, keep))
 
 
