@@ -14,7 +14,6 @@ from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 
 from proxy.api.admin import ADMIN_ROUTES
-from proxy.api.api_metrics import api_failed
 from proxy.api.auth import AuthMiddleware, Authenticator
 from proxy.api.error_shapes import error_body_for
 from proxy.api.keys import KEY_ROUTES
@@ -23,6 +22,7 @@ from proxy.api.conversations import CONVERSATION_ROUTES
 from proxy.api.messages import MESSAGES_ROUTES
 from proxy.api.responses import RESPONSES_ROUTES
 from proxy.api.routes import ROUTES
+from proxy.api.request_metrics import RequestMetricsMiddleware
 from proxy.api.rewrite import REWRITE_ROUTES
 from proxy.api.search import SEARCH_ROUTES
 from proxy.api.services import Services
@@ -40,14 +40,10 @@ log = logging.getLogger("memci")
 
 
 def _proxy_error(request: Request, exc: ProxyError) -> Response:
-    """Every ProxyError a handler raises: its OpenAI-style body, counted for the /v1 routes."""
-    path = request.url.path
-    route = "chat" if path == "/v1/chat/completions" else "other" if path.startswith("/v1/") else None
-    if route is not None:
-        request.app.state.services.metrics.requests.labels(route, str(exc.status)).inc()
-        api_failed(request.app.state.services.metrics, path, exc.status)
-    return Response(content=error_body_for(path, exc), status_code=exc.status, media_type="application/json",
-                    headers=exc.headers or None)
+    """Every ProxyError a handler raises: its body in the shape of the route's API (counted by
+    proxy.api.request_metrics)."""
+    return Response(content=error_body_for(request.url.path, exc), status_code=exc.status,
+                    media_type="application/json", headers=exc.headers or None)
 
 
 def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -128,8 +124,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
     app = Litestar(
         route_handlers=[*ROUTES, *RESPONSES_ROUTES, *MESSAGES_ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES, *REWRITE_ROUTES, *CONVERSATION_ROUTES, *KEY_ROUTES],
         lifespan=[lifespan],
-        # Auth first: it decides the tenant the limits and every handler use.
-        middleware=[DefineMiddleware(AuthMiddleware, authenticator=authenticator),
+        # Metrics outermost (every answer counted once, whoever gave it); then auth: it decides the tenant the
+        # limits and every handler use.
+        middleware=[DefineMiddleware(RequestMetricsMiddleware, metrics=metrics),
+                    DefineMiddleware(AuthMiddleware, authenticator=authenticator),
                     DefineMiddleware(LimitsMiddleware, limits=limits)],
         exception_handlers={ProxyError: _proxy_error, HTTPException: _http_error, Exception: _internal_error},
         request_max_body_size=settings.max_body_bytes,

@@ -23,9 +23,10 @@ class Metrics:
         # memci_cache_*: every bounded per-process cache (proxy.caches)
         r.register(CacheCollector())
         self.requests = Counter(
-            "memci_requests", "Requests answered, by route and status: the HTTP status, or `stream_cut` for a stream "
-            "that started (200) and ended with an upstream failure (the client got an error event, not a whole "
-            "answer).", ["route", "status"], registry=r,
+            "memci_requests", "Requests on /v1, each counted once, by route (`chat`, `responses`, `messages`, "
+            "`other`) and final status: the HTTP status (errors of the proxy, the limits and the upstream included), "
+            "or `stream_cut` for a stream that started (200) and ended with an upstream failure (the client got an "
+            "error event, not a whole answer).", ["route", "status"], registry=r,
         )
         self.request_duration = Histogram(
             "memci_request_duration_seconds", "Time from request to the last byte answered.", ["route"],
@@ -33,7 +34,8 @@ class Metrics:
         )
         # memci_api_*: the same turns by the client's API (chat completions, Responses, Anthropic Messages)
         self.api_requests = Counter(
-            "memci_api_requests", "Requests of each client API (chat, responses, messages), by status.",
+            "memci_api_requests", "Requests of each client API (chat, responses, messages), by final status "
+            "(as `memci_requests_total`: `stream_cut` for a stream cut by the upstream).",
             ["api", "status"], registry=r,
         )
         self.api_request_duration = Histogram(

@@ -102,8 +102,9 @@ def resolved(settings: Settings, sources: dict[str, str]) -> str:
 
 
 def shown_value(name: str, value: object) -> str:
-    """A setting's value as it may be printed: keys masked, passwords in URLs hidden."""
-    if value and (name.endswith("_key") or name == "virtual_keys"):
+    """A setting's value as it may be printed: keys masked (text values only: a switch named *_key holds no
+    secret), passwords in URLs hidden."""
+    if value and isinstance(value, str) and (name.endswith("_key") or name == "virtual_keys"):
         return "'****'"
     if value and isinstance(value, str) and name.endswith("_url") and "@" in value:
         head, _, tail = value.rpartition("@")

@@ -1,9 +1,10 @@
-"""Metrics labelled by the client's API (memci_api_*): every API's answer is metered here in its chat-completions
-form, before its codec translates it, so the three APIs are counted by one piece of code."""
+"""Token metrics labelled by the client's API (memci_api_prompt_tokens_total, memci_api_cached_tokens_total): every
+API's answer is metered here in its chat-completions form, before its codec translates it, so the three APIs are
+counted by one piece of code. Requests, their statuses and durations are counted at the edge
+(proxy.api.request_metrics)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 
 from proxy.metrics import Metrics
@@ -14,27 +15,17 @@ from proxy.wire.chunks import aclose, usage_numbers
 API_OF_PATH = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}
 
 
-def api_failed(metrics: Metrics, path: str, status: int) -> None:
-    """An error answered before a turn ran (a bad request, a busy conversation)."""
-    api = API_OF_PATH.get(path)
-    if api is not None:
-        metrics.child(metrics.api_requests, api, str(status)).inc()
-
-
-def metered(answer: Answer, metrics: Metrics, api: str, started: float) -> Answer:
-    """The answer, counted by ``api``: its status, duration (a stream's at its last event) and usage."""
-    metrics.child(metrics.api_requests, api, str(answer.status)).inc()
+def metered(answer: Answer, metrics: Metrics, api: str) -> Answer:
+    """The answer, its usage counted by ``api`` (a stream's as its usage event passes)."""
     if answer.events is None:
-        metrics.child(metrics.api_request_duration, api).observe(time.perf_counter() - started)
         if answer.status == 200:
             _tokens(metrics, api, usage_of_json(answer.body))
         return answer
-    answer.events = _metered_events(answer.events, metrics, api, started)
+    answer.events = _metered_events(answer.events, metrics, api)
     return answer
 
 
-async def _metered_events(events: AsyncIterator[bytes], metrics: Metrics, api: str, started: float
-                          ) -> AsyncIterator[bytes]:
+async def _metered_events(events: AsyncIterator[bytes], metrics: Metrics, api: str) -> AsyncIterator[bytes]:
     try:
         async for event in events:
             usage = usage_of_event(event)
@@ -42,7 +33,6 @@ async def _metered_events(events: AsyncIterator[bytes], metrics: Metrics, api: s
                 _tokens(metrics, api, usage)
             yield event
     finally:
-        metrics.child(metrics.api_request_duration, api).observe(time.perf_counter() - started)
         await aclose(events)
 
 

@@ -129,9 +129,10 @@ async def export_conversation(request: Request, conversation_id: str) -> Respons
 
 @delete("/memci/conversations/{conversation_id:str}", status_code=200)
 async def delete_conversation(request: Request, conversation_id: str) -> Response:
-    """Remove the conversation from every table (page vectors, summaries and profile facts learnt from it
-    included), the images only it referenced from the blob store, and the conversation from the hot state and
-    from this replica's caches."""
+    """Remove the conversation from every table (page vectors, summaries and profile facts learnt from it and its
+    stored Responses answers included), the images only it referenced from the blob store, and the conversation
+    from the hot state and from this replica's caches (another replica's cached Responses chain is checked
+    against the store before use)."""
     services, tenant = await _caller(request)
     await _require(services, tenant, conversation_id)
     context = services.context
@@ -142,6 +143,8 @@ async def delete_conversation(request: Request, conversation_id: str) -> Respons
     if owners is not None:
         erased = await owners.erase_conversation(tenant, conversation_id, _object_deleter(context.blobs))
         context.describer.forget(tenant, erased.descriptions_deleted)
+        if services.response_chain is not None:
+            services.response_chain.forget(tenant, erased.response_ids)
         body.update(deleted=erased.deleted, page_vectors=erased.page_vectors,
                     images_deleted=len(erased.blobs_deleted), images_kept=len(erased.blob_keys)
                     - len(erased.blobs_deleted), images_failed=len(erased.blobs_failed))

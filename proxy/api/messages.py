@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import msgspec
 from litestar import Request, Response, post
 
-from proxy.api.api_metrics import api_failed, metered
+from proxy.api.api_metrics import metered
 from proxy.api.error_shapes import error_body_for
 from proxy.api.edge import forward_as_sent, managed_turn
 from proxy.api.forwarding import respond, services_of
@@ -38,7 +38,6 @@ def chat_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def _error(request: Request, exc: ProxyError) -> Response:
-    api_failed(services_of(request).metrics, request.url.path, exc.status)
     return Response(content=error_body_for(request.url.path, exc), status_code=exc.status,
                     media_type="application/json", headers=exc.headers or None)
 
@@ -63,7 +62,7 @@ async def create_message(request: Request) -> Response:
         answer = await managed_turn(request, chat_request(data), started, chat_headers(request.headers))
     except ProxyError as exc:
         return _error(request, exc)
-    answer = metered(answer, services.metrics, "messages", started)
+    answer = metered(answer, services.metrics, "messages")
     model = str(data.get("model") or "")
     if answer.events is not None:
         answer.events = message_events(model, answer.events)

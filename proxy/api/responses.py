@@ -54,11 +54,14 @@ async def create_response(request: Request) -> Response:
     response_id = new_id("resp")
     store = data.get("store") is not False
 
+    conversation_id = answer.headers.get("X-Memci-Conversation-Id")
+
     async def keep(response: dict[str, Any]) -> None:
         if store:
-            await chain.keep(tenant, response_id, previous, history, [*new, *assistant_messages(response["output"])])
+            await chain.keep(tenant, response_id, previous, history, [*new, *assistant_messages(response["output"])],
+                             conversation_id)
 
-    answer = metered(answer, services.metrics, "responses", started)
+    answer = metered(answer, services.metrics, "responses")
     return respond(await _translated(answer, data, response_id, keep))
 
 

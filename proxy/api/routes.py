@@ -41,7 +41,7 @@ async def chat_completions(request: Request) -> Response:
     if managed:
         call = chat_call(request.headers, data, body, fields.get("messages") if fields else None, request.url.query,
                          started, tenant, raw_fields=fields, user_secret=services.settings.user_hash_key)
-        return respond(metered(await services.context.handle(call), services.metrics, "chat", started))
+        return respond(metered(await services.context.handle(call), services.metrics, "chat"))
     return respond(await services.exchange.send(Outgoing(
         "chat", "POST", "/chat/completions", request.url.query, request.headers, body, started, stream,
         route_key=pass_through_route_key(tenant, request.headers, data))))

@@ -321,8 +321,15 @@ class ResponseChains(Protocol):
     ``previous_response_id``), so that a client may send only what is new (proxy.store.sql.response_chains)."""
 
     async def put_response(self, tenant: str, response_id: str, previous_id: str | None,
-                           messages: list[dict[str, Any]]) -> None:
-        """Store one answer: the messages it added to the chain (the request's new ones and the answer's own)."""
+                           messages: list[dict[str, Any]], conversation_id: str | None = None) -> None:
+        """Store one answer: the messages it added to the chain (the request's new ones and the answer's own),
+        tied to its conversation (erasing the conversation erases the answer)."""
 
     async def load_chain(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         """Every message of the chain ending at ``response_id``, oldest first; None when the tenant has none such."""
+
+    async def load_links(self, tenant: str, response_id: str) -> list[tuple[str, list[dict[str, Any]]]] | None:
+        """The chain ending at ``response_id`` as (answer id, the messages it added), oldest first."""
+
+    async def all_present(self, tenant: str, response_ids: Any) -> bool:
+        """Whether every answer named is still stored (none was erased with its conversation)."""

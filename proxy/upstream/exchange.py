@@ -10,8 +10,8 @@ and client disconnects are handled once:
 An upstream that cannot be reached or times out raises ProxyError (502/504) before anything reached the client;
 an error status is passed on with its body. A client that leaves closes the events' iterator, which closes (and so
 cancels) the upstream request. Each upstream failure (no connection, a time-out, a 4xx/5xx status, a stream ended
-early) is counted and logged once, by proxy.upstream.failures; a stream that started and then failed is counted
-in ``memci_requests_total`` with status ``stream_cut``.
+early) is counted and logged once, by proxy.upstream.failures; a stream that started and then failed is marked in
+proxy.upstream.outcome, so that the edge counts the request with status ``stream_cut``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from proxy.metrics import Metrics
 from proxy.recall.loop import LoopConfig, complete_json, replay_as_stream, stream_rounds
 from proxy.recall.rounds import LoopRecord, ToolCall
 from proxy.upstream.client import response_headers
-from proxy.upstream.failures import STREAM_FAILED_STATUS, Failures, kind_of_code
+from proxy.upstream import outcome
+from proxy.upstream.failures import Failures, kind_of_code
 from proxy.upstream.port import Upstream, UpstreamResponse
 from proxy.upstream.relay import relay_sse, usage_of_json
 from proxy.wire.errors import ProxyError
@@ -127,7 +128,7 @@ class Exchange:
                     on_usage(usage)
         total = time.perf_counter() - out.started
         m.child(m.proxy_overhead, out.route).observe(max(0.0, total - upstream_time))
-        self._done(out, response.status, total)
+        self._done(out, response.status)
         return Answer(response.status, headers, content_type or None, content)
 
     async def send_with_recall(self, out: Outgoing, body: dict[str, Any], rounds: RecallRounds,
@@ -233,19 +234,18 @@ class Exchange:
             if failure is not None:
                 kind, status, detail = failure
                 self.failures.report(kind, status, out.route, _conversation(out), detail)
-            self._done(out, STREAM_FAILED_STATUS if failed or failure is not None else 200)
+            if failed or failure is not None:
+                outcome.stream_failed()
 
     def _account(self, record: LoopRecord) -> None:
         self.metrics.observe_usage(record.usage)
         self.metrics.recall_rounds.observe(record.rounds)
 
-    def _done(self, out: Outgoing, status: int | str, total: float | None = None) -> None:
-        """The request counted by its status; an error status the upstream answered is an upstream failure too."""
-        m = self.metrics
-        if isinstance(status, int) and status >= 400:
+    def _done(self, out: Outgoing, status: int) -> None:
+        """An error status the upstream answered is an upstream failure (the request itself is counted at the edge,
+        proxy.api.request_metrics)."""
+        if status >= 400:
             self.failures.status(status, out.route, _conversation(out))
-        m.child(m.request_duration, out.route).observe(time.perf_counter() - out.started if total is None else total)
-        m.child(m.requests, out.route, str(status)).inc()
 
 
 class _Ended:

@@ -75,3 +75,20 @@ def test_admin_acts_for_a_named_tenant(proxy, conversation):
     cid, _ = conversation
     no_tenant = get(proxy, "/memci/conversations", key=ADMIN)
     assert no_tenant.status_code == 400
+
+
+def test_delete_removes_the_responses_chain(proxy, emu):
+    """previous_response_id of a deleted conversation is a 404, not a replay of the deleted text upstream."""
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-chain-deleter", max_retries=0)
+    first = client.responses.create(model="m", input="remember the word zanzibar [[len:5]]")
+    raw = client.responses.with_raw_response.create(model="m", input="and now? [[len:5]]",
+                                                    previous_response_id=first.id)
+    cid, second = raw.headers["x-memci-conversation-id"], raw.parse()
+    r = httpx.delete(proxy.url + f"/memci/conversations/{cid}", headers={"Authorization": "Bearer sk-chain-deleter"})
+    assert r.status_code == 200 and r.json()["deleted"] is True
+    last = emu.requests(1)[0]
+    for gone in (first.id, second.id):
+        with pytest.raises(openai.NotFoundError) as missing:
+            client.responses.create(model="m", input="continue", previous_response_id=gone)
+        assert missing.value.body["code"] == "previous_response_not_found"
+    assert emu.requests(1)[0] == last  # nothing went upstream

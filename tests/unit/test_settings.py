@@ -80,3 +80,15 @@ def test_replace_validates():
     with pytest.raises(SettingsError):
         s.replace(port=0)
     assert dataclasses.asdict(s.replace())["port"] == 8080
+
+
+def test_only_secret_values_are_masked():
+    from proxy import settings_doc
+    from proxy.settings import Settings
+
+    shown = settings_doc.resolved(Settings(prompt_cache_key=True, upstream_api_key="sk-secret"), {})
+    line = next(x for x in shown.splitlines() if x.startswith("prompt_cache_key "))
+    assert "True" in line and "****" not in line  # a boolean named *_key is no secret
+    assert "sk-secret" not in shown
+    assert settings_doc.shown_value("upstream_api_key", "sk-secret") == "'****'"
+    assert settings_doc.shown_value("virtual_keys", "sk-a=t1") == "'****'"

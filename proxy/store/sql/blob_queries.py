@@ -23,6 +23,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from proxy.store.sql.models import BlobRef, Conversation, Event, MemoryVector
+from proxy.store.sql.response_chains import delete_conversation_chains
 from proxy.wire import logtext
 
 log = logging.getLogger("memci.store")
@@ -46,6 +47,7 @@ class ErasedConversation:
     descriptions_deleted: list[str] = field(default_factory=list)  # no other conversation of the tenant has them
     blobs_deleted: list[str] = field(default_factory=list)  # no conversation of anyone has them
     blobs_failed: list[str] = field(default_factory=list)  # the blob store refused; left as orphans (unreadable)
+    response_ids: list[str] = field(default_factory=list)  # its stored Responses answers (previous_response_id)
 
 
 async def _lock(connection: AsyncConnection, key: str) -> None:
@@ -104,9 +106,9 @@ class SqlBlobOwnership:
     async def erase_conversation(
         self, tenant: str, conversation_id: str, delete_object: DeleteObject | None = None
     ) -> ErasedConversation:
-        """Delete the conversation (entries, pages, vectors, summaries, facts, events, blob references) and then,
-        per image it referenced, the tenant's description when no other conversation of the tenant references
-        the image, and the bytes when no conversation at all does."""
+        """Delete the conversation (entries, pages, vectors, summaries, facts, events, blob references, stored
+        Responses answers) and then, per image it referenced, the tenant's description when no other conversation
+        of the tenant references the image, and the bytes when no conversation at all does."""
         async with self.engine.begin() as connection:
             keys = sorted(
                 r.key for r in (await connection.execute(
@@ -119,10 +121,11 @@ class SqlBlobOwnership:
             )).first()
             if gone is None:
                 return ErasedConversation(False)
+            responses = await delete_conversation_chains(connection, tenant, conversation_id)
             await connection.execute(
                 delete(events_t).where(events_t.c.conversation_id == conversation_id, events_t.c.tenant == tenant)
             )
-        out = ErasedConversation(True, vectors, keys)
+        out = ErasedConversation(True, vectors, keys, response_ids=responses)
         for key in keys:
             try:
                 async with self.engine.begin() as connection:

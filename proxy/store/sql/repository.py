@@ -29,6 +29,7 @@ from proxy.store.sql import turn_statements as turn
 from proxy.store.sql.admin_queries import ConversationAdminQueries
 from proxy.store.sql.memory_queries import MemoryQueries
 from proxy.store.sql.models import BlobRef, Conversation, Entry, Event, Fingerprint, HiddenMessage, Page
+from proxy.store.sql.response_chains import delete_conversation_chains
 from proxy.store.sql.search_queries import PageSearchQueries
 from proxy.store.sql.urls import to_async_url
 from proxy.store.sql.vector_queries import PageVectorQueries
@@ -236,6 +237,7 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
             ).first()
             if deleted is None:
                 return False
+            await delete_conversation_chains(connection, tenant, conversation_id)
             await connection.execute(
                 delete(events_t).where(events_t.c.conversation_id == conversation_id, events_t.c.tenant == tenant)
             )

@@ -1,6 +1,6 @@
 """Upstream failures are seen: each one (no connection, time-out, error status, a stream ended early) is one WARNING
 line with its status and conversation id and no message content, one count of memci_upstream_errors_total{kind},
-and a stream that started and then failed counts as status "stream_cut" in memci_requests_total."""
+and a stream that started and then failed is marked so, for the edge to count it as status "stream_cut"."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from proxy.metrics import Metrics
+from proxy.upstream import outcome
 from proxy.upstream.exchange import Exchange, Outgoing
 from proxy.upstream.failures import KINDS
 from proxy.wire.errors import upstream_timeout, upstream_unreachable
@@ -71,12 +72,12 @@ async def test_a_cut_stream_is_logged_counted_and_not_a_200(caplog) -> None:
     metrics = Metrics()
     exchange = Exchange(MockUpstream(_cut_stream), metrics)
     caplog.set_level(logging.WARNING)
+    ended = outcome.begin()
     answer = await exchange.send(_outgoing(stream=True, conversation="conv-1"))
     events = await answer_of(answer)
     assert b"upstream_cut" in b"".join(events)
     assert _count(metrics, metrics.upstream_errors, "stream_cut") == 1
-    assert _count(metrics, metrics.requests, "chat", "stream_cut") == 1
-    assert _count(metrics, metrics.requests, "chat", "200") == 0
+    assert ended.stream_failed  # the edge counts the request as stream_cut (tests/e2e/test_request_metrics.py)
     [line] = _warnings(caplog)
     assert "stream_cut" in line and "status 200" in line and "conversation conv-1" in line
     assert SECRET not in caplog.text and "partial answer" not in caplog.text
@@ -117,11 +118,12 @@ async def test_no_connection_or_a_time_out_is_logged_and_counted(caplog, error, 
 
 
 async def test_a_managed_turn_whose_stream_is_cut_names_its_conversation(caplog) -> None:
+    ended = outcome.begin()
     service, cid, events = await _managed_turn(_chat_upstream(_cut_stream), caplog)
     assert b"upstream_cut" in events
     m = service.metrics
     assert _count(m, m.upstream_errors, "stream_cut") == 1
-    assert _count(m, m.requests, "chat", "stream_cut") == 1
+    assert ended.stream_failed
     lines = _warnings(caplog)
     assert len(lines) == 1 and f"conversation {cid}" in lines[0] and "no finish_reason" in lines[0]
     assert SECRET not in caplog.text
@@ -149,11 +151,11 @@ async def test_a_connection_dropped_mid_stream_is_a_cut_however_it_surfaces(capl
     metrics = Metrics()
     exchange = Exchange(MockUpstream(_dropped_stream(error)), metrics)
     caplog.set_level(logging.WARNING)
+    ended = outcome.begin()
     events = b"".join(await answer_of(await exchange.send(_outgoing(stream=True))))
     assert b"upstream_cut" in events and events.endswith(b"data: [DONE]\n\n")
     assert _count(metrics, metrics.upstream_errors, "stream_cut") == 1
-    assert _count(metrics, metrics.requests, "chat", "stream_cut") == 1
-    assert _count(metrics, metrics.requests, "chat", "200") == 0
+    assert ended.stream_failed
     assert _count(metrics, metrics.client_disconnects) == 0  # the upstream left, not the client
     [line] = _warnings(caplog)
     assert f"stream_cut, status 200, route chat, conversation - ({type(error).__name__})" in line
@@ -161,11 +163,12 @@ async def test_a_connection_dropped_mid_stream_is_a_cut_however_it_surfaces(capl
 
 @pytest.mark.parametrize("error", _DROPS, ids=lambda e: type(e).__name__)
 async def test_a_managed_turn_whose_connection_drops_mid_stream_is_a_cut(caplog, error) -> None:
+    ended = outcome.begin()
     service, cid, events = await _managed_turn(_dropped_stream(error), caplog)
     assert b"upstream_cut" in events and events.endswith(b"data: [DONE]\n\n")
     m = service.metrics
     assert _count(m, m.upstream_errors, "stream_cut") == 1
-    assert _count(m, m.requests, "chat", "stream_cut") == 1
+    assert ended.stream_failed
     assert _count(m, m.client_disconnects) == 0
     [line] = _warnings(caplog)
     assert f"conversation {cid} ({type(error).__name__})" in line and SECRET not in caplog.text
@@ -200,12 +203,13 @@ async def test_a_later_recall_round_that_cannot_connect_ends_the_stream_with_an_
     caplog.set_level(logging.WARNING)
     chat = Chat(service)
     chat.messages.append({"role": "user", "content": 'look it up [[recall:{"query": "gym"}]]'})
+    ended = outcome.begin()
     answer = await service.handle(call_of(chat.messages, stream=True))
     events = b"".join(await answer_of(answer))
     assert b"upstream_unreachable" in events and events.rstrip().endswith(b"data: [DONE]")
     m = service.metrics
     assert _count(m, m.upstream_errors, "unreachable") == 1
-    assert _count(m, m.requests, "chat", "stream_cut") == 1
+    assert ended.stream_failed
     assert m.client_disconnects._value.get() == 0
     assert len(_warnings(caplog)) == 1
     await service.close()
