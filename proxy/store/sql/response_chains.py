@@ -9,6 +9,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.store.sql.models import ResponseChainRow
+from proxy.store.sql.pgtext import escape, escape_optional
 
 chains_t = ResponseChainRow.__table__
 
@@ -34,14 +35,15 @@ class SqlResponseChains:
     async def put_response(self, tenant: str, response_id: str, previous_id: str | None,
                            messages: list[dict[str, Any]]) -> None:
         """One statement in autocommit: one round trip, committed (and flushed) when it returns."""
-        stmt = insert(chains_t).values(id=response_id, tenant=tenant, previous_id=previous_id, messages=messages)
+        stmt = insert(chains_t).values(id=escape(response_id), tenant=tenant,
+                                       previous_id=escape_optional(previous_id), messages=messages)
         async with self.write_engine.connect() as connection:
             connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
             await connection.execute(stmt.on_conflict_do_nothing(index_elements=[chains_t.c.id]))
 
     async def load_chain(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         async with self.engine.connect() as connection:
-            rows = (await connection.execute(_CHAIN, {"id": response_id, "tenant": tenant,
+            rows = (await connection.execute(_CHAIN, {"id": escape(response_id), "tenant": tenant,
                                                       "max_depth": MAX_DEPTH})).all()
         if not rows:
             return None
