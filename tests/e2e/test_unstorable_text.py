@@ -95,3 +95,14 @@ APIS = [_chat, _messages, _responses]
 def test_a_conversation_holding_nul_archives_and_recalls_it(api, http, proxy, emu):
     archive_and_recall(api(http, f"sk-nul-{api.__name__}"), emu, 10)
     assert "could not store" not in proxy.log() and "Traceback" not in proxy.log()
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages",
+                                  "/v1/messages/count_tokens"])
+def test_a_lone_surrogate_escape_is_a_400_not_a_5xx(path, http, proxy):
+    body = (b'{"model": "m", "max_tokens": 20, "input": "a\\ud800", "messages": [{"role": "user", '
+            b'"content": "a\\ud800"}]}')
+    r = http.post(path, content=body, headers={"Authorization": "Bearer sk-x", "x-api-key": "sk-x",
+                                                "Content-Type": "application/json"})
+    assert r.status_code == 400, r.text[:300]
+    assert "error" in r.json() and "Traceback" not in proxy.log()
