@@ -40,7 +40,7 @@ async def chat_completions(request: Request) -> Response:
         body, data = with_cache_salt(body, data, tenant)
     if managed:
         call = chat_call(request.headers, data, body, fields.get("messages") if fields else None, request.url.query,
-                         started, tenant, raw_fields=fields, user_secret=services.settings.user_hash_key)
+                         started, tenant, user_secret=services.settings.user_hash_key)
         return respond(metered(await services.context.handle(call), services.metrics, "chat"))
     return respond(await services.exchange.send(Outgoing(
         "chat", "POST", "/chat/completions", request.url.query, request.headers, body, started, stream,

@@ -9,7 +9,6 @@ from typing import Any
 from proxy.turn.end_user import EndUserError, end_user_id, user_key
 from proxy.turn.identity import session_key_of, tenant_of
 from proxy.wire.errors import bad_request
-from proxy.wire.validate import refuse_nul
 
 REWRITE_MODES = ("off", "rules", "model")
 
@@ -23,8 +22,6 @@ class ChatCall:
     body: bytes  # the body as the upstream gets it when the turn leaves it unchanged
     raw_messages: Any  # the bytes of the body's `messages` value as sent (a buffer), or None
     stream: bool
-    # the body's top-level values as sent, by key, when the turn must still refuse a U+0000 in them (the chat route)
-    raw_fields: Mapping[str, Any] | None = None
     query: str = ""  # the request URL's query string, passed on
     started: float = 0.0  # time.perf_counter() when the request arrived
     rewrite_mode: str = ""  # X-Memci-Rewrite for this request: "", "off", "rules" or "model"
@@ -36,12 +33,6 @@ class ChatCall:
     def messages(self) -> list[dict[str, Any]]:
         return self.data["messages"]
 
-    def refuse_nul(self, known: int = 0) -> None:
-        """400 for a U+0000 in the body, for the calls that must refuse it (``raw_fields``); ``known``: the leading
-        bytes of the raw messages that a request taken before held (proxy.wire.validate.refuse_nul)."""
-        if self.raw_fields is not None:
-            refuse_nul(self.raw_fields, known)
-
 
 def _header(headers: Mapping[str, str], name: str) -> str:
     return (headers.get(name) or headers.get(name.lower()) or "").strip().lower()
@@ -49,8 +40,7 @@ def _header(headers: Mapping[str, str], name: str) -> str:
 
 def chat_call(
     headers: Mapping[str, str], data: dict[str, Any], body: bytes, raw_messages: Any, query: str = "",
-    started: float = 0.0, tenant: str | None = None, raw_fields: Mapping[str, Any] | None = None,
-    user_secret: str = "",
+    started: float = 0.0, tenant: str | None = None, user_secret: str = "",
 ) -> ChatCall:
     rewrite = _header(headers, "X-Memci-Rewrite")
     memory = _header(headers, "X-Memci-Memory")
@@ -71,7 +61,6 @@ def chat_call(
         body=body,
         raw_messages=raw_messages,
         stream=data.get("stream") is True,
-        raw_fields=raw_fields,
         query=query,
         started=started,
         rewrite_mode=rewrite if rewrite in REWRITE_MODES else "",

@@ -145,9 +145,7 @@ class TurnService:
         except Exception:
             log.exception("conversation lookup failed; forwarding without context management")
             self.metrics.engine_errors.labels("identify").inc()
-            call.refuse_nul()
             return await self._fallback(call, system, messages)
-        call.refuse_nul(found.raw_known)  # the history a request of this process had is not searched again
         lock = self.store.hot.lock(found.conversation_id, LOCK_WAIT_S, LOCK_LEASE_S)
         waiting = time.perf_counter()
         try:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -20,8 +18,6 @@ _fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 # Deeper JSON is refused with a 400: nothing legitimate nests that deep (tool schemas stay far below), and
 # Python's recursion limit (about 1000 frames, shared with the proxy's own calls) must never be reached.
 MAX_JSON_DEPTH = 256
-# A JSON escape of U+0000: ``\u0000`` after an even number of backslashes (an odd one escapes the backslash).
-_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def _too_deep(value: Any, limit: int) -> bool:
@@ -101,32 +97,12 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
 
 def parse_chat_body(body: bytes) -> tuple[dict[str, Any], dict[str, msgspec.Raw]]:
     """The body as a JSON object, and the bytes of each top-level value exactly as sent (``messages`` among them),
-    in one parse: the top level is split into raw fields first, then each field is decoded once. The turn refuses
-    a U+0000 in them (``refuse_nul``) once it knows how much of the history it has checked before."""
+    in one parse: the top level is split into raw fields first, then each field is decoded once."""
     fields = decode_json(body, _fields_decoder)
     data = {name: decode_json(raw) for name, raw in fields.items()}
     _check_depth(body, data)
     return data, fields
 
-
-def refuse_nul(fields: Mapping[str, Any], known: int = 0) -> None:
-    """400 for a body (its top-level values as sent, by key) holding U+0000, which PostgreSQL cannot keep in text or
-    JSON: a managed chat is stored, so this is refused up front rather than left as a turn that can never be
-    written. ``known``: the leading bytes of the ``messages`` value that are the history of a request checked
-    before (a chat resends its whole history every turn): only what follows them is searched (from 5 bytes before,
-    for an escape across the boundary; a run of backslashes before it lies inside the array too)."""
-    for name, raw in fields.items():
-        if "\x00" in name:  # a key holding the escape, decoded
-            raise _nul()
-        view = memoryview(raw)
-        start = max(0, known - 5) if name == "messages" else 0
-        if b"\\u0000" in bytes(view[start:]) and _NUL_ESCAPE.search(bytes(view)):  # the regex only runs on a hit
-            raise _nul()
-
-
-def _nul() -> ProxyError:
-    return bad_request("the request holds the character U+0000 (NUL), which the conversation store cannot keep; "
-                       "remove it or send it without context management", code="unsupported_character")
 
 
 def validate_chat_request(data: dict[str, Any]) -> None:
@@ -172,5 +148,5 @@ def validate_chat_request(data: dict[str, Any]) -> None:
         raise bad_request("'tools' must be an array", param="tools")
 
 
-__all__ = ["ProxyError", "decode_json", "parse_chat_body", "parse_json_object", "refuse_nul", "require_utf8", "stored_text",
+__all__ = ["ProxyError", "decode_json", "parse_chat_body", "parse_json_object", "require_utf8", "stored_text",
            "validate_chat_request", "ROLES"]

@@ -5,8 +5,10 @@ is the upstream's), no traceback in its log, and the proxy stays healthy.
   1000, under a minute here);
 - every route at the byte level (hypothesis over raw bytes, text encodings, content types, JSON shapes, path
   parameters, query strings and headers; the client's key, the admin key, none): /v1/chat/completions streamed
-  and not, /v1/* forwarding, every /memci/* endpoint, /health, /ready, /metrics. MEMCI_FUZZ_ROUTE_EXAMPLES
-  requests (default 400, about 15 s here)."""
+  and not, /v1/responses, /v1/messages and its count_tokens (bodies of their own shapes, holding NUL, lone
+  surrogates and malformed items), /v1/* forwarding, every /memci/* endpoint, /health, /ready, /metrics.
+  MEMCI_FUZZ_ROUTE_EXAMPLES requests (default 400, about 15 s here);
+- a conversation whose messages hold NUL, on each API, still archives its pages and recalls them."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.e2e.test_unstorable_text import APIS, archive_and_recall
 from tests.resilience.conftest import env_int
 
 EXAMPLES = env_int("MEMCI_FUZZ_EXAMPLES", 1000)
@@ -29,7 +32,7 @@ UPSTREAM_FAULTS = ("upstream_malformed", "upstream_cut", "injected_fault")
 odd_text = st.one_of(
     st.text(max_size=40),
     st.text(alphabet=st.characters(codec="utf-8"), max_size=200),
-    st.sampled_from(["", " ", "\x00", "\ud7ff\ue000", "🙂" * 50, "[[len:3]]", "[[call:recall {}]]",
+    st.sampled_from(["", " ", "\x00", "a\x00\x01b", "\ud800", "x\udfff", "\ufdd0", "\ufdd00", "\ud7ff\ue000", "🙂" * 50, "[[len:3]]", "[[call:recall {}]]",
                      '[[call:recall {"pages": [1, "x", null]}]]', "[[call:recall {\"query\": \"\"}]]",
                      "a" * 100_000, "中文" * 2000, "\u202e\u200b\ufeff", "[[status:400]]", "[[badsse]]"]),
 )
@@ -152,6 +155,8 @@ path_text = st.lists(st.sampled_from(list("ab1-_.%/ \x00é🙂\u202e") + ["..", 
                      max_size=8).map(lambda t: urllib.parse.quote("".join(t), safe="%"))
 ROUTES = [  # (method, path template); {id}: a fuzzed path parameter
     ("POST", "/v1/chat/completions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
+    ("POST", "/v1/responses"), ("POST", "/v1/responses"), ("POST", "/v1/messages"), ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/count_tokens"),
     ("POST", "/v1/embeddings"), ("POST", "/v1/completions"), ("DELETE", "/v1/{id}"), ("PATCH", "/v1/files/{id}"),
     ("POST", "/memci/search"), ("POST", "/memci/rewrite"), ("GET", "/memci/keys"), ("POST", "/memci/keys"),
     ("GET", "/memci/keys/{id}"), ("PATCH", "/memci/keys/{id}"), ("DELETE", "/memci/keys/{id}"),
@@ -160,8 +165,42 @@ ROUTES = [  # (method, path template); {id}: a fuzzed path parameter
     ("GET", "/memci/conversations/{id}/prompt"), ("DELETE", "/memci/conversations/{id}"), ("GET", "/health"),
     ("GET", "/ready"), ("GET", "/metrics"), ("POST", "/health"), ("PUT", "/memci/search"),
 ]
+responses_item = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "developer"]),
+                           "content": st.one_of(odd_text, st.lists(st.fixed_dictionaries(
+                               {"type": st.sampled_from(["input_text", "output_text", "weird"]), "text": odd_text}),
+                               max_size=2), junk)}),
+    st.fixed_dictionaries({"type": st.just("function_call"), "call_id": odd_text, "name": odd_text,
+                           "arguments": st.one_of(odd_text, junk)}),
+    st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": odd_text,
+                           "output": st.one_of(odd_text, junk)}),
+    st.fixed_dictionaries({"type": st.just("reasoning"), "id": odd_text, "summary": junk}),
+    junk,
+)
+responses_body = st.fixed_dictionaries(
+    {"model": st.just("m"), "input": st.one_of(odd_text, st.lists(responses_item, max_size=4), junk)},
+    optional={"instructions": st.one_of(odd_text, junk), "previous_response_id": st.one_of(odd_text, junk),
+              "stream": st.booleans(), "max_output_tokens": st.one_of(st.integers(-1, 64), junk),
+              "tools": st.lists(junk, max_size=2), "store": junk},
+)
+anthropic_block = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": odd_text}),
+    st.fixed_dictionaries({"type": st.just("tool_use"), "id": odd_text, "name": odd_text, "input": junk}),
+    st.fixed_dictionaries({"type": st.just("tool_result"), "tool_use_id": odd_text,
+                           "content": st.one_of(odd_text, junk)}),
+    st.fixed_dictionaries({"type": st.just("thinking"), "thinking": odd_text, "signature": odd_text}),
+    junk,
+)
+messages_body = st.fixed_dictionaries(
+    {"model": st.just("m"), "max_tokens": st.one_of(st.integers(-1, 64), junk),
+     "messages": st.one_of(st.lists(st.fixed_dictionaries(
+         {"role": st.one_of(st.sampled_from(["user", "assistant"]), junk),
+          "content": st.one_of(odd_text, st.lists(anthropic_block, max_size=3), junk)}), max_size=4), junk)},
+    optional={"system": st.one_of(odd_text, st.lists(anthropic_block, max_size=2), junk), "stream": st.booleans(),
+              "tools": st.lists(junk, max_size=2), "metadata": junk},
+)
 shapes = st.one_of(
-    junk, chat_body, near_valid_body,
+    junk, chat_body, near_valid_body, responses_body, messages_body,
     st.fixed_dictionaries({}, optional={"query": st.one_of(odd_text, junk), "k": junk, "conversation_id": junk,
                                         "session_key": junk}),
     st.fixed_dictionaries({}, optional={"tenant": st.one_of(odd_text, junk), "name": junk, "upstream_key": junk,
@@ -251,3 +290,10 @@ def test_every_route_at_the_byte_level_never_gets_a_5xx_from_the_proxy(proxy, em
         f.seek(log_start)
         log = f.read().decode(errors="replace")
     assert "unhandled error" not in log and "Traceback" not in log, log[-3000:]
+
+
+@pytest.mark.parametrize("api", APIS, ids=["chat", "messages", "responses"])
+def test_after_the_fuzz_a_conversation_holding_nul_archives_and_recalls_it(api, proxy, emulator_8k):
+    with httpx.Client(base_url=proxy.url, timeout=60) as http:
+        archive_and_recall(api(http, f"sk-fuzz-nul-{api.__name__}"), emulator_8k, 4)
+    assert "could not store" not in proxy.log() and "unhandled error" not in proxy.log()

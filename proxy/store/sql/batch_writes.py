@@ -1,25 +1,20 @@
 """The hot writes, on the driver's connection: a new conversation in one statement, and several conversations'
 turns stored in one round trip by the function memci_save_turns (migration 0005), called with one array per column
-(no ORM work per row, no BEGIN/COMMIT round trips: one statement is one transaction)."""
+(no ORM work per row, no BEGIN/COMMIT round trips: one statement is one transaction). Text and JSON are escaped
+where they hold what PostgreSQL cannot store (proxy.store.sql.pgtext), as every write of the adapter does."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from proxy.store.ports import BEHIND, NOT_FOUND, REPLAYED, SAVED, STALE, TurnWrite, snapshot_digest
-
-_json = msgspec.json.Encoder()
+from proxy.store.sql.pgtext import dumps as _text
+from proxy.store.sql.pgtext import escape
 
 CREATE = ("INSERT INTO conversations (id, tenant, session_key, end_user) VALUES ($1, $2, $3, $4) "
           "ON CONFLICT DO NOTHING RETURNING id")
 SAVE_TURNS = "SELECT memci_save_turns(" + ", ".join(f"${i}" for i in range(1, 38)) + ")"
 CURRENT = "SELECT id, tenant, state_version, md5(state) AS digest FROM conversations WHERE id = ANY($1::text[])"
-
-
-def _text(value: Any) -> str:
-    return _json.encode(value).decode()
 
 
 def arguments(writes: list[TurnWrite]) -> list[list[Any]]:
@@ -37,7 +32,7 @@ def arguments(writes: list[TurnWrite]) -> list[list[Any]]:
                 column.append(value)
         for p in sorted(w.pages, key=lambda page: page.first_seq):
             for column, value in zip(columns[13:22], (cid, p.number, p.first_seq, p.last_seq, p.state, p.tokens,
-                                                      p.summary, p.recall_count, p.last_recalled_turn)):
+                                                      escape(p.summary), p.recall_count, p.last_recalled_turn)):
                 column.append(value)
         for chain_hash, length in w.fingerprints:
             for column, value in zip(columns[22:26], (w.tenant, chain_hash, cid, length)):
@@ -46,7 +41,7 @@ def arguments(writes: list[TurnWrite]) -> list[list[Any]]:
             for column, value in zip(columns[26:30], (cid, after, ordinal, _text(message))):
                 column.append(value)
         if w.contents is not None:
-            for column, value in zip(columns[30:33], (cid, w.contents[0], w.contents[1])):
+            for column, value in zip(columns[30:33], (cid, w.contents[0], escape(w.contents[1]))):
                 column.append(value)
         for ev in w.events:
             for column, value in zip(columns[33:37], (ev.tenant, cid, ev.kind, _text(ev.payload))):

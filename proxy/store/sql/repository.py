@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-import msgspec
 from sqlalchemy import ARRAY, Text, any_, bindparam, delete, exists, func, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -24,29 +23,23 @@ from proxy.store.ports import (
     StaleState,
     TurnWrite,
 )
-from proxy.store.sql import batch_writes
+from proxy.store.sql import batch_writes, pgtext
 from proxy.store.sql import turn_statements as turn
 from proxy.store.sql.admin_queries import ConversationAdminQueries
 from proxy.store.sql.memory_queries import MemoryQueries
 from proxy.store.sql.models import BlobRef, Conversation, Entry, Event, Fingerprint, HiddenMessage, Page
 from proxy.store.sql.response_chains import delete_conversation_chains
-from proxy.store.sql.search_queries import PageSearchQueries
+from proxy.store.sql.search_queries import PageSearchQueries, page_row
 from proxy.store.sql.urls import to_async_url
 from proxy.store.sql.vector_queries import PageVectorQueries
 from proxy.store.sql.user_memory_queries import UserMemoryQueries
 
 T = TypeVar("T")
 
-_json_encoder = msgspec.json.Encoder()
-
-
-def _json_dumps(value: Any) -> str:
-    return _json_encoder.encode(value).decode()
-
-
 def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20, echo: bool = False,
                            pre_ping: bool = True) -> AsyncEngine:
-    """An asyncpg engine for any PostgreSQL URL form; JSON columns through msgspec."""
+    """An asyncpg engine for any PostgreSQL URL form; JSON columns through msgspec, escaped (proxy.store.sql.pgtext)
+    where they hold what PostgreSQL cannot store."""
     return create_async_engine(
         to_async_url(url),
         pool_size=pool_size,
@@ -55,8 +48,8 @@ def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20
         pool_recycle=1800,
         echo=echo,
         hide_parameters=True,  # error messages (and so logs) never carry message content or keys
-        json_serializer=_json_dumps,
-        json_deserializer=msgspec.json.decode,
+        json_serializer=pgtext.dumps,
+        json_deserializer=pgtext.loads,
     )
 
 
@@ -94,19 +87,6 @@ def _owned(conversation_id: str, tenant: str) -> Any:
 # What a PageRow holds: not the tsvector (a page's indexed words, about as large as its text) nor the timestamps.
 _PAGE_COLUMNS = (pages_t.c.number, pages_t.c.first_seq, pages_t.c.last_seq, pages_t.c.state, pages_t.c.tokens,
                  pages_t.c.summary, pages_t.c.recall_count, pages_t.c.last_recalled_turn)
-
-
-def _page_row(row: Any) -> PageRow:
-    return PageRow(
-        number=row.number,
-        first_seq=row.first_seq,
-        last_seq=row.last_seq,
-        state=row.state,
-        tokens=row.tokens,
-        summary=row.summary,
-        recall_count=row.recall_count,
-        last_recalled_turn=row.last_recalled_turn,
-    )
 
 
 class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, PageVectorQueries, MemoryQueries,
@@ -319,7 +299,7 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
         stmt = select(*_PAGE_COLUMNS).where(*conditions).order_by(pages_t.c.first_seq, pages_t.c.number)
         async with self.engine.connect() as connection:
             rows = (await connection.execute(stmt)).all()
-        return [_page_row(r) for r in rows]
+        return [page_row(r) for r in rows]
 
     # --- small writes outside a turn ------------------------------------------------------------
     async def update_recall_stats(self, tenant: str, conversation_id: str, numbers: list[str], turn: int) -> None:
@@ -351,7 +331,7 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
                     "tenant": tenant,
                     "conversation_id": conversation_id,
                     "numbers": list(summaries),
-                    "summaries": list(summaries.values()),
+                    "summaries": [pgtext.escape(summary) for summary in summaries.values()],
                 },
             )
             return len(result.all())

@@ -15,6 +15,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from proxy.store.sql.models import Event, ResponseChainRow
+from proxy.store.sql.pgtext import escape, escape_optional, unescape
 
 chains_t = ResponseChainRow.__table__
 events_t = Event.__table__
@@ -43,7 +44,8 @@ class SqlResponseChains:
                            messages: list[dict[str, Any]], conversation_id: str | None = None) -> None:
         """One statement in autocommit: one round trip, committed (and flushed) when it returns. With the
         answer's conversation, its ``response`` event is written by the same statement."""
-        stmt = insert(chains_t).values(id=response_id, tenant=tenant, previous_id=previous_id, messages=messages)
+        stmt = insert(chains_t).values(id=escape(response_id), tenant=tenant,
+                                       previous_id=escape_optional(previous_id), messages=messages)
         stmt = stmt.on_conflict_do_nothing(index_elements=[chains_t.c.id])
         if conversation_id is not None:
             kept = stmt.returning(chains_t.c.id).cte("kept")
@@ -59,9 +61,9 @@ class SqlResponseChains:
     async def load_links(self, tenant: str, response_id: str) -> list[tuple[str, list[dict[str, Any]]]] | None:
         """The chain ending at ``response_id`` as (id, the messages it added), oldest first; None when none."""
         async with self.engine.connect() as connection:
-            rows = (await connection.execute(_CHAIN, {"id": response_id, "tenant": tenant,
+            rows = (await connection.execute(_CHAIN, {"id": escape(response_id), "tenant": tenant,
                                                       "max_depth": MAX_DEPTH})).all()
-        return [(row_id, messages) for row_id, messages in rows] or None
+        return [(unescape(row_id), messages) for row_id, messages in rows] or None
 
     async def load_chain(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         links = await self.load_links(tenant, response_id)
@@ -69,7 +71,7 @@ class SqlResponseChains:
 
     async def all_present(self, tenant: str, response_ids: Sequence[str]) -> bool:
         """Whether every one of the tenant's answers named is still stored (none erased since it was cached)."""
-        wanted = sorted(set(response_ids))
+        wanted = sorted({escape(i) for i in response_ids})
         stmt = select(func.count()).select_from(chains_t).where(
             chains_t.c.tenant == tenant, chains_t.c.id == func.any(bindparam("ids", wanted, type_=ARRAY(Text))))
         async with self.engine.connect() as connection:
@@ -84,4 +86,4 @@ async def delete_conversation_chains(connection: AsyncConnection, tenant: str, c
         events_t.c.kind == RESPONSE_EVENT)
     result = await connection.execute(
         delete(chains_t).where(chains_t.c.tenant == tenant, chains_t.c.id.in_(named)).returning(chains_t.c.id))
-    return sorted(r.id for r in result.all())
+    return sorted(unescape(r.id) for r in result.all())

@@ -3,14 +3,31 @@ weight B; NULL while a page is active, migration 0007)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Text, cast, func, literal, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.store.ports import PageRow
+from proxy.store.sql import pgtext
 from proxy.store.sql.models import TSV_CONFIG, Conversation, Page
 
 conv = Conversation.__table__
 pages_t = Page.__table__
+
+
+def page_row(row: Any) -> PageRow:
+    """A stored page as the store's callers see it (its summary unescaped)."""
+    return PageRow(
+        number=row.number,
+        first_seq=row.first_seq,
+        last_seq=row.last_seq,
+        state=row.state,
+        tokens=row.tokens,
+        summary=pgtext.unescape(row.summary),
+        recall_count=row.recall_count,
+        last_recalled_turn=row.last_recalled_turn,
+    )
 
 
 class PageSearchQueries:
@@ -31,7 +48,7 @@ class PageSearchQueries:
         (configuration "simple"), so it works the same for every language. Active pages are not indexed
         (their tsv stays NULL: they are in the prompt), so ``states`` including 'active' finds no active page;
         a page becomes searchable when it is archived or evicted."""
-        tsquery = func.websearch_to_tsquery(literal_column(f"'{TSV_CONFIG}'::regconfig"), cast(literal(query), Text))
+        tsquery = func.websearch_to_tsquery(literal_column(f"'{TSV_CONFIG}'::regconfig"), cast(literal(pgtext.escape(query)), Text))
         rank = func.ts_rank_cd(pages_t.c.tsv, tsquery, 1).label("rank")
         stmt = (
             select(pages_t, rank)
@@ -46,19 +63,4 @@ class PageSearchQueries:
         )
         async with self.engine.connect() as connection:
             rows = (await connection.execute(stmt)).all()
-        return [
-            (
-                PageRow(
-                    number=r.number,
-                    first_seq=r.first_seq,
-                    last_seq=r.last_seq,
-                    state=r.state,
-                    tokens=r.tokens,
-                    summary=r.summary,
-                    recall_count=r.recall_count,
-                    last_recalled_turn=r.last_recalled_turn,
-                ),
-                float(r.rank),
-            )
-            for r in rows
-        ]
+        return [(page_row(r), float(r.rank)) for r in rows]

@@ -16,6 +16,7 @@ from sqlalchemy import text as sql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.store.ports import UserPageRow, UserPageText
+from proxy.store.sql.pgtext import escape, unescape
 
 _PUT = sql(
     "INSERT INTO user_pages (conversation_id, number, tenant, end_user, first_seq, last_seq, seen_at, text, terms) "
@@ -46,7 +47,7 @@ _DELETE = sql("DELETE FROM conversations WHERE tenant = :tenant AND end_user = :
 
 
 def _page(row: Any) -> UserPageText:
-    return UserPageText(row.conversation_id, row.number, row.seen_at.timestamp(), row.text)
+    return UserPageText(row.conversation_id, row.number, row.seen_at.timestamp(), unescape(row.text))
 
 
 class UserMemoryQueries:
@@ -62,7 +63,8 @@ class UserMemoryQueries:
             return
         rows = [{"cid": conversation_id, "number": p.number, "tenant": tenant, "end_user": end_user,
                  "first_seq": p.first_seq, "last_seq": p.last_seq,
-                 "seen_at": dt.datetime.fromtimestamp(p.seen_at, dt.timezone.utc), "text": p.text, "terms": p.terms}
+                 "seen_at": dt.datetime.fromtimestamp(p.seen_at, dt.timezone.utc), "text": escape(p.text),
+                 "terms": [escape(t) for t in p.terms]}
                 for p in pages]
         async with self.write_engine.begin() as connection:
             await connection.execute(_PUT, rows)

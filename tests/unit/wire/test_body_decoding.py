@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.wire.errors import ProxyError
-from proxy.wire.validate import parse_chat_body, parse_json_object, refuse_nul, require_utf8, stored_text
+from proxy.wire.validate import parse_chat_body, parse_json_object, require_utf8, stored_text
 
 NOT_UTF8 = [b'{"a":"caf\xe9"}', b'{"\xc3\x28":1}', b"\xff", b'{"messages":"\xed\xa0\x80"}', b'{"a":"\xf4\x90\x80\x80"}',
             b"\xef\xbb\xbf{}"[:2] + b"{}", b'{"messages":[{"role":"user","content":"\x80"}]}']
@@ -49,37 +49,3 @@ def test_stored_text_refuses_nul_and_long_values():
             stored_text(value, "id", 256)
         assert info.value.status == 400 and info.value.param == "id"
 
-
-def _refused(body: bytes, known: int = 0) -> bool:
-    _, fields = parse_chat_body(body)
-    try:
-        refuse_nul(fields, known)
-    except ProxyError as exc:
-        assert exc.status == 400 and exc.code == "unsupported_character"
-        return True
-    return False
-
-
-def test_a_managed_chat_holding_nul_is_a_400_and_an_escaped_backslash_is_not_nul():
-    assert _refused(b'{"messages":[{"role":"user","content":"a\\u0000b"}]}')
-    assert _refused(b'{"messages":[],"metadata":{"k":"\\\\\\u0000"}}')
-    assert _refused(b'{"messages":[],"metadata":{"k\\u0000":1}}')  # in a key
-    assert not _refused(b'{"messages":[{"role":"user","content":"a\\\\u0000b"}]}')
-    data, _ = parse_chat_body(b'{"messages":[{"role":"user","content":"a\\\\u0000b"}]}')
-    assert data["messages"][0]["content"] == "a\\u0000b"
-
-
-def test_the_history_checked_before_is_not_searched_again_but_an_escape_across_its_end_is_found():
-    history = b'[{"role":"user","content":"hi"},{"role":"assistant","content":"yes\\\\"}'
-    body = b'{"messages":' + history + b',{"role":"user","content":"a\\u0000"}]}'
-    assert _refused(body) and _refused(body, len(history)) and _refused(body, len(history) + 25)
-    # what a known prefix holds is not looked at: only the history of a request taken before is passed as known
-    assert not _refused(body, len(body))
-    # an escape that starts inside the known bytes and ends after them
-    cut = b'{"messages":[{"role":"user","content":"x\\u0000"}]}'
-    start = cut.index(b"\\u0000") - len(b'{"messages":')
-    for known in range(start + 1, start + 6):
-        assert _refused(cut, known)
-    # an escaped backslash before the known end still counts its run: "\\\\u0000" is not a NUL
-    fine = b'{"messages":[{"role":"user","content":"x\\\\u0000"}]}'
-    assert not any(_refused(fine, known) for known in range(0, 40))
