@@ -65,10 +65,15 @@ def reached(evidence: str, prompt: str) -> tuple[bool, bool]:
         return False, False
     if target in prompt:
         return True, True
+    return any(piece in prompt for piece in stretches(target)), False
+
+
+def stretches(target: str) -> list[str]:
+    """The stretches of ``STRETCH`` letters and digits of a normalised message that count as reaching a prompt (none
+    when it is not longer: then only all of it does)."""
     if len(target) <= STRETCH:
-        return False, False
-    starts = range(0, len(target) - STRETCH + 1, STRETCH // 3)
-    return any(target[i:i + STRETCH] in prompt for i in starts), False
+        return []
+    return [target[i:i + STRETCH] for i in range(0, len(target) - STRETCH + 1, STRETCH // 3)]
 
 
 def prompt_text(messages: list[dict]) -> str:
@@ -110,10 +115,11 @@ class Client:
         self.upstream = upstream
         self.http = httpx.Client(timeout=600)
 
-    def turn(self, messages: list[dict], stream: bool) -> tuple[str, list[dict], dict]:
-        """One chat request; (conversation id, the first upstream prompt it caused, that log entry)."""
+    def turn(self, messages: list[dict], stream: bool, extra: dict | None = None) -> tuple[str, list[dict], dict]:
+        """One chat request (``extra``: more body fields, e.g. ``user``); (conversation id, the first upstream prompt
+        it caused, that log entry)."""
         mark = self.upstream.mark()
-        body = {"model": "eval", "messages": messages, "max_tokens": 24, "stream": stream}
+        body = {"model": "eval", "messages": messages, "max_tokens": 24, "stream": stream, **(extra or {})}
         if stream:
             with self.http.stream("POST", self.url + "/chat/completions", json=body) as r:
                 r.raise_for_status()

@@ -11,10 +11,13 @@ another. Every loader returns ``None`` when its files are absent, so callers can
 * LongMemEval (English, the dev half of the oracle set): 252 questions in the user's own words, each with its
   dated evidence sessions, whose answering turns are flagged ``has_answer``. ``longmemeval_history`` surrounds a
   question's evidence sessions with other questions' sessions to make a long history.
+* LongMemEval S (the same dev half, 251 questions, ``longmemeval_s_dev.json.gz``): each question's own haystack,
+  about 48 dated sessions, the evidence sessions among them (``load_longmemeval_s``).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -37,6 +40,8 @@ __all__ = [
     "LongMemEvalHistory",
     "load_longmemeval",
     "longmemeval_history",
+    "LongMemEvalHaystack",
+    "load_longmemeval_s",
 ]
 
 _TURN_LINE = re.compile(r'^\s*<([^>]{1,40})>:\s*(.*?)\s*$', re.DOTALL)
@@ -265,3 +270,43 @@ def longmemeval_history(questions: list[LongMemEvalQuestion], index: int, target
 def _session_time(date: str) -> str:
     """"2023/08/16 (Wed) 03:47" -> "2023/08/16 03:47" (sorts in time order)."""
     return f"{date[:10]} {date[-5:]}"
+
+
+@dataclass(frozen=True, slots=True)
+class LongMemEvalHaystack:
+    """A question with LongMemEval's S haystack: about 48 sessions of one user, on their dates, oldest first."""
+
+    question: LongMemEvalQuestion  # ``question.sessions``: the evidence sessions alone
+    sessions: tuple[LongMemEvalSession, ...]
+
+    def evidence(self) -> list[str]:
+        """The texts of the evidence sessions' messages flagged has_answer."""
+        return [s.messages[i]["content"] for s in self.question.sessions for i in s.evidence]
+
+
+def load_longmemeval_s(path: Path | None = None) -> list[LongMemEvalHaystack] | None:
+    """LongMemEval's S haystacks of the dev half (``longmemeval/longmemeval_s_dev.json.gz``: sessions stored once,
+    each question naming its own by id with their dates); None when the file is absent."""
+    if path is None:
+        root = eval_dir()
+        path = root / "longmemeval" / "longmemeval_s_dev.json.gz" if root is not None else None
+    if path is None or not path.is_file():
+        return None
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        data = json.load(handle)
+    stored = data["sessions"]
+    out = []
+    for record in data["questions"]:
+        sessions = []
+        for sid, date in zip(record["haystack_session_ids"], record["haystack_dates"]):
+            raw = stored[sid]
+            sessions.append(LongMemEvalSession(
+                str(sid), str(date), tuple({"role": m["role"], "content": m["content"]} for m in raw),
+                tuple(i for i, m in enumerate(raw) if m.get("has_answer"))))
+        sessions.sort(key=lambda s: _session_time(s.date))
+        answers = set(record["answer_session_ids"])
+        question = LongMemEvalQuestion(
+            str(record["question_id"]), str(record["question_type"]), str(record["question"]), str(record["answer"]),
+            str(record["question_date"]), tuple(s for s in sessions if s.id in answers))
+        out.append(LongMemEvalHaystack(question, tuple(sessions)))
+    return out
