@@ -19,6 +19,7 @@ from proxy.api.error_shapes import error_body_for
 from proxy.api.keys import KEY_ROUTES
 from proxy.api.limits import Limits, LimitsMiddleware
 from proxy.api.conversations import CONVERSATION_ROUTES
+from proxy.api.users import USER_ROUTES
 from proxy.api.messages import MESSAGES_ROUTES
 from proxy.api.responses import RESPONSES_ROUTES
 from proxy.api.routes import ROUTES
@@ -122,7 +123,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await limits.close()
 
     app = Litestar(
-        route_handlers=[*ROUTES, *RESPONSES_ROUTES, *MESSAGES_ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES, *REWRITE_ROUTES, *CONVERSATION_ROUTES, *KEY_ROUTES],
+        route_handlers=[*ROUTES, *RESPONSES_ROUTES, *MESSAGES_ROUTES, *ADMIN_ROUTES, *SEARCH_ROUTES, *REWRITE_ROUTES,
+                        *CONVERSATION_ROUTES, *USER_ROUTES, *KEY_ROUTES],
         lifespan=[lifespan],
         # Metrics outermost (every answer counted once, whoever gave it); then auth: it decides the tenant the
         # limits and every handler use.

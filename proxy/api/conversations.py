@@ -21,7 +21,7 @@ from proxy.wire.errors import ProxyError, bad_request
 MAX_PAGE = 1000
 
 
-async def _caller(request: Request) -> tuple[Services, str]:
+async def caller(request: Request) -> tuple[Services, str]:
     services = services_of(request)
     if services.context is None or services.store is None:
         raise ProxyError(404, "conversation APIs need context management on", "invalid_request_error", "context_off")
@@ -78,7 +78,7 @@ class _PageOf:
 
 @get("/memci/conversations")
 async def list_conversations(request: Request) -> Response:
-    services, tenant = await _caller(request)
+    services, tenant = await caller(request)
     limit = _int_param(request, "limit", 50, 1, MAX_PAGE)
     rows = await services.store.repo.list_conversations(tenant, limit=limit)
     return Response(content={"object": "list", "data": [_info_json(r) for r in rows]})
@@ -87,7 +87,7 @@ async def list_conversations(request: Request) -> Response:
 @get("/memci/conversations/{conversation_id:str}")
 async def conversation_history(request: Request, conversation_id: str) -> Response:
     """The conversation's messages with their page numbers and archive state (`after`/`limit` page through)."""
-    services, tenant = await _caller(request)
+    services, tenant = await caller(request)
     info = await _require(services, tenant, conversation_id)
     after = _int_param(request, "after", -1, -1, 2**31 - 1)
     limit = _int_param(request, "limit", 200, 1, MAX_PAGE)
@@ -109,22 +109,25 @@ async def conversation_history(request: Request, conversation_id: str) -> Respon
 @get("/memci/conversations/{conversation_id:str}/export")
 async def export_conversation(request: Request, conversation_id: str) -> Response:
     """Everything stored about one conversation, as one JSON document."""
-    services, tenant = await _caller(request)
+    services, tenant = await caller(request)
+    return Response(content=await export_of(services, tenant, conversation_id),
+                    headers={"Content-Disposition": f'attachment; filename="{conversation_id}.json"'})
+
+
+async def export_of(services: Services, tenant: str, conversation_id: str) -> dict[str, Any]:
+    """Everything stored about one conversation of the tenant (404 when it has none of that id)."""
     info = await _require(services, tenant, conversation_id)
     repo = services.store.repo
     pages = await repo.load_pages(tenant, conversation_id, ("active", "archived", "evicted"))
     entries = await repo.load_entries(tenant, conversation_id, 0, 2**31 - 1)
     events = await repo.load_events(tenant, conversation_id, limit=10_000)
-    return Response(
-        content={
-            "conversation": _info_json(info),
-            "pages": [_page_json(p) for p in pages],
-            "messages": [{"seq": e.seq, "hash": e.hash, "message": e.message} for e in entries],
-            "events": [{"kind": ev.kind, "payload": ev.payload,
-                        "created_at": ev.created_at.isoformat() if ev.created_at else None} for ev in events],
-        },
-        headers={"Content-Disposition": f'attachment; filename="{conversation_id}.json"'},
-    )
+    return {
+        "conversation": _info_json(info),
+        "pages": [_page_json(p) for p in pages],
+        "messages": [{"seq": e.seq, "hash": e.hash, "message": e.message} for e in entries],
+        "events": [{"kind": ev.kind, "payload": ev.payload,
+                    "created_at": ev.created_at.isoformat() if ev.created_at else None} for ev in events],
+    }
 
 
 @delete("/memci/conversations/{conversation_id:str}", status_code=200)
@@ -133,8 +136,13 @@ async def delete_conversation(request: Request, conversation_id: str) -> Respons
     stored Responses answers included), the images only it referenced from the blob store, and the conversation
     from the hot state and from this replica's caches (another replica's cached Responses chain is checked
     against the store before use)."""
-    services, tenant = await _caller(request)
+    services, tenant = await caller(request)
     await _require(services, tenant, conversation_id)
+    return Response(content=await erase(services, tenant, conversation_id))
+
+
+async def erase(services: Services, tenant: str, conversation_id: str) -> dict[str, Any]:
+    """The conversation gone from every table, the blob store, the hot state and this replica's caches."""
     context = services.context
     # Queued writes and per-process caches first: nothing written behind may bring the conversation back.
     await context.forget(conversation_id)
@@ -153,7 +161,7 @@ async def delete_conversation(request: Request, conversation_id: str) -> Respons
     await services.store.hot.delete_conversation(conversation_id)
     if services.memory is not None:
         services.memory.forget(tenant, conversation_id)
-    return Response(content=body)
+    return body
 
 
 def _object_deleter(blobs: Any):

@@ -72,7 +72,7 @@ def rank(query: str, candidates: Sequence[Candidate], k: int) -> tuple[list[tupl
     terms = query_terms(query)
     need = min(2, len(terms))
     hits = []
-    for doc, score in index.search_weighted(dict.fromkeys(terms, 1.0), max(k, len(candidates))):
+    for doc, score in index.search_weighted(dict.fromkeys(terms, 1.0), max(k, len(candidates)), min_score=1e-9):
         if sum(1 for t in terms if index.holds(doc, t)) >= need:
             hits.append((candidates[int(doc)], score))
             if len(hits) == k:

@@ -335,15 +335,21 @@ class RecallResolver:
         return part
 
     async def _other_conversations(self, ctx: RecallContext, query: str) -> str:
-        """The best pages of the user's other conversations for ``query`` (proxy.recall.across)."""
+        """The best pages of the user's other conversations for ``query``, rendered."""
+        hits, index = await self.other_conversations(ctx.tenant, ctx.end_user, ctx.conversation_id, query)
+        return across.render(query, hits, index, EXCERPT_CHARS)
+
+    async def other_conversations(self, tenant: str, end_user: str, conversation_id: str, query: str,
+                                  k: int = SEARCH_HITS) -> tuple[list[tuple[across.Candidate, float]], BM25Index | None]:
+        """The best ``k`` pages for ``query`` among the end user's conversations other than ``conversation_id``
+        (proxy.recall.across), with the index that ranked them; none without a user."""
         terms = across.query_terms(query)
         finder = getattr(self.source.repo, "user_page_candidates", None)
-        if not terms or finder is None:
-            return ""
-        candidates = await finder(ctx.tenant, ctx.end_user, ctx.conversation_id,
-                                  across.tsquery_text(ctx.end_user, terms), across.CANDIDATES)
-        hits, index = across.rank(query, candidates, SEARCH_HITS)
-        return across.render(query, hits, index, EXCERPT_CHARS)
+        if not end_user or not terms or finder is None:
+            return [], None
+        candidates = await finder(tenant, end_user, conversation_id, across.tsquery_text(end_user, terms),
+                                  max(across.CANDIDATES, 2 * k))
+        return across.rank(query, candidates, k)
 
     async def _other_page(self, ctx: RecallContext, label: str) -> str | None:
         """A page of another conversation of the user, by its label (``<conversation>/<page>``); None: not such a

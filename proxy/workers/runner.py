@@ -195,6 +195,10 @@ class MemoryWorker:
         self._bases.pop((tenant, conversation_id))
         self._idle.pop((tenant, conversation_id), None)
 
+    def forget_user(self, tenant: str, end_user: str) -> None:
+        """Drop the end user's cached profile (after the user is deleted)."""
+        self._profiles.pop((tenant, "user:" + end_user))
+
     # --- the jobs -----------------------------------------------------------------------------
     async def handle(self, job: Job, now: dt.datetime | None = None) -> str | SweepReport:
         now = now or self.clock()
