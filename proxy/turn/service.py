@@ -256,7 +256,7 @@ class TurnService:
                 if self.recall_enabled and push_on(self.settings, call.memory_mode) else None)
         if need is not None and need.room_wanted:
             config = with_push_room(config, need.room_ceiling)  # its round needs room: an epoch now, not no round
-        across = (await self.across.weigh(tenant, call.end_user, conversation_id, messages)
+        across = (await self.across.weigh(tenant, call.end_user, conversation_id, state, messages)
                   if call.end_user and push_on(self.settings, call.memory_mode) and not (need and need.wanted)
                   else None)
         if across is not None and across.room_wanted:  # the user's other conversations answer it

@@ -1,0 +1,81 @@
+"""Memory across a user's conversations, the pure part: terms, labels, ranking, rendering."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.recall import across
+from proxy.store.ports import UserPageText
+from proxy.turn.across import user_turns
+
+
+def page(cid: str, number: str, text: str, seen: float = 0.0) -> UserPageText:
+    return UserPageText(cid, number, seen, text)
+
+
+def test_terms_carry_the_users_key_once_each():
+    terms = across.tagged_terms("uabc", "user: my guitar, my guitar and my piano")
+    assert terms == [f"uabc.{t}" for t in dict.fromkeys(across.tokenize("my guitar, my guitar and my piano"))]
+    assert len(terms) == len(set(terms))
+
+
+def test_the_tsquery_quotes_each_lexeme():
+    assert across.tsquery_text("u1", ["it's", "a\\b"]) == "'u1.it''s' | 'u1.a\\\\b'"
+
+
+@given(st.from_regex(r"c[0-9a-f]{24}", fullmatch=True), st.from_regex(r"[1-9][0-9]{0,3}(\.[2-9])?", fullmatch=True))
+def test_a_label_names_its_conversation_and_page(cid, number):
+    label = across.page_label(cid, number)
+    prefix, parsed = across.parse_label(label)
+    assert cid.startswith(prefix) and parsed == number
+
+
+def test_labels_of_this_conversation_are_not_other_conversations_labels():
+    for label in ("3", "12.2", "c12/3x", "/3", "C0ffee12/3"):
+        assert across.parse_label(label) is None
+
+
+def test_a_hit_holds_two_of_the_querys_terms():
+    pages = [page("c1", "1", "user: I keep my guitar at home."),
+             page("c1", "2", "user: The guitar was serviced at the shop on Main St."),
+             page("c2", "3", "user: the shop sells bread.")]
+    hits, index = across.rank("where did I get my guitar serviced?", pages, 5)
+    assert [h[0].number for h in hits] == ["2"]
+    assert index.document_frequency("guitar") == 2
+
+
+def test_the_users_own_words_weigh_more_than_the_answers():
+    user_said = page("c1", "1", "user: my tortoise is called Rex\nassistant: nice")
+    assistant_said = page("c1", "2", "user: hi\nassistant: tortoise called Rex tortoise called Rex are fine names")
+    terms = across.page_terms(user_said.text)
+    assert terms.count("tortois") == 2 or terms.count("tortoise") == 2
+    hits, _ = across.rank("what is my tortoise called?", [assistant_said, user_said], 2)
+    assert hits[0][0] is user_said
+
+
+def test_the_round_shows_newest_first_with_labels_and_dates():
+    old = page("c0000000aaaa", "2", "user: my locker code is 4417", seen=0.0)
+    new = page("c1111111bbbb", "5", "user: my new locker code is 5520", seen=86_400.0 * 400)
+    hits, index = across.rank("what is my locker code?", [old, new], 5)
+    text = across.render("locker code", hits, index, 320)
+    assert text.index("[Page c1111111b/5] 1971-02-05") < text.index("[Page c0000000a/2] 1970-01-01")
+    assert "4417" in text and "5520" in text
+
+
+def test_pages_already_pushed_are_known_from_the_kept_rounds():
+    tool = {"role": "tool", "content": "Pages …:\n[Page c1234abcd/3] 2024-01-01, another conversation: …\n[Page 7] x"}
+    state = SimpleNamespace(hidden=[SimpleNamespace(messages=[{"role": "assistant", "content": None}, tool])])
+    assert across.shown_labels(state) == {"c1234abcd/3"}
+    assert across.shown_labels(None) == set()
+
+
+def test_a_turn_is_indexed_whole_with_its_continuation_pages():
+    pages = [SimpleNamespace(label="1", start=0, end=2, first_seen=1.0),
+             SimpleNamespace(label="2", start=2, end=3, first_seen=2.0),
+             SimpleNamespace(label="2.2", start=3, end=4, first_seen=2.0),
+             SimpleNamespace(label="2.3", start=4, end=6, first_seen=2.0),
+             SimpleNamespace(label="3", start=6, end=8, first_seen=3.0)]
+    assert [(t.label, t.start, t.end) for t in user_turns(pages)] == [("1", 0, 2), ("2", 2, 6), ("3", 6, 8)]
