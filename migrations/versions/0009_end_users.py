@@ -5,8 +5,9 @@ A tenant is an app; the end user is the person the client names (X-Memci-User, s
 metadata.user_id), stored as a keyed hash per tenant. The profile (B2a) is learnt and served per end user, and per
 conversation when the request names none; existing rows keep NULL (no user: their conversation's own).
 user_pages holds each page of an end user's conversations (active ones too: a short conversation is memory as well)
-with its text and its terms as a tsvector whose lexemes carry the user's key ("<key>.<term>"): a GIN lookup is then
-one user's postings, whatever the number of users (an index per user, never a scan of their history).
+with its text, its terms as a tsvector whose lexemes carry the user's key ("<key>.<term>"): a GIN lookup is then
+one user's postings, whatever the number of users (an index per user, never a scan of their history), and its BM25
+term counts and length (a search ranks its candidates from those, reading the text of its hits alone).
 
 Revision ID: 0009_end_users
 Revises: 0008_response_chains
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects.postgresql import TSVECTOR
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 
 revision: str = "0009_end_users"
 down_revision: str | None = "0008_response_chains"
@@ -45,6 +46,8 @@ def upgrade() -> None:
         sa.Column("seen_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("text", sa.Text(), nullable=False),
         sa.Column("terms", TSVECTOR(), nullable=False),
+        sa.Column("counts", JSONB(), nullable=False),
+        sa.Column("length", sa.Integer(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
         sa.ForeignKeyConstraint(["conversation_id"], ["conversations.id"], ondelete="CASCADE",
                                 name="fk_user_pages_conversation_id_conversations"),

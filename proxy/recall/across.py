@@ -10,16 +10,20 @@ this module ranks them (BM25 over the candidates: a term most of them hold weigh
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.engine.contents import utc_date
-from proxy.recall.bm25 import BM25Index
+from proxy.recall.bm25 import DEFAULT_B as B
+from proxy.recall.bm25 import DEFAULT_K1 as K1
 from proxy.recall.counting import counted_terms
 from proxy.recall.pagetext import USER_PLACE_WEIGHT, excerpt
 from proxy.recall.ranking import query_weights
 from proxy.recall.text import content_terms, tokenize
-from proxy.store.ports import UserPageText
+from proxy.store.ports import UserPageStats, UserPageText
 
 MAX_TERM_CHARS = 120  # longer terms are left out of the index (PostgreSQL's lexemes are bounded; nobody asks for them)
 QUERY_TERMS = 24  # most terms of a query looked up
@@ -30,9 +34,10 @@ _LABEL = re.compile(r"^([a-z][0-9a-f]{5,31})/(\d+(?:\.\d+)?)$")
 
 
 Candidate = UserPageText  # a page of another conversation of the user, as the store gives it
+Stats = UserPageStats  # a candidate's length and the counts of the query's terms in it
 
 
-def label_of(candidate: Candidate) -> str:
+def label_of(candidate: Candidate | UserPageStats) -> str:
     return page_label(candidate.conversation_id, candidate.number)
 
 
@@ -102,28 +107,52 @@ def page_terms(text: str, user_weight: int = USER_WEIGHT) -> list[str]:
     return terms
 
 
-def rank(query: str, candidates: Sequence[Candidate], k: int, counting: bool = False
-         ) -> tuple[list[tuple[Candidate, float]], BM25Index]:
-    """The best ``k`` candidates for ``query`` that hold at least two of its terms (its only one, for a one-term
-    query: a page sharing one common word with the message is not a hit), best first, by BM25 over the candidates
-    themselves (a term most of them hold weighs little); and that index (its idf places each hit's excerpt)."""
-    index = BM25Index()
-    for i, candidate in enumerate(candidates):
-        index.add_terms(i, page_terms(candidate.text))
-    weights = query_weights(query, counting=counting)  # the times a query names weigh less (they say when)
-    terms = [t for t in query_terms(query) if weights.get(t, 1.0) >= 1.0] or query_terms(query)
-    need = min(2, len(terms))
-    hits = []
-    for doc, score in index.search_weighted(weights, max(k, len(candidates)), min_score=1e-9):
-        held = {t for t in terms if index.holds(doc, t)}
-        if len(held) >= need:
-            hits.append((candidates[int(doc)], score))
-            if len(hits) == k:
-                break
-    return hits, index
+def page_counts(text: str) -> tuple[dict[str, int], int]:
+    """A page's BM25 term counts (``page_terms``) and their sum, as stored beside it."""
+    terms = page_terms(text)
+    return dict(Counter(terms)), len(terms)
 
 
-def render(query: str, hits: Sequence[tuple[Candidate, float]], index: BM25Index | None, chars: int,
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A search of a user's pages: the terms a page must hold (``terms``: two of them, or the only one) and the
+    BM25 weights (``weights``: the times a question names weigh less, counted forms for a count)."""
+
+    text: str
+    terms: list[str]
+    weights: dict[str, float]
+
+
+def query_of(text: str, counting: bool = False) -> Query:
+    weights = query_weights(text, counting=counting)
+    terms = [t for t in query_terms(text) if weights.get(t, 1.0) >= 1.0] or query_terms(text)
+    return Query(text, terms, weights)
+
+
+def rank(query: Query, candidates: Sequence[Stats], k: int) -> tuple[list[tuple[Stats, float]], dict[str, float]]:
+    """The best ``k`` candidates holding at least two of the query's terms (its only one, for a one-term query: a
+    page sharing one common word with the message is not a hit), best first, by BM25 over the candidates themselves
+    (a term most of them hold weighs little; proxy.recall.bm25's formula); and the terms' idf (placing excerpts)."""
+    n = len(candidates)
+    if not n:
+        return [], {}
+    average = sum(c.length for c in candidates) / n or 1.0
+    idf = {t: math.log(1 + (n - df + 0.5) / (df + 0.5))
+           for t in query.weights for df in (sum(1 for c in candidates if c.counts.get(t)),)}
+    need = min(2, len(query.terms))
+    scored = []
+    for position, c in enumerate(candidates):
+        if sum(1 for t in query.terms if c.counts.get(t)) < need:
+            continue
+        norm = K1 * (1 - B + B * c.length / average)
+        score = sum(w * idf[t] * tf * (K1 + 1) / (tf + norm)
+                    for t, w in query.weights.items() if w > 0 and (tf := c.counts.get(t, 0)))
+        scored.append((-score, position, c))
+    scored.sort(key=lambda s: (s[0], s[1]))
+    return [(c, -negative) for negative, _, c in scored[:k]], idf
+
+
+def render(query: str, hits: Sequence[tuple[Candidate, float]], idf: Mapping[str, float] | None, chars: int,
            reply_first: bool = False) -> str:
     """The hits newest first, each an excerpt of about ``chars`` characters around the query's terms (the best
     hit's twice that; a message up to twice its window shown whole). ``reply_first``: the excerpts placed in the
@@ -131,7 +160,7 @@ def render(query: str, hits: Sequence[tuple[Candidate, float]], index: BM25Index
     if not hits:
         return f"No page of the user's other conversations matches {query!r}."
     terms = [t for t in dict.fromkeys(tokenize(query)) if len(t) > 1]
-    weights = {t: index.idf(t) for t in terms} if index is not None else None
+    weights = {t: idf.get(t, 0.0) for t in terms} if idf else None
     lines = [f"Pages of the user's earlier conversations matching {query!r} (newest first; recall a page by its "
              f"label, e.g. \"{label_of(hits[0][0])}\", to read it in full):"]
     best = hits[0][0]

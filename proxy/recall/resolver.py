@@ -28,6 +28,7 @@ from proxy.recall.ranking import (PAGE, USER, best_views, candidate_views, fuse,
 from proxy.recall.search_indexes import PageSource, RecallContext, SearchIndexes
 from proxy.recall.text import tokenize
 from proxy.recall.tool import RecallArgs
+from proxy.recall.user_search import search_user
 from proxy.recall.vector_index import PageVectors, VectorSearchFailed
 from proxy.store.ports import ConversationRepository
 
@@ -336,20 +337,14 @@ class RecallResolver:
 
     async def _other_conversations(self, ctx: RecallContext, query: str) -> str:
         """The best pages of the user's other conversations for ``query``, rendered."""
-        hits, index = await self.other_conversations(ctx.tenant, ctx.end_user, ctx.conversation_id, query)
-        return across.render(query, hits, index, EXCERPT_CHARS)
+        hits, idf = await self.other_conversations(ctx.tenant, ctx.end_user, ctx.conversation_id, query)
+        return across.render(query, hits, idf, EXCERPT_CHARS)
 
     async def other_conversations(self, tenant: str, end_user: str, conversation_id: str, query: str,
-                                  k: int = SEARCH_HITS) -> tuple[list[tuple[across.Candidate, float]], BM25Index | None]:
+                                  k: int = SEARCH_HITS) -> tuple[list[tuple[across.Candidate, float]], dict[str, float]]:
         """The best ``k`` pages for ``query`` among the end user's conversations other than ``conversation_id``
-        (proxy.recall.across), with the index that ranked them; none without a user."""
-        terms = across.query_terms(query)
-        finder = getattr(self.source.repo, "user_page_candidates", None)
-        if not end_user or not terms or finder is None:
-            return [], None
-        candidates = await finder(tenant, end_user, conversation_id, across.tsquery_text(end_user, terms),
-                                  max(across.CANDIDATES, 2 * k))
-        return across.rank(query, candidates, k)
+        (proxy.recall.user_search), with the query terms' idf; none without a user."""
+        return await search_user(self.source.repo, tenant, end_user, conversation_id, query, k)
 
     async def _other_page(self, ctx: RecallContext, label: str) -> str | None:
         """A page of another conversation of the user, by its label (``<conversation>/<page>``); None: not such a

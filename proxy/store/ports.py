@@ -118,6 +118,18 @@ class UserPageText:
 
 
 @dataclass(frozen=True, slots=True)
+class UserPageStats:
+    """What ranking a candidate page of an end user's memory needs: its length in terms and the counts of the
+    query's terms in it (its text is read for the hits alone)."""
+
+    conversation_id: str
+    number: str
+    seen_at: float
+    length: int
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class UserPageRow:
     """A page written to the end user's index (proxy.store.sql.user_memory_queries)."""
 
@@ -127,6 +139,8 @@ class UserPageRow:
     seen_at: float  # epoch seconds
     text: str
     terms: list[str]  # its terms, tagged with the user's key (proxy.recall.across.tagged_terms)
+    counts: dict[str, int]  # its BM25 terms' counts (proxy.recall.across.page_terms)
+    length: int  # their sum
 
 
 @dataclass

@@ -21,9 +21,8 @@ from typing import Any
 
 from proxy.metrics import Metrics
 from proxy.engine import ConversationState
-from proxy.recall.across import (CANDIDATES, Candidate, label_of, query_terms, rank, render, shown_labels, tagged_terms,
-                                 tsquery_text)
-from proxy.recall.bm25 import BM25Index
+from proxy.recall.across import Candidate, page_counts, render, shown_labels, tagged_terms
+from proxy.recall.user_search import search_user
 from proxy.recall.pagetext import index_text
 from proxy.recall.proactive import (LOOK_UP_TERMS, asks_about_reply, is_look_up, push_call, recall_round,
                                     search_words)
@@ -48,7 +47,7 @@ class AcrossNeed:
     query: str  # the message's words searched, as the round shows them
     reply_first: bool  # the message asks about what the assistant said (proxy.recall.proactive.asks_about_reply)
     hits: list[tuple[Candidate, float]]
-    index: BM25Index  # over the candidates (its idf places each excerpt)
+    idf: dict[str, float]  # of the query's terms among the candidates (placing each excerpt)
 
     @property
     def room_wanted(self) -> bool:
@@ -70,12 +69,11 @@ class UserMemory:
         if not text or not (asks(text) or is_look_up(text) or counts(text)):
             return None
         query = search_words(text, skip=LOOK_UP_TERMS) or search_words(text) or text[:200]
-        terms = query_terms(query)
-        if not terms:
-            return None
         try:
-            candidates = await asyncio.wait_for(self.repo.user_page_candidates(
-                tenant, end_user, conversation_id, tsquery_text(end_user, terms), CANDIDATES), self.timeout_s)
+            hits, idf = await asyncio.wait_for(search_user(
+                self.repo, tenant, end_user, conversation_id, query, HITS, counting=counts(text),
+                exclude=shown_labels(state)),  # pushed on an earlier turn, still in the prompt: not again
+                self.timeout_s)
         except TimeoutError:
             self._count("timeout")
             return None
@@ -83,12 +81,10 @@ class UserMemory:
             log.exception("the search of the user's other conversations failed; no round from them this turn")
             self._count("failed")
             return None
-        shown = shown_labels(state)  # pushed on an earlier turn, still in the prompt: not again
-        hits, index = rank(query, [c for c in candidates if label_of(c) not in shown], HITS, counting=counts(text))
         if not hits:
-            self._count("no_hits" if candidates else "no_match")
+            self._count("no_hits" if idf else "no_match")
             return None
-        return AcrossNeed(query, asks_about_reply(text), hits, index)
+        return AcrossNeed(query, asks_about_reply(text), hits, idf)
 
     # --- the round -------------------------------------------------------------------------------------------------
     def exchange(self, turn: Any, rounds: TurnRecall, tool_name: str) -> list[dict[str, Any]]:
@@ -105,7 +101,7 @@ class UserMemory:
         text = ""
         while hits and limit >= MIN_RESULT_TOKENS:
             for chars in EXCERPT_CHARS:
-                text = render(need.query, hits, need.index, chars, need.reply_first)
+                text = render(need.query, hits, need.idf, chars, need.reply_first)
                 if counter.count_text(text) <= limit:
                     break
             else:
@@ -181,7 +177,9 @@ def user_turns(pages: Any) -> list[UserTurn]:
 
 def page_row(end_user: str, turn: UserTurn, messages: list[dict[str, Any]]) -> UserPageRow:
     text = index_text(messages[turn.start:turn.end])[:MAX_PAGE_CHARS]
-    return UserPageRow(turn.label, turn.start, turn.end - 1, turn.first_seen, text, tagged_terms(end_user, text))
+    counts, length = page_counts(text)
+    return UserPageRow(turn.label, turn.start, turn.end - 1, turn.first_seen, text, tagged_terms(end_user, text),
+                       counts, length)
 
 
 __all__ = ["AcrossNeed", "UserMemory", "QUESTION_HIGH_WATERMARK"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, Text, func
 from sqlalchemy import text as sql_text
-from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
 from proxy.store.sql.models import Base
@@ -94,6 +94,8 @@ class UserPage(Base):
     seen_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     text: Mapped[str] = mapped_column(Text, nullable=False)
     terms: Mapped[Any] = mapped_column(TSVECTOR, nullable=False)
+    counts: Mapped[Any] = mapped_column(JSONB, nullable=False)
+    length: Mapped[int] = mapped_column(Integer, nullable=False)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
 
     __table_args__ = (

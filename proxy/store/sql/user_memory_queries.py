@@ -15,22 +15,32 @@ from typing import Any
 from sqlalchemy import text as sql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from proxy.store.ports import UserPageRow, UserPageText
-from proxy.store.sql.pgtext import escape, unescape
+from proxy.store.ports import UserPageRow, UserPageStats, UserPageText
+from proxy.store.sql.pgtext import dumps, escape, unescape
 
 _PUT = sql(
-    "INSERT INTO user_pages (conversation_id, number, tenant, end_user, first_seq, last_seq, seen_at, text, terms) "
+    "INSERT INTO user_pages (conversation_id, number, tenant, end_user, first_seq, last_seq, seen_at, text, terms, "
+    "counts, length) "
     "SELECT :cid, :number, :tenant, :end_user, :first_seq, :last_seq, :seen_at, :text, "
-    "array_to_tsvector(CAST(:terms AS text[])) "
+    "array_to_tsvector(CAST(:terms AS text[])), CAST(:counts AS jsonb), :length "
     "WHERE EXISTS (SELECT 1 FROM conversations WHERE id = :cid AND tenant = :tenant AND end_user = :end_user) "
     "ON CONFLICT (conversation_id, number) DO UPDATE SET first_seq = excluded.first_seq, "
-    "last_seq = excluded.last_seq, text = excluded.text, terms = excluded.terms, updated_at = now() "
+    "last_seq = excluded.last_seq, text = excluded.text, terms = excluded.terms, counts = excluded.counts, "
+    "length = excluded.length, updated_at = now() "
     "WHERE user_pages.text IS DISTINCT FROM excluded.text"
 )
+# The candidates' lengths and the counts of the query's terms only: ranking reads no text.
 _CANDIDATES = sql(
-    "SELECT conversation_id, number, seen_at, text FROM user_pages "
+    "SELECT conversation_id, number, seen_at, length, "
+    "(SELECT jsonb_object_agg(k, counts -> k) FROM unnest(CAST(:counted AS text[])) AS k WHERE counts ? k) AS tf "
+    "FROM user_pages "
     "WHERE terms @@ CAST(:query AS tsquery) AND tenant = :tenant AND end_user = :end_user AND conversation_id <> :cid "
     "ORDER BY ts_rank(terms, CAST(:query AS tsquery)) DESC, seen_at DESC LIMIT :limit"
+)
+_TEXTS = sql(
+    "SELECT conversation_id, number, seen_at, text FROM user_pages "
+    "WHERE tenant = :tenant AND end_user = :end_user AND (conversation_id, number) IN "
+    "(SELECT * FROM unnest(CAST(:cids AS text[]), CAST(:numbers AS text[])))"
 )
 _PAGE = sql(
     "SELECT p.conversation_id, p.number, p.seen_at, p.text FROM user_pages p "
@@ -64,19 +74,33 @@ class UserMemoryQueries:
         rows = [{"cid": conversation_id, "number": p.number, "tenant": tenant, "end_user": end_user,
                  "first_seq": p.first_seq, "last_seq": p.last_seq,
                  "seen_at": dt.datetime.fromtimestamp(p.seen_at, dt.timezone.utc), "text": escape(p.text),
-                 "terms": [escape(t) for t in p.terms]}
+                 "terms": [escape(t) for t in p.terms], "counts": dumps(p.counts), "length": p.length}
                 for p in pages]
         async with self.write_engine.begin() as connection:
             await connection.execute(_PUT, rows)
 
     async def user_page_candidates(self, tenant: str, end_user: str, conversation_id: str, tsquery: str,
-                                   limit: int) -> list[UserPageText]:
-        """Pages of the user's other conversations holding any term of ``tsquery``, the most matching first."""
+                                   counted: Sequence[str], limit: int) -> list[UserPageStats]:
+        """Pages of the user's other conversations holding any term of ``tsquery``, the most matching first, with
+        their lengths and the counts of the ``counted`` terms in them."""
         if not end_user or not tsquery:
             return []
-        params = {"tenant": tenant, "end_user": end_user, "cid": conversation_id, "query": tsquery, "limit": limit}
+        params = {"tenant": tenant, "end_user": end_user, "cid": conversation_id, "query": tsquery,
+                  "counted": [escape(t) for t in counted], "limit": limit}
         async with self.engine.connect() as connection:
-            return [_page(r) for r in (await connection.execute(_CANDIDATES, params)).all()]
+            rows = (await connection.execute(_CANDIDATES, params)).all()
+        return [UserPageStats(r.conversation_id, r.number, r.seen_at.timestamp(), r.length,
+                              {k: int(v) for k, v in (r.tf or {}).items()}) for r in rows]  # (JSON: unescaped)
+
+    async def user_page_texts(self, tenant: str, end_user: str, pages: Sequence[tuple[str, str]]
+                              ) -> list[UserPageText]:
+        """The texts of the user's pages named by (conversation id, page number)."""
+        if not end_user or not pages:
+            return []
+        params = {"tenant": tenant, "end_user": end_user, "cids": [c for c, _ in pages],
+                  "numbers": [n for _, n in pages]}
+        async with self.engine.connect() as connection:
+            return [_page(r) for r in (await connection.execute(_TEXTS, params)).all()]
 
     async def user_page(self, tenant: str, end_user: str, id_prefix: str, number: str) -> UserPageText | None:
         """A page of one of the user's conversations, by its label's parts (proxy.recall.across.parse_label)."""

@@ -1,0 +1,29 @@
+"""The search of an end user's other conversations (proxy.recall.across ranks; the store finds and reads): the
+candidates' statistics first, the texts of the hits alone after, so that no page is tokenized on the request path."""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from typing import Any
+
+from proxy.recall.across import CANDIDATES, Candidate, label_of, query_of, query_terms, rank, tsquery_text
+
+
+async def search_user(repo: Any, tenant: str, end_user: str, conversation_id: str, text: str, k: int,
+                      counting: bool = False, exclude: Set[str] = frozenset()
+                      ) -> tuple[list[tuple[Candidate, float]], dict[str, float]]:
+    """The best ``k`` pages for ``text`` among the user's conversations other than ``conversation_id``, best
+    first, none whose label is in ``exclude``; with the query terms' idf among the candidates. Nothing without a
+    user, or from a store that keeps no user memory."""
+    query = query_of(text, counting)
+    finder = getattr(repo, "user_page_candidates", None)
+    if not end_user or not query.terms or finder is None:
+        return [], {}
+    stats = await finder(tenant, end_user, conversation_id, tsquery_text(end_user, query_terms(text)),
+                         list(query.weights), max(CANDIDATES, 2 * k))
+    hits, idf = rank(query, [s for s in stats if label_of(s) not in exclude], k)
+    if not hits:
+        return [], idf
+    pages = await repo.user_page_texts(tenant, end_user, [(s.conversation_id, s.number) for s, _ in hits])
+    texts = {(p.conversation_id, p.number): p for p in pages}
+    return [(texts[key], score) for s, score in hits if (key := (s.conversation_id, s.number)) in texts], idf
