@@ -622,6 +622,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="one 600-turn chat of ~1,500 characters per exchange (0.9 MB bodies at the end), the "
                             "managed proxy's window 32k (the emulator's 1M), turns 551-600 measured plus 8 s after "
                             "(background work included)")
+    multi.add_argument("--user-memory", action="store_true",
+                       help="+ the managed proxy with each client's chats naming one end user (memory across its "
+                            "chats: every question searches the user's other conversations)")
     multi.add_argument("--baseline-tree", type=Path, metavar="DIR",
                        help="also run a managed proxy from another checkout's source (e.g. a git worktree of the "
                             "commit before a change), interleaved with the others: an A/B of two versions in one run")

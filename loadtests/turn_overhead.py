@@ -46,12 +46,13 @@ LONG_CHAT = {"turns": 600, "exchange_chars": 1500, "window": 1 << 20, "measure_f
 LONG_CHAT_PROXY_WINDOW = 32768
 DIRECT, PASS, MANAGED = "emulator (direct)", "proxy (pass-through)", "proxy (managed)"
 BASELINE = "proxy (managed, baseline tree)"  # --baseline-tree: the same, from another checkout's source
+USERS = "proxy (managed, user ids)"  # --user-memory: the managed proxy, each client's chats naming one end user
 
 
 _TOPICS = ("billing", "search", "onboarding", "exports", "invoices", "alerts", "the mobile app", "the audit log")
 
 
-def chat_bodies(tag: str, turns: int, max_tokens: int = 32, exchange_chars: int = 0) -> list[bytes]:
+def chat_bodies(tag: str, turns: int, max_tokens: int = 32, exchange_chars: int = 0, user: str = "") -> list[bytes]:
     """A team chat of ``turns`` requests, each the previous one plus the last answer and a new question.
     ``exchange_chars``: the answer is padded with varied sentences until an exchange holds about that many characters
     (a long chat's large bodies: 1,500 characters over 600 turns make a 0.9 MB request)."""
@@ -59,8 +60,8 @@ def chat_bodies(tag: str, turns: int, max_tokens: int = 32, exchange_chars: int 
     messages: list[dict[str, Any]] = [system, {"role": "user", "content": f"[{tag}] We plan the Q3 release of billing."}]
     bodies = []
     for turn in range(turns):
-        bodies.append(json.dumps({"model": MODEL, "messages": messages, "max_tokens": max_tokens,
-                                  "temperature": 0}).encode())
+        bodies.append(json.dumps({"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+                                  **({"user": user} if user else {})}).encode())
         answer = f"Point {turn}: " + "the migration needs a rollback plan and an owner. " * 6
         question = f"What about item {turn + 1}? " + "Please keep it brief and concrete. " * 3
         sentence = 0
@@ -110,7 +111,8 @@ async def run_turn_cell(url: str, target: str, clients: int, conversations: int,
         nonlocal measured, measure_start
         for conversation in range(conversations):
             bodies = chat_bodies(f"{target} round {round_no} client {number} chat {conversation} {stamp}", turns,
-                                 exchange_chars=exchange_chars)
+                                 exchange_chars=exchange_chars,
+                                 user=f"user {round_no} {number} {stamp}" if target == USERS else "")
             for turn, body in enumerate(bodies):
                 if turn == measure_from and not measured:
                     measured = True
@@ -175,6 +177,8 @@ def run_multi_turn(args: Any) -> int:
         if args.baseline_tree is not None:
             servers[BASELINE], bases[BASELINE] = _start(args.python, upstream, workdir, True, extra_env,
                                                         args.baseline_tree.resolve())
+        if getattr(args, "user_memory", False):  # the same managed proxy, its chats naming their users
+            bases[USERS] = bases[MANAGED]
         for target, base in bases.items():  # warm-up: connections, the embedded database, code paths
             run_async(run_turn_cell(base + "/chat/completions", target, 1, 1, 6, -1))
         # each managed proxy's embedded PostgreSQL (started by its first turn: looked up after the warm-up)
@@ -182,6 +186,9 @@ def run_multi_turn(args: Any) -> int:
                      for target in (MANAGED, BASELINE) if target in servers}
         groups = {DIRECT: {emulator.pid()}, PASS: {servers[PASS].pid()},
                   **{target: {servers[target].pid()} | database for target, database in databases.items()}}
+        if USERS in bases:
+            databases[USERS] = databases[MANAGED]
+            groups[USERS] = groups[MANAGED]
         group_cpu = lambda pgids: sum(group_cpu_seconds(g) for g in pgids)  # noqa: E731
         for round_no in range(args.rounds):
             for clients in args.client_levels:
@@ -320,6 +327,12 @@ def target_checks(rows: list[TurnCell]) -> list[str]:
             limit = TARGETS["cpu_ratio"]
             out.append(f"- {c.target} CPU per turn = {ratio:.2f} x pass-through's at {c.clients} conversation(s) "
                        f"(target <= {limit:g}): {'met' if ratio <= limit else 'NOT met'}")
+        managed = find(MANAGED, c.clients)
+        if c.target == USERS and managed is not None and c.p50_ms is not None and managed.p50_ms is not None:
+            extra = c.p50_ms - managed.p50_ms
+            out.append(f"- user ids at {c.clients} conversation(s) add {extra:.2f} ms p50 per turn to the managed turn "
+                       f"(target <= 1 ms): {'met' if extra <= 1.0 else 'NOT met'}; p99 {_f(c.p99_ms)} against "
+                       f"{_f(managed.p99_ms)} ms")
     return out or ["- no comparable cells"]
 
 
