@@ -316,11 +316,13 @@ async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
 
 
 def _log_headers(state: EmulatorState, body: Any, scope: Scope) -> None:
-    """The request's own X-* headers (routing and affinity headers a proxy adds) go into its log record."""
+    """The request's own X-* headers (routing and affinity headers a proxy adds) and its Authorization (which key a
+    proxy's own jobs carry) go into its log record."""
     if state.recent and state.recent[-1].get("body") is body:
         state.recent[-1]["headers"] = {
             name.decode("latin-1").lower(): value.decode("latin-1")
-            for name, value in scope.get("headers", ()) if name.lower().startswith(b"x-")
+            for name, value in scope.get("headers", ())
+            if name.lower().startswith(b"x-") or name.lower() == b"authorization"
         }
 
 

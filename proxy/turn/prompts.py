@@ -18,6 +18,7 @@ class LastPrompt:
     body: dict[str, Any] | None = None  # the first round's body as sent (its messages are ``messages``)
     # estimated tokens: shed by this turn's epoch, prefilled after the stable prefix, pushed by proactive recall
     accounting: dict[str, int] = field(default_factory=dict)
+    auth: str = field(default="", repr=False)  # the Authorization the upstream got with it (the memory jobs resend it)
 
 
 class LastPrompts(BoundedLru[str, LastPrompt]):

@@ -575,13 +575,15 @@ class TurnService:
             if before is not None and before.body is not None:
                 routed = getattr(self.exchange.client, "base_url", None)  # the worker whose cache holds it
                 self.memory.keep_base(turn.call.tenant, cid, SummaryBase(
-                    before.body, routed(cid) if callable(routed) else "", before.at, before.size))
+                    before.body, routed(cid) if callable(routed) else "", before.at, before.size, auth=before.auth))
         messages, blocks = p.messages, list(p.blocks)
         if pushed:
             messages = [*messages, *pushed]
             blocks.append(("push", len(p.messages), len(messages)))
         accounting = {**turn.accounting, "tokens_pushed": turn.pushed_tokens}
-        self.last_prompts.put(cid, LastPrompt(messages, blocks, p.epoch, time.time(), size, body, accounting))
+        headers = turn.call.headers
+        auth = headers.get("authorization") or headers.get("Authorization") or ""
+        self.last_prompts.put(cid, LastPrompt(messages, blocks, p.epoch, time.time(), size, body, accounting, auth))
 
     def state_of(self, conversation_id: str) -> ConversationState | None:
         """This process's newest state of a conversation (admin views)."""

@@ -54,6 +54,9 @@ class SummaryBase:
     base_url: str
     at: float
     size: int = 0  # bytes of the body as encoded (for the memory bound)
+    # the Authorization the upstream got with it (the client's key passed through, or its virtual key's upstream
+    # key): the jobs resend the prompt as that request did (kept in memory only, never stored or logged)
+    auth: str = field(default="", repr=False)
     # digest of each message key -> (first, last) position: filled by the first ``holds``, so that every job and
     # page of the epoch asks a dictionary instead of re-rendering the whole prompt (the contents page included)
     _positions: dict[bytes, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)

@@ -79,7 +79,8 @@ async def answers(summarizer: Summarizer, pages: list[PageText], bases: Sequence
             instruction = page_instruction(prefix_template, group[0].rows[0], group[-1].rows[-1])
             on_call("prefix")
             answer = base.answer_after(group[-1].rows)
-            yield group, await complete_after(job_body(base.body, instruction, max_tokens, answer), base.base_url)
+            yield group, await complete_after(job_body(base.body, instruction, max_tokens, answer), base.base_url,
+                                              base.auth)
             continue
         for batch in batches([(p, p.text) for p in group], batch_chars):
             on_call("plain")

@@ -107,13 +107,16 @@ class ModelSummarizer:
         }
         return await self.complete_after(body, self.base_url)
 
-    async def complete_after(self, body: dict[str, Any], base_url: str) -> str:
+    async def complete_after(self, body: dict[str, Any], base_url: str, auth: str = "") -> str:
         """A prepared body (a prefix job: the conversation's last prompt plus one instruction) posted to
-        ``base_url`` (the upstream worker the conversation is routed to; empty: the summariser's own)."""
+        ``base_url`` (the upstream worker the conversation is routed to; empty: the summariser's own), with ``auth``
+        (the Authorization the conversation's request carried upstream) when there is one, else the summariser's
+        key."""
         base_url = base_url or self.base_url
+        headers = {"Authorization": auth, "Content-Type": "application/json"} if auth else self._post_headers
         try:
             async with self._client().post(
-                f"{base_url.rstrip('/')}/chat/completions", data=_encode(body), headers=self._post_headers,
+                f"{base_url.rstrip('/')}/chat/completions", data=_encode(body), headers=headers,
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
             ) as response:
                 if response.status != 200:

@@ -113,6 +113,8 @@ def test_summary_jobs_reuse_the_cached_pre_epoch_prompt(proxy_with_memory, emula
         assert base is not None, "the job's messages are not a turn's prompt"
         assert body["tools"] == base["tools"] and body["model"] == base["model"]
         assert body["messages"][-1]["role"] == "user" and body["stream"] is False
+        # with the key the conversation's requests carried upstream (an upstream that wants one gets it)
+        assert job.get("headers", {}).get("authorization") == "Bearer sk-test"
         # that prompt held pages the next prompt (the epoch's) no longer holds
         after = turns[turns.index(base) + 1] if turns.index(base) + 1 < len(turns) else None
         assert after is not None and body["messages"][1] not in after["messages"]
