@@ -50,8 +50,9 @@ class SummaryFailed(Exception):
 class Summarizer(Protocol):
     async def complete(self, instruction: str, text: str, max_tokens: int) -> str: ...
 
-    # Optional (proxy.workers.prefix): ``complete_after(body, base_url)`` posts a whole prepared request body to
-    # ``{base_url}/chat/completions`` and returns the answer's text; a summariser without it gets plain jobs only.
+    # Optional (proxy.workers.prefix): ``complete_after(body, base_url, auth)`` posts a whole prepared request body to
+    # ``{base_url}/chat/completions`` (with ``auth`` as its Authorization, when not empty) and returns the answer's
+    # text; a summariser without it gets plain jobs only.
 
 
 class ModelSummarizer:

@@ -105,7 +105,7 @@ class FakeSummarizer:
         self.plain.append((instruction, text))
         return "plain summary"
 
-    async def _complete_after(self, body: dict[str, Any], base_url: str) -> str:
+    async def _complete_after(self, body: dict[str, Any], base_url: str, auth: str = "") -> str:
         self.prefixed.append((body, base_url))
         return "prefix summary"
 
