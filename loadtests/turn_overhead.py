@@ -279,7 +279,7 @@ def merge(cells: list[TurnCell]) -> list[TurnCell]:
             values = [getattr(c, attr) for c in group if getattr(c, attr) is not None]
             setattr(row, attr, statistics.median(values) if values else None)
         out.append(row)
-    order = [DIRECT, PASS, MANAGED, BASELINE]
+    order = [DIRECT, PASS, MANAGED, USERS, BASELINE]
     return sorted(out, key=lambda c: (c.clients, order.index(c.target)))
 
 

@@ -22,6 +22,7 @@ from proxy.recall.bm25 import DEFAULT_K1 as K1
 from proxy.recall.counting import counted_terms
 from proxy.recall.pagetext import USER_PLACE_WEIGHT, excerpt
 from proxy.recall.ranking import query_weights
+from proxy.recall.salience import MAX_DF, MIN_DF, PAGE_SHARE, SHORT_NUMBER_DIGITS
 from proxy.recall.text import content_terms, tokenize
 from proxy.store.ports import UserPageStats, UserPageText
 
@@ -129,10 +130,19 @@ def query_of(text: str, counting: bool = False) -> Query:
     return Query(text, terms, weights)
 
 
-def rank(query: Query, candidates: Sequence[Stats], k: int) -> tuple[list[tuple[Stats, float]], dict[str, float]]:
+def specific_limit(user_pages: int) -> int:
+    """The most pages of the user a term may be held by and still name something specific (proxy.recall.salience's
+    bounds: a tenth of the pages, at least MIN_DF, at most MAX_DF)."""
+    return int(min(MAX_DF, max(MIN_DF, PAGE_SHARE * user_pages)))
+
+
+def rank(query: Query, candidates: Sequence[Stats], k: int, specific: int | None = None
+         ) -> tuple[list[tuple[Stats, float]], dict[str, float]]:
     """The best ``k`` candidates holding at least two of the query's terms (its only one, for a one-term query: a
     page sharing one common word with the message is not a hit), best first, by BM25 over the candidates themselves
-    (a term most of them hold weighs little; proxy.recall.bm25's formula); and the terms' idf (placing excerpts)."""
+    (a term most of them hold weighs little; proxy.recall.bm25's formula); and the terms' idf (placing excerpts).
+    ``specific``: a hit must also hold a term at most that many candidates hold, not a short number (a push's: the
+    template words of a user's every chat, "item", "brief", match every page and name nothing)."""
     n = len(candidates)
     if not n:
         return [], {}
@@ -140,9 +150,12 @@ def rank(query: Query, candidates: Sequence[Stats], k: int) -> tuple[list[tuple[
     idf = {t: math.log(1 + (n - df + 0.5) / (df + 0.5))
            for t in query.weights for df in (sum(1 for c in candidates if c.counts.get(t)),)}
     need = min(2, len(query.terms))
+    held_by = {t: sum(1 for c in candidates if c.counts.get(t)) for t in query.terms}
+    rare = {t for t, df in held_by.items()
+            if specific is None or 0 < df <= specific and not (t.isdigit() and len(t) <= SHORT_NUMBER_DIGITS)}
     scored = []
     for position, c in enumerate(candidates):
-        if sum(1 for t in query.terms if c.counts.get(t)) < need:
+        if sum(1 for t in query.terms if c.counts.get(t)) < need or not any(c.counts.get(t) for t in rare):
             continue
         norm = K1 * (1 - B + B * c.length / average)
         score = sum(w * idf[t] * tf * (K1 + 1) / (tf + norm)

@@ -6,14 +6,16 @@ from __future__ import annotations
 from collections.abc import Set
 from typing import Any
 
-from proxy.recall.across import CANDIDATES, Candidate, label_of, query_of, query_terms, rank, tsquery_text
+from proxy.recall.across import (CANDIDATES, Candidate, label_of, query_of, query_terms, rank, specific_limit,
+                                 tsquery_text)
 
 
 async def search_user(repo: Any, tenant: str, end_user: str, conversation_id: str, text: str, k: int,
-                      counting: bool = False, exclude: Set[str] = frozenset()
+                      counting: bool = False, exclude: Set[str] = frozenset(), user_pages: int | None = None
                       ) -> tuple[list[tuple[Candidate, float]], dict[str, float]]:
     """The best ``k`` pages for ``text`` among the user's conversations other than ``conversation_id``, best
-    first, none whose label is in ``exclude``; with the query terms' idf among the candidates. Nothing without a
+    first, none whose label is in ``exclude``; with the query terms' idf among the candidates. ``user_pages``: how
+    many pages the user has (a push's search: each hit must hold a term specific among them). Nothing without a
     user, or from a store that keeps no user memory."""
     query = query_of(text, counting)
     finder = getattr(repo, "user_page_candidates", None)
@@ -21,7 +23,8 @@ async def search_user(repo: Any, tenant: str, end_user: str, conversation_id: st
         return [], {}
     stats = await finder(tenant, end_user, conversation_id, tsquery_text(end_user, query_terms(text)),
                          list(query.weights), max(CANDIDATES, 2 * k))
-    hits, idf = rank(query, [s for s in stats if label_of(s) not in exclude], k)
+    specific = specific_limit(user_pages) if user_pages is not None else None
+    hits, idf = rank(query, [s for s in stats if label_of(s) not in exclude], k, specific)
     if not hits:
         return [], idf
     pages = await repo.user_page_texts(tenant, end_user, [(s.conversation_id, s.number) for s, _ in hits])

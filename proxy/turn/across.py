@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.caches import BoundedLru
 from proxy.metrics import Metrics
 from proxy.engine import ConversationState
 from proxy.recall.across import Candidate, page_counts, render, shown_labels, tagged_terms
@@ -37,6 +39,7 @@ HITS = 6  # most hits pushed (LongMemEval S, offline: reach 0.853 with 5, 0.874 
 MAX_PAGE_CHARS = 16_000  # of a page's text indexed and kept (a long tool output is an offloaded page of its own)
 EXCERPT_CHARS = (320, 200, 120, 80)  # each hit's excerpt (the best's twice), shortened until the round fits
 MIN_RESULT_TOKENS = 64
+PAGE_COUNT_TTL_S = 60.0  # a user's page count is read again after this long
 MAX_PENDING_WRITES = 256  # index writes waiting at once; past it a turn's pages wait for the conversation's next turn
 
 
@@ -61,6 +64,9 @@ class UserMemory:
         self.enabled = enabled and hasattr(repo, "user_page_candidates")
         self.timeout_s = timeout_s
         self._writes: set[asyncio.Task[None]] = set()
+        # (tenant, user) -> (when counted, the user's pages): how specific a term is, recounted now and then
+        self._page_counts: BoundedLru[tuple[str, str], tuple[float, int]] = BoundedLru(
+            "user_page_counts", 100_000, 16 * 2**20, size_of=lambda k, _v: 96 + len(k[0]) + len(k[1]))
 
     # --- before planning ---------------------------------------------------------------------------------------
     async def weigh(self, tenant: str, end_user: str, conversation_id: str, state: ConversationState | None,
@@ -70,10 +76,8 @@ class UserMemory:
             return None
         query = search_words(text, skip=LOOK_UP_TERMS) or search_words(text) or text[:200]
         try:
-            hits, idf = await asyncio.wait_for(search_user(
-                self.repo, tenant, end_user, conversation_id, query, HITS, counting=counts(text),
-                exclude=shown_labels(state)),  # pushed on an earlier turn, still in the prompt: not again
-                self.timeout_s)
+            hits, idf = await asyncio.wait_for(self._search(tenant, end_user, conversation_id, query, text, state),
+                                               self.timeout_s)
         except TimeoutError:
             self._count("timeout")
             return None
@@ -85,6 +89,17 @@ class UserMemory:
             self._count("no_hits" if idf else "no_match")
             return None
         return AcrossNeed(query, asks_about_reply(text), hits, idf)
+
+    async def _search(self, tenant: str, end_user: str, conversation_id: str, query: str, text: str,
+                      state: ConversationState | None) -> tuple[list[tuple[Candidate, float]], dict[str, float]]:
+        key = (tenant, end_user)
+        known = self._page_counts.get(key)
+        if known is None or time.monotonic() - known[0] > PAGE_COUNT_TTL_S:
+            known = (time.monotonic(), await self.repo.user_page_count(tenant, end_user))
+            self._page_counts.put(key, known)
+        return await search_user(self.repo, tenant, end_user, conversation_id, query, HITS, counting=counts(text),
+                                 exclude=shown_labels(state),  # pushed on an earlier turn, still in the prompt
+                                 user_pages=known[1])
 
     # --- the round -------------------------------------------------------------------------------------------------
     def exchange(self, turn: Any, rounds: TurnRecall, tool_name: str) -> list[dict[str, Any]]:

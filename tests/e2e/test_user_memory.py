@@ -2,8 +2,8 @@
 
 Ada tells one conversation her locker code; days later, in a new conversation, she asks for it: the proxy pushes a
 round with the page of her other conversation (labelled ``<conversation>/<page>``), which the model can read whole
-through ``recall``. The turn after keeps that round byte for byte (its prefix is cached). Bob, and a request with
-no user id, asking the same under the same key, get nothing of hers.
+through ``recall``. The turn after keeps that round byte for byte (its prefix is cached). Bob, a request with no
+user id under the same key, and a user also called "ada" of another app (key), asking the same, get nothing of hers.
 """
 
 from __future__ import annotations
@@ -94,12 +94,13 @@ def test_a_new_conversation_of_the_user_gets_what_her_earlier_one_said(pair, cli
     chat(client, messages, user="ada")
     assert "4417-ZEBRA" in tool_results(pair.emulator, text)  # the result the upstream got for the model's call
 
-    # Bob, and a request naming nobody, ask the same under the same key: nothing of Ada's
-    for extra in ({"user": "bob"}, {}):
+    # Bob, a request naming nobody, and another app's user called "ada" ask the same: nothing of Ada's
+    another_app = client_for(pair.proxy, api_key="sk-another-app")
+    for asking, extra in ((client, {"user": "bob"}), (client, {}), (another_app, {"user": "ada"})):
         others = [system, {"role": "user", "content": question}]
-        answer, _, _ = chat(client, others, **extra)
+        answer, _, _ = chat(asking, others, **extra)
         body = json.dumps(last_request(pair.emulator, question))
         assert "4417" not in body and "4417" not in answer
         text = f'Read it. [[call:recall {{"pages": ["{label}"], "query": "locker code climbing gym"}}]]'
-        chat(client, [*others, {"role": "assistant", "content": "?"}, {"role": "user", "content": text}], **extra)
+        chat(asking, [*others, {"role": "assistant", "content": "?"}, {"role": "user", "content": text}], **extra)
         assert "does not exist" in tool_results(pair.emulator, text) and "4417" not in tool_results(pair.emulator, text)

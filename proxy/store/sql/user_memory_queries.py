@@ -37,6 +37,7 @@ _CANDIDATES = sql(
     "WHERE terms @@ CAST(:query AS tsquery) AND tenant = :tenant AND end_user = :end_user AND conversation_id <> :cid "
     "ORDER BY ts_rank(terms, CAST(:query AS tsquery)) DESC, seen_at DESC LIMIT :limit"
 )
+_COUNT = sql("SELECT count(*) FROM user_pages WHERE tenant = :tenant AND end_user = :end_user")
 _TEXTS = sql(
     "SELECT conversation_id, number, seen_at, text FROM user_pages "
     "WHERE tenant = :tenant AND end_user = :end_user AND (conversation_id, number) IN "
@@ -91,6 +92,11 @@ class UserMemoryQueries:
             rows = (await connection.execute(_CANDIDATES, params)).all()
         return [UserPageStats(r.conversation_id, r.number, r.seen_at.timestamp(), r.length,
                               {k: int(v) for k, v in (r.tf or {}).items()}) for r in rows]  # (JSON: unescaped)
+
+    async def user_page_count(self, tenant: str, end_user: str) -> int:
+        """How many pages the user has (an index-only count over the user's rows)."""
+        async with self.engine.connect() as connection:
+            return int((await connection.execute(_COUNT, {"tenant": tenant, "end_user": end_user})).scalar() or 0)
 
     async def user_page_texts(self, tenant: str, end_user: str, pages: Sequence[tuple[str, str]]
                               ) -> list[UserPageText]:

@@ -92,3 +92,23 @@ def test_a_turn_is_indexed_whole_with_its_continuation_pages():
              SimpleNamespace(label="2.3", start=4, end=6, first_seen=2.0),
              SimpleNamespace(label="3", start=6, end=8, first_seen=3.0)]
     assert [(t.label, t.start, t.end) for t in user_turns(pages)] == [("1", 0, 2), ("2", 2, 6), ("3", 6, 8)]
+
+
+def test_a_push_needs_a_term_that_names_something_specific():
+    # the user's every chat is the same template: its words are on every page and name nothing
+    pages = [page("c1", str(n), f"user: What about item {n}? Please keep it brief and concrete.") for n in range(40)]
+    query = "What about item 7? Please keep it brief and concrete."
+    assert ranked(query, pages, 6)[0]  # an explicit search still ranks them ...
+    stats = []
+    q = across.query_of(query)
+    for p in pages:
+        counts, length = across.page_counts(p.text)
+        stats.append(UserPageStats(p.conversation_id, p.number, p.seen_at, length,
+                                   {t: counts[t] for t in q.weights if t in counts}))
+    assert across.rank(q, stats, 6, across.specific_limit(40))[0] == []  # ... a push finds nothing specific
+    guitar = page("c2", "1", "user: My guitar was serviced at the shop on Main St, please remember.")
+    counts, length = across.page_counts(guitar.text)
+    q = across.query_of("Where did I get my guitar serviced, please?")
+    stats.append(UserPageStats("c2", "1", 0.0, length, {t: counts[t] for t in q.weights if t in counts}))
+    hits, _ = across.rank(q, stats, 6, across.specific_limit(41))
+    assert [h[0].conversation_id for h in hits] == ["c2"]
