@@ -70,7 +70,7 @@ async def populate(repo, user: str, conversations: int, pages: int, texts: list[
                          [{"role": "user", "content": t} for t in [texts[(offset + rows_written + p) % len(texts)]] * 2])
                 for p in range(pages)]
         for i in range(0, len(rows), BATCH):
-            await repo.put_user_pages(TENANT, user, cid, rows[i:i + BATCH])
+            await repo.put_user_pages([(TENANT, user, cid, row) for row in rows[i:i + BATCH]])
         rows_written += pages
 
 
@@ -134,7 +134,7 @@ async def main_async(args: argparse.Namespace) -> int:
             row = page_row("usmall0000", UserTurn(str(10_000 + i), 0, 2, 1.8e9),
                            [{"role": "user", "content": texts[i % len(texts)]}, {"role": "assistant", "content": "ok"}])
             t0 = time.perf_counter()
-            await repo.put_user_pages(TENANT, "usmall0000", f"c{'usmall0000'[-6:]}{0:08x}", [row])
+            await repo.put_user_pages([(TENANT, "usmall0000", f"c{'usmall0000'[-6:]}{0:08x}", row)])
             write.append((time.perf_counter() - t0) * 1000)
         print(summary(f"search, a user with {total:,} pages in {args.conversations} conversations", big))
         print(summary(f"search, a user with {args.small} pages", small))

@@ -40,7 +40,8 @@ MAX_PAGE_CHARS = 16_000  # of a page's text indexed and kept (a long tool output
 EXCERPT_CHARS = (320, 200, 120, 80)  # each hit's excerpt (the best's twice), shortened until the round fits
 MIN_RESULT_TOKENS = 64
 PAGE_COUNT_TTL_S = 60.0  # a user's page count is read again after this long
-MAX_PENDING_WRITES = 256  # index writes waiting at once; past it a turn's pages wait for the conversation's next turn
+FLUSH_DELAY_S = 0.02  # pages gathered this long are written in one batch (a page written at most once per batch)
+MAX_PENDING_ROWS = 4096  # pages waiting at once; past it a turn's pages wait for the conversation's next turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,8 @@ class UserMemory:
         self.metrics = metrics
         self.enabled = enabled and hasattr(repo, "user_page_candidates")
         self.timeout_s = timeout_s
-        self._writes: set[asyncio.Task[None]] = set()
+        self._pending: dict[tuple[str, str, str, str], UserPageRow] = {}  # (tenant, user, conversation, page) -> row
+        self._flusher: asyncio.Task[None] | None = None
         # (tenant, user) -> (when counted, the user's pages): how specific a term is, recounted now and then
         self._page_counts: BoundedLru[tuple[str, str], tuple[float, int]] = BoundedLru(
             "user_page_counts", 100_000, 16 * 2**20, size_of=lambda k, _v: 96 + len(k[0]) + len(k[1]))
@@ -138,30 +140,43 @@ class UserMemory:
     def note(self, tenant: str, end_user: str, conversation_id: str, state: Any, messages: list[dict[str, Any]],
              first_new: int) -> None:
         """The pages holding the turn's new messages (from ``first_new``), written to the user's index in the
-        background."""
+        background: gathered for ``FLUSH_DELAY_S`` (the newest text of a page wins), then written in one batch."""
         if not self.enabled or not end_user:
             return
-        rows = [page_row(end_user, turn, messages) for turn in user_turns(state.pages)
-                if turn.end > first_new and turn.start < len(messages)]
-        if not rows:
-            return
-        if len(self._writes) >= MAX_PENDING_WRITES:
-            self._count("write_skipped")
-            return
-        task = asyncio.get_running_loop().create_task(self._write(tenant, end_user, conversation_id, rows))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        for turn in user_turns(state.pages):
+            if turn.end > first_new and turn.start < len(messages):
+                key = (tenant, end_user, conversation_id, turn.label)
+                if key not in self._pending and len(self._pending) >= MAX_PENDING_ROWS:
+                    self._count("write_skipped")
+                    continue
+                self._pending[key] = page_row(end_user, turn, messages)
+        if self._pending and self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
 
-    async def _write(self, tenant: str, end_user: str, conversation_id: str, rows: list[UserPageRow]) -> None:
+    async def _flush_soon(self) -> None:
         try:
-            await self.repo.put_user_pages(tenant, end_user, conversation_id, rows)
+            await asyncio.sleep(FLUSH_DELAY_S)
+        finally:
+            self._flusher = None
+            await self._flush()
+
+    async def _flush(self) -> None:
+        batch, self._pending = self._pending, {}
+        if not batch:
+            return
+        try:
+            await self.repo.put_user_pages([(t, u, c, row) for (t, u, c, _), row in batch.items()])
         except Exception as exc:
-            log.warning("could not index the pages of %s for its user (%s)", conversation_id, exc)
+            log.warning("could not index %d pages for their users (%s)", len(batch), exc)
             self.metrics.store_write_failures.labels("user_pages").inc()
 
     async def close(self) -> None:
-        if self._writes:
-            await asyncio.gather(*self._writes, return_exceptions=True)
+        """Write what is gathered now."""
+        flusher = self._flusher
+        if flusher is not None:
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
+        await self._flush()
 
     def _count(self, outcome: str) -> None:
         self.metrics.child(self.metrics.user_memory_pushes, outcome).inc()

@@ -9,39 +9,40 @@ term without reading anyone else's postings.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sqlalchemy import text as sql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.store.ports import UserPageRow, UserPageStats, UserPageText
-from proxy.store.sql.pgtext import dumps, escape, unescape
+from proxy.store.sql.pgtext import dumps, escape, loads, unescape
 
-_PUT = sql(
+# The statements of the request path and of the write behind the answer run on the driver's own connection (asyncpg:
+# prepared once per connection, no ping before use, one round trip each).
+_PUT = (
     "INSERT INTO user_pages (conversation_id, number, tenant, end_user, first_seq, last_seq, seen_at, text, terms, "
     "counts, length) "
-    "SELECT :cid, :number, :tenant, :end_user, :first_seq, :last_seq, :seen_at, :text, "
-    "array_to_tsvector(CAST(:terms AS text[])), CAST(:counts AS jsonb), :length "
-    "WHERE EXISTS (SELECT 1 FROM conversations WHERE id = :cid AND tenant = :tenant AND end_user = :end_user) "
+    "SELECT $1, $2, $3, $4, $5, $6, $7, $8, array_to_tsvector($9::text[]), $10::text::jsonb, $11 "
+    "WHERE EXISTS (SELECT 1 FROM conversations WHERE id = $1 AND tenant = $3 AND end_user = $4) "
     "ON CONFLICT (conversation_id, number) DO UPDATE SET first_seq = excluded.first_seq, "
     "last_seq = excluded.last_seq, text = excluded.text, terms = excluded.terms, counts = excluded.counts, "
     "length = excluded.length, updated_at = now() "
     "WHERE user_pages.text IS DISTINCT FROM excluded.text"
 )
 # The candidates' lengths and the counts of the query's terms only: ranking reads no text.
-_CANDIDATES = sql(
+_CANDIDATES = (
     "SELECT conversation_id, number, seen_at, length, "
-    "(SELECT jsonb_object_agg(k, counts -> k) FROM unnest(CAST(:counted AS text[])) AS k WHERE counts ? k) AS tf "
+    "(SELECT jsonb_object_agg(k, counts -> k) FROM unnest($6::text[]) AS k WHERE counts ? k)::text AS tf "
     "FROM user_pages "
-    "WHERE terms @@ CAST(:query AS tsquery) AND tenant = :tenant AND end_user = :end_user AND conversation_id <> :cid "
-    "ORDER BY ts_rank(terms, CAST(:query AS tsquery)) DESC, seen_at DESC LIMIT :limit"
+    "WHERE terms @@ $4::tsquery AND tenant = $1 AND end_user = $2 AND conversation_id <> $3 "
+    "ORDER BY ts_rank(terms, $4::tsquery) DESC, seen_at DESC LIMIT $5"
 )
-_COUNT = sql("SELECT count(*) FROM user_pages WHERE tenant = :tenant AND end_user = :end_user")
-_TEXTS = sql(
+_COUNT = "SELECT count(*) FROM user_pages WHERE tenant = $1 AND end_user = $2"
+_TEXTS = (
     "SELECT conversation_id, number, seen_at, text FROM user_pages "
-    "WHERE tenant = :tenant AND end_user = :end_user AND (conversation_id, number) IN "
-    "(SELECT * FROM unnest(CAST(:cids AS text[]), CAST(:numbers AS text[])))"
+    "WHERE tenant = $1 AND end_user = $2 AND (conversation_id, number) IN "
+    "(SELECT * FROM unnest($3::text[], $4::text[]))"
 )
 _PAGE = sql(
     "SELECT p.conversation_id, p.number, p.seen_at, p.text FROM user_pages p "
@@ -66,19 +67,17 @@ class UserMemoryQueries:
 
     engine: AsyncEngine
     write_engine: AsyncEngine
+    _on_driver: Callable[[Callable[[Any], Awaitable[Any]]], Awaitable[Any]]  # SqlConversationRepository's
 
-    async def put_user_pages(self, tenant: str, end_user: str, conversation_id: str,
-                             pages: Sequence[UserPageRow]) -> None:
-        """The pages as they are now (new, or grown since); none of a conversation that is not this user's."""
-        if not pages or not end_user:
+    async def put_user_pages(self, pages: Sequence[tuple[str, str, str, UserPageRow]]) -> None:
+        """(tenant, end user, conversation id, page) as they are now (new, or grown since), in one batch; none of
+        a conversation that is not that user's."""
+        rows = [(conversation_id, p.number, tenant, end_user, p.first_seq, p.last_seq,
+                 dt.datetime.fromtimestamp(p.seen_at, dt.timezone.utc), escape(p.text), [escape(t) for t in p.terms],
+                 dumps(p.counts), p.length) for tenant, end_user, conversation_id, p in pages if end_user]
+        if not rows:
             return
-        rows = [{"cid": conversation_id, "number": p.number, "tenant": tenant, "end_user": end_user,
-                 "first_seq": p.first_seq, "last_seq": p.last_seq,
-                 "seen_at": dt.datetime.fromtimestamp(p.seen_at, dt.timezone.utc), "text": escape(p.text),
-                 "terms": [escape(t) for t in p.terms], "counts": dumps(p.counts), "length": p.length}
-                for p in pages]
-        async with self.write_engine.begin() as connection:
-            await connection.execute(_PUT, rows)
+        await self._on_driver(lambda raw: raw.executemany(_PUT, rows))
 
     async def user_page_candidates(self, tenant: str, end_user: str, conversation_id: str, tsquery: str,
                                    counted: Sequence[str], limit: int) -> list[UserPageStats]:
@@ -86,27 +85,24 @@ class UserMemoryQueries:
         their lengths and the counts of the ``counted`` terms in them."""
         if not end_user or not tsquery:
             return []
-        params = {"tenant": tenant, "end_user": end_user, "cid": conversation_id, "query": tsquery,
-                  "counted": [escape(t) for t in counted], "limit": limit}
-        async with self.engine.connect() as connection:
-            rows = (await connection.execute(_CANDIDATES, params)).all()
-        return [UserPageStats(r.conversation_id, r.number, r.seen_at.timestamp(), r.length,
-                              {k: int(v) for k, v in (r.tf or {}).items()}) for r in rows]  # (JSON: unescaped)
+        rows = await self._on_driver(lambda raw: raw.fetch(
+            _CANDIDATES, tenant, end_user, conversation_id, tsquery, limit, [escape(t) for t in counted]))
+        return [UserPageStats(r["conversation_id"], r["number"], r["seen_at"].timestamp(), r["length"],
+                              {k: int(v) for k, v in (loads(r["tf"]) if r["tf"] else {}).items()}) for r in rows]
 
     async def user_page_count(self, tenant: str, end_user: str) -> int:
         """How many pages the user has (an index-only count over the user's rows)."""
-        async with self.engine.connect() as connection:
-            return int((await connection.execute(_COUNT, {"tenant": tenant, "end_user": end_user})).scalar() or 0)
+        return int(await self._on_driver(lambda raw: raw.fetchval(_COUNT, tenant, end_user)) or 0)
 
     async def user_page_texts(self, tenant: str, end_user: str, pages: Sequence[tuple[str, str]]
                               ) -> list[UserPageText]:
         """The texts of the user's pages named by (conversation id, page number)."""
         if not end_user or not pages:
             return []
-        params = {"tenant": tenant, "end_user": end_user, "cids": [c for c, _ in pages],
-                  "numbers": [n for _, n in pages]}
-        async with self.engine.connect() as connection:
-            return [_page(r) for r in (await connection.execute(_TEXTS, params)).all()]
+        rows = await self._on_driver(lambda raw: raw.fetch(
+            _TEXTS, tenant, end_user, [c for c, _ in pages], [n for _, n in pages]))
+        return [UserPageText(r["conversation_id"], r["number"], r["seen_at"].timestamp(), unescape(r["text"]))
+                for r in rows]
 
     async def user_page(self, tenant: str, end_user: str, id_prefix: str, number: str) -> UserPageText | None:
         """A page of one of the user's conversations, by its label's parts (proxy.recall.across.parse_label)."""
