@@ -34,6 +34,7 @@ from typing import Any
 
 from proxy.caches import BoundedLru
 from proxy.settings import SettingsError
+from proxy.turn.end_user import MAX_USER_ID_CHARS
 
 log = logging.getLogger("memci.keys")
 
@@ -83,6 +84,7 @@ class VirtualKey:
     budget_tokens: int | None = None
     used_tokens: int = 0
     revoked: bool = False
+    end_user: str = ""  # the keyed hash of the one end user the key is bound to (proxy.turn.end_user), or ""
 
     @property
     def over_budget(self) -> bool:
@@ -96,13 +98,15 @@ class SettingsKey:
     tenant_name: str
     upstream_key: str
     hint: str
+    user: str = ""  # the end user the key is bound to, as configured ("" for none); stored only as its keyed hash
 
 
 def parse_virtual_keys(text: str) -> dict[str, SettingsKey]:
     """sha256 of the client key -> SettingsKey, from JSON or TOML given inline or as a file path.
 
-    Shape: ``{"<client key>": {"tenant": "<name>", "upstream_key": "<key>"}}``, optionally under a ``keys`` table.
-    ``upstream_key`` may be empty or missing: the upstream then gets ``upstream_api_key`` (or no key).
+    Shape: ``{"<client key>": {"tenant": "<name>", "upstream_key": "<key>", "user": "<end user>"}}``, optionally
+    under a ``keys`` table. ``upstream_key`` may be empty or missing: the upstream then gets ``upstream_api_key``
+    (or no key). ``user`` (optional) binds the key to one end user.
     """
     raw = text.strip()
     if not raw:
@@ -132,10 +136,14 @@ def parse_virtual_keys(text: str) -> dict[str, SettingsKey]:
         upstream_key = entry.get("upstream_key") or ""
         if not isinstance(upstream_key, str):
             raise SettingsError(f"setting 'virtual_keys': 'upstream_key' of key {client_key[:4]}... must be text")
+        user = entry.get("user") or ""
+        if not isinstance(user, str) or len(user.strip()) > MAX_USER_ID_CHARS:
+            raise SettingsError(f"setting 'virtual_keys': 'user' of key {client_key[:4]}... must be text of at most "
+                                f"{MAX_USER_ID_CHARS} characters")
         if not client_key.strip():
             raise SettingsError("setting 'virtual_keys': empty client key")
         key = client_key.strip()
-        out[key_digest(key)] = SettingsKey(entry["tenant"].strip(), upstream_key, key_hint(key))
+        out[key_digest(key)] = SettingsKey(entry["tenant"].strip(), upstream_key, key_hint(key), user.strip())
     return out
 
 
@@ -165,12 +173,13 @@ class KeyRegistry:
         return self.repo is not None
 
     # --- wiring ------------------------------------------------------------------------------------------------
-    async def attach(self, repo: Any, redis_url: str = "", seeds: dict[str, tuple[str, str, str]] | None = None) -> None:
+    async def attach(self, repo: Any, redis_url: str = "",
+                     seeds: dict[str, tuple[str, str, str, str]] | None = None) -> None:
         """Use the database (and Redis for change notices) from now on. ``seeds``: digest -> (hint, tenant name,
-        upstream key) of the settings' keys, written into the database."""
+        upstream key, end user's key or "") of the settings' keys, written into the database."""
         self.repo = repo
-        for digest, (hint, tenant_name, upstream_key) in (seeds or {}).items():
-            await repo.seed("key_s" + digest[:15], digest, hint, tenant_name, upstream_key)
+        for digest, (hint, tenant_name, upstream_key, end_user) in (seeds or {}).items():
+            await repo.seed("key_s" + digest[:15], digest, hint, tenant_name, upstream_key, end_user or None)
         if redis_url:
             import redis.asyncio as aioredis
 
@@ -244,7 +253,7 @@ class KeyRegistry:
             id=record.id, tenant=self.tenant_of(record.tenant), tenant_name=record.tenant,
             upstream_key=record.upstream_key, key_hash=digest, rate_limit_rps=record.rate_limit_rps,
             rate_limit_burst=record.rate_limit_burst, budget_tokens=record.budget_tokens,
-            used_tokens=record.used_tokens, revoked=record.revoked,
+            used_tokens=record.used_tokens, revoked=record.revoked, end_user=record.end_user or "",
         )
 
     # --- changes -----------------------------------------------------------------------------------------------

@@ -457,7 +457,8 @@ class Settings:
     virtual_keys: str = field(
         default="",
         metadata=_doc("The virtual keys: a JSON or TOML table {\"<client key>\": {\"tenant\": ..., \"upstream_key\": "
-                      "...}} given inline, or the path of a .json/.toml file holding it."),
+                      "..., \"user\": ...}} given inline, or the path of a .json/.toml file holding it (user, optional: "
+                      "the one end user the key is bound to)."),
     )
     cache_salt_per_tenant: bool = field(
         default=False,

@@ -8,6 +8,7 @@ user_pages holds each page of an end user's conversations (active ones too: a sh
 with its text, its terms as a tsvector whose lexemes carry the user's key ("<key>.<term>"): a GIN lookup is then
 one user's postings, whatever the number of users (an index per user, never a scan of their history), and its BM25
 term counts and length (a search ranks its candidates from those, reading the text of its hits alone).
+virtual_keys.end_user: the keyed hash of the one end user a virtual key is bound to (NULL: a key of the whole tenant).
 
 Revision ID: 0009_end_users
 Revises: 0008_response_chains
@@ -55,9 +56,11 @@ def upgrade() -> None:
     )
     op.create_index("ix_user_pages_terms", "user_pages", ["terms"], postgresql_using="gin")
     op.create_index("ix_user_pages_tenant_end_user_seen_at", "user_pages", ["tenant", "end_user", "seen_at"])
+    op.add_column("virtual_keys", sa.Column("end_user", sa.Text()))
 
 
 def downgrade() -> None:
+    op.drop_column("virtual_keys", "end_user")
     op.drop_table("user_pages")
     op.drop_index("ix_memory_profile_facts_tenant_end_user_created_at", table_name="memory_profile_facts")
     op.drop_column("memory_profile_facts", "end_user")

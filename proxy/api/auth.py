@@ -8,7 +8,8 @@ Modes (setting ``auth_mode``):
   token budget gets 429 ``insufficient_quota``.
 
 The ASGI middleware ``AuthMiddleware`` resolves every /v1 and /memci request once and writes the tenant into the
-proxy-owned request header ``X-Memci-Auth-Tenant`` (a client's own copy is always dropped);
+proxy-owned request header ``X-Memci-Auth-Tenant``, and for a key bound to one end user that user's keyed hash into
+``X-Memci-Auth-User`` (a client's own copies are always dropped);
 ``proxy.turn.identity.tenant_of(headers)`` reads it from there, so every tenant-scoped lookup takes its tenant
 from this module.
 
@@ -32,6 +33,7 @@ import xxhash
 
 from proxy import usage_meter
 from proxy.api.error_shapes import error_body_for
+from proxy.turn.end_user import AUTH_USER_HEADER, user_key
 from proxy.turn.identity import AUTH_TENANT_HEADER, key_tenant
 from proxy.keys import (  # noqa: F401 - parse_virtual_keys and SettingsKey are re-exported
     KeyRegistry,
@@ -48,6 +50,8 @@ from proxy.wire.errors import ProxyError
 
 log = logging.getLogger("memci.auth")
 _AUTH_TENANT = AUTH_TENANT_HEADER.encode()
+_AUTH_USER = AUTH_USER_HEADER.encode()
+_AUTH_OWNED = (_AUTH_TENANT, _AUTH_USER)
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 _encode = msgspec.json.Encoder().encode
 KEY_SCOPE = "memci.key"  # ASGI scope entry: the VirtualKey of the request (limits read its rate)
@@ -107,16 +111,21 @@ class Authenticator:
                                 "admin_key to create keys with through /memci/keys)")
         static = {
             digest: VirtualKey("key_s" + digest[:15], virtual_tenant(k.tenant_name), k.tenant_name, k.upstream_key,
-                               digest)
+                               digest, end_user=self.bound_user(k.tenant_name, k.user))
             for digest, k in self.seeds.items()
         }
         self.keys = KeyRegistry(static, virtual_tenant)
         if self.admin_key:
             _check_admin_key_distinct(settings, self.seeds)
 
+    def bound_user(self, tenant_name: str, user: str) -> str:
+        """What a key bound to ``user`` stores and carries: the user's keyed hash under the key's tenant ("")."""
+        return user_key(virtual_tenant(tenant_name), user, self.settings.user_hash_key)
+
     async def attach(self, repo: Any, redis_url: str = "") -> None:
         """Keys from PostgreSQL from now on (the settings' keys written there first)."""
-        seeds = {d: (k.hint, k.tenant_name, k.upstream_key) for d, k in self.seeds.items()}
+        seeds = {d: (k.hint, k.tenant_name, k.upstream_key, self.bound_user(k.tenant_name, k.user))
+                 for d, k in self.seeds.items()}
         await self.keys.attach(repo, redis_url, seeds)
 
     def is_admin(self, headers: Mapping[str, str]) -> bool:
@@ -196,7 +205,7 @@ class AuthMiddleware:
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
-        raw = [(k, v) for k, v in scope.get("headers", []) if k.lower() != _AUTH_TENANT]
+        raw = [(k, v) for k, v in scope.get("headers", []) if k.lower() not in _AUTH_OWNED]
         scope["headers"] = raw
         if not _guarded(scope.get("path", "")):
             await self.app(scope, receive, send)
@@ -226,6 +235,8 @@ class AuthMiddleware:
             if identity.upstream_key:
                 raw.append((b"authorization", f"Bearer {identity.upstream_key}".encode("latin-1")))
         raw.append((_AUTH_TENANT, identity.tenant.encode()))
+        if identity.key is not None and identity.key.end_user:
+            raw.append((_AUTH_USER, identity.key.end_user.encode()))
         scope["headers"] = raw
         if self.log_prompts and log.isEnabledFor(logging.DEBUG) and scope.get("path") == "/v1/chat/completions":
             receive = _logged_body(receive, identity.tenant)

@@ -21,11 +21,11 @@ from proxy.wire.errors import ProxyError, bad_request
 MAX_PAGE = 1000
 
 
-async def caller(request: Request) -> tuple[Services, str]:
+async def caller(request: Request, bound_ok: bool = False) -> tuple[Services, str]:
     services = services_of(request)
     if services.context is None or services.store is None:
         raise ProxyError(404, "conversation APIs need context management on", "invalid_request_error", "context_off")
-    return services, await caller_tenant(request, services)
+    return services, await caller_tenant(request, services, bound_ok)
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:

@@ -1,6 +1,9 @@
 """Admin endpoints for virtual keys under /memci/keys (bearer admin key): create, list (masked), show, change
 limits, revoke, rotate.
 
+A key created with ``user`` is bound to that end user: every request with it is that user's (proxy.turn.end_user);
+the key stores and shows only the user's keyed hash.
+
 A key's secret is returned once, when it is created or rotated; listings show a hint (``sk-memci-AbCd…wxyz``)
 and never the upstream key. Every change is announced to the other replicas (proxy.keys: within a second).
 """
@@ -16,6 +19,7 @@ from proxy.api.admin import check_admin_key
 from proxy.api.auth import Authenticator, same_key, virtual_tenant
 from proxy.keys import key_digest, key_hint, new_key_id, new_secret
 from proxy.store.sql.key_queries import KeyRecord
+from proxy.turn.end_user import MAX_USER_ID_CHARS
 from proxy.wire.errors import ProxyError, bad_request
 from proxy.wire.validate import parse_json_object, stored_text
 
@@ -46,6 +50,7 @@ def key_json(record: KeyRecord) -> dict[str, Any]:
         "created_at": record.created_at.isoformat() if record.created_at else None,
         "revoked_at": record.revoked_at.isoformat() if record.revoked_at else None,
         "previous_key_valid_until": record.previous_valid_until.isoformat() if record.previous_valid_until else None,
+        "user": record.end_user,
     }
 
 
@@ -75,6 +80,16 @@ def _upstream_key(auth: Authenticator, data: dict[str, Any]) -> str:
     return value
 
 
+def _bound_user(auth: Authenticator, data: dict[str, Any], tenant: str) -> str | None:
+    """The keyed hash of the end user the new key is bound to (``user``), None for a key of the whole tenant."""
+    user = data.get("user")
+    if user is None:
+        return None
+    if not isinstance(user, str) or not user.strip() or len(user.strip()) > MAX_USER_ID_CHARS:
+        raise bad_request(f"'user' must be a string of 1 to {MAX_USER_ID_CHARS} characters (or null)", param="user")
+    return auth.bound_user(tenant, user.strip())
+
+
 def _limits(data: dict[str, Any]) -> dict[str, Any]:
     return {
         "rate_limit_rps": _optional_number(data, "rate_limit_rps", integer=False),
@@ -98,17 +113,18 @@ async def _found(auth: Authenticator, key_id: str) -> KeyRecord:
 
 @post("/memci/keys", status_code=201)
 async def create_key(request: Request) -> Response:
-    """A new key for a tenant (by name: keys of one name share conversations). The secret is in this answer
-    only."""
+    """A new key for a tenant (by name: keys of one name share conversations), optionally bound to one end user
+    (``user``). The secret is in this answer only."""
     auth = _admin(request)
     data = parse_json_object(await request.body())
     tenant = _optional_text(data, "tenant", 256)
     if not tenant or not tenant.strip():
         raise bad_request("'tenant' (a tenant name) is required", param="tenant")
+    end_user = _bound_user(auth, data, tenant.strip())
     secret = new_secret()
     record = await auth.keys.repo.create(
         new_key_id(), key_digest(secret), key_hint(secret), tenant.strip(),
-        upstream_key=_upstream_key(auth, data), name=_optional_text(data, "name", 256),
+        upstream_key=_upstream_key(auth, data), name=_optional_text(data, "name", 256), end_user=end_user,
         **_limits(data),
     )
     await auth.keys.changed()

@@ -4,6 +4,9 @@
 The header takes the tenant's name as the keys API shows it (``tenant``; virtual_keys mode), or a tenant id
 (``tenant_id``, or the hash a pass-through key maps to). A value that names no tenant the proxy knows is a 404
 ``unknown_tenant``, never an empty answer.
+
+A key bound to one end user acts for that user only: the tenant-wide conversation APIs and /memci/search answer it
+403 ``bound_key``; /memci/users/{user} serves it for its own user alone.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from litestar import Request
 
 from proxy.api.auth import Authenticator, is_admin_request, virtual_tenant
 from proxy.api.services import Services
+from proxy.turn.end_user import bound_user
 from proxy.turn.identity import tenant_of
 from proxy.wire.errors import ProxyError, bad_request
 
@@ -27,9 +31,17 @@ def unknown_tenant(value: str) -> ProxyError:
                       "shows it, or a tenant id)", "invalid_request_error", "unknown_tenant")
 
 
-async def caller_tenant(request: Request, services: Services) -> str:
-    """The request's tenant: its key's, or for the admin key the one X-Memci-Tenant names (400 without it)."""
+def bound_key_refused() -> ProxyError:
+    return ProxyError(403, "this key is bound to one end user: it acts for that user only (use a key of the whole "
+                      "tenant, or the admin key, here)", "invalid_request_error", "bound_key")
+
+
+async def caller_tenant(request: Request, services: Services, bound_ok: bool = False) -> str:
+    """The request's tenant: its key's, or for the admin key the one X-Memci-Tenant names (400 without it). A key
+    bound to one end user is refused (403) unless ``bound_ok`` (the caller then checks the user is its own)."""
     if not is_admin_request(request.scope):
+        if bound_user(request.headers) and not bound_ok:
+            raise bound_key_refused()
         return tenant_of(request.headers)
     value = request.headers.get(TENANT_HEADER, "").strip()
     if not value:

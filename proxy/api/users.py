@@ -2,7 +2,8 @@
 (the right to be forgotten). ``{user}`` is the id the client sends as ``user``, ``safety_identifier``,
 ``X-Memci-User`` or Anthropic's ``metadata.user_id``; the proxy looks it up by its keyed hash (proxy.turn.end_user).
 
-The caller's own key acts on its tenant's users; the admin key on the tenant named by ``X-Memci-Tenant``.
+The caller's own key acts on its tenant's users (a key bound to one end user: on that user alone, 403 for another);
+the admin key on the tenant named by ``X-Memci-Tenant``.
 """
 
 from __future__ import annotations
@@ -13,20 +14,24 @@ from litestar import Request, Response, delete, get
 
 from proxy.api.conversations import caller, erase, export_of
 from proxy.api.services import Services
-from proxy.turn.end_user import MAX_USER_ID_CHARS, user_key
+from proxy.api.tenants import bound_key_refused
+from proxy.turn.end_user import MAX_USER_ID_CHARS, bound_user, user_key
 from proxy.wire.errors import ProxyError, bad_request
 
 MAX_CONVERSATIONS = 100_000
 
 
 async def _user(request: Request, user_id: str) -> tuple[Services, str, str]:
-    services, tenant = await caller(request)
+    services, tenant = await caller(request, bound_ok=True)
     if not user_id.strip() or len(user_id) > MAX_USER_ID_CHARS:
         raise bad_request(f"the user id must be 1 to {MAX_USER_ID_CHARS} characters", param="user")
     repo = services.store.repo
     if not hasattr(repo, "user_conversations"):
         raise ProxyError(404, "user APIs need the SQL store", "invalid_request_error", "not_supported")
-    return services, tenant, user_key(tenant, user_id.strip(), services.settings.user_hash_key)
+    key = user_key(tenant, user_id.strip(), services.settings.user_hash_key)
+    if bound_user(request.headers) not in ("", key):
+        raise bound_key_refused()
+    return services, tenant, key
 
 
 async def _conversations(services: Services, tenant: str, key: str) -> list[dict[str, Any]]:

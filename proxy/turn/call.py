@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.turn.end_user import EndUserError, end_user_id, user_key
+from proxy.turn.end_user import EndUserError, bound_user, end_user_id, user_key
 from proxy.turn.identity import session_key_of, tenant_of
 from proxy.wire.errors import bad_request
 
@@ -48,11 +48,8 @@ def chat_call(
     if offload not in ("", "on", "off"):
         raise bad_request(f"X-Memci-Offload must be 'on' or 'off', not {offload!r}", param="X-Memci-Offload",
                           code="invalid_header")
-    try:
-        user_id, _ = end_user_id(headers, data)
-    except EndUserError as exc:
-        raise bad_request(str(exc), param=exc.param, code="invalid_user") from None
     tenant = tenant if tenant is not None else tenant_of(headers)
+    end_user = bound_user(headers) or _named_user(headers, data, tenant, user_secret)
     return ChatCall(
         tenant=tenant,
         session_key=session_key_of(headers, data),
@@ -66,5 +63,14 @@ def chat_call(
         rewrite_mode=rewrite if rewrite in REWRITE_MODES else "",
         memory_mode=memory if memory in ("on", "off") else "",
         offload_mode=offload,
-        end_user=user_key(tenant, user_id, user_secret),
+        end_user=end_user,
     )
+
+
+def _named_user(headers: Mapping[str, str], data: Mapping[str, Any], tenant: str, secret: str) -> str:
+    """The key of the end user the request names (X-Memci-User, safety_identifier, user), "" for none."""
+    try:
+        user_id, _ = end_user_id(headers, data)
+    except EndUserError as exc:
+        raise bad_request(str(exc), param=exc.param, code="invalid_user") from None
+    return user_key(tenant, user_id, secret)

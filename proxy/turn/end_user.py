@@ -5,6 +5,9 @@ A tenant is an app (one API key for all its users); the end user is the person. 
 and Responses; the Messages codec maps Anthropic's ``metadata.user_id`` to it). Kept only as a keyed hash per
 tenant (``user_key``): the same person under two tenants has two unrelated keys, and the id itself is never
 stored or logged. No id: the empty key, and nothing of the conversation leaves it (proxy.turn.service).
+
+A virtual key bound to one user (``/memci/keys`` with ``user``) IS that user: proxy.api.auth writes the key's
+stored hash into ``AUTH_USER_HEADER`` (a client's own copy is always dropped), and it overrides all of the above.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 USER_HEADER = "x-memci-user"
+# Set by proxy.api.auth.AuthMiddleware for a virtual key bound to one end user: that user's key (user_key).
+AUTH_USER_HEADER = "x-memci-auth-user"
 MAX_USER_ID_CHARS = 512  # longer ids are refused (a 400 naming the field)
 _BODY_FIELDS = ("safety_identifier", "user")
 
@@ -40,6 +45,11 @@ def end_user_id(headers: Mapping[str, str], data: Mapping[str, Any]) -> tuple[st
         if value.strip():
             return _checked(value.strip(), name), name
     return "", ""
+
+
+def bound_user(headers: Mapping[str, str]) -> str:
+    """The end user's key of the request's virtual key when it is bound to one (already hashed), else ""."""
+    return (headers.get(AUTH_USER_HEADER) or headers.get("X-Memci-Auth-User") or "").strip()
 
 
 def _checked(value: str, param: str) -> str:

@@ -21,7 +21,8 @@ _HOP_BY_HOP = frozenset(
 )
 _RESPONSE_DROP = _HOP_BY_HOP | {"content-encoding", "server", "date"}
 # Headers the proxy itself adds to its upstream requests; a client's copy must not reach the upstream.
-_PROXY_OWNED = frozenset({"x-session-id", "x-memci-auth-tenant", "x-memci-user"})  # the end user's id stays here
+# The end user's id (and a bound key's hash of it) stays here.
+_PROXY_OWNED = frozenset({"x-session-id", "x-memci-auth-tenant", "x-memci-auth-user", "x-memci-user"})
 # Answers after which the same request is sent to the next worker (nothing reached the client yet; the
 # worker did not run it): unavailable or overloaded. Other 5xx count toward down-marking and pass through.
 _RETRY_ON_NEXT_WORKER = frozenset({502, 503})

@@ -52,22 +52,34 @@ def tool_results(emulator: Any, text: str) -> str:
     raise AssertionError(f"no recall result followed {text!r}")
 
 
+def tell(client: Any, said: str, noted: str, day: str, **extra: Any) -> str:
+    """An earlier conversation, sent whole in one request (as an app importing a history would): its id."""
+    earlier = [{"role": "system", "content": f"You are a helpful assistant. Today is {day}."},
+               {"role": "user", "content": f"{said}, please remember it."},
+               {"role": "assistant", "content": f"Noted, I will remember {noted}."},
+               {"role": "user", "content": "Thanks, that is all for now."}]
+    return chat(client, earlier, **extra)[2]
+
+
+def small_talk(client: Any, system: dict[str, Any], topic: str, turns: int, **extra: Any
+               ) -> tuple[list[dict[str, Any]], str]:
+    """A new conversation: ``turns`` turns about something else; its messages and its id."""
+    messages: list[dict[str, Any]] = [system]
+    conversation_id = ""
+    for i in range(turns):
+        messages.append({"role": "user", "content": f"Tell me about {topic}, part {i}. {filler(i)}"})
+        answer, _, conversation_id = chat(client, messages, **extra)
+        messages.append({"role": "assistant", "content": answer})
+    return messages, conversation_id
+
+
 def test_a_new_conversation_of_the_user_gets_what_her_earlier_one_said(pair, client_for):
     client = client_for(pair.proxy, api_key="sk-one-app")
-    # an earlier conversation, sent whole in one request (as an app importing a history would)
-    earlier = [{"role": "system", "content": "You are a helpful assistant. Today is 2024-03-02."},
-               {"role": "user", "content": f"I just joined a climbing gym. My {CODE}, please remember it."},
-               {"role": "assistant", "content": "Noted, I will remember your locker code."},
-               {"role": "user", "content": "Thanks, that is all for now."}]
-    _, _, first_id = chat(client, earlier, user="ada")
+    first_id = tell(client, f"I just joined a climbing gym. My {CODE}", "your locker code", "2024-03-02", user="ada")
 
     # the new conversation: a few turns of something else, then the question
     system = {"role": "system", "content": "You are a helpful assistant. Today is 2024-03-20."}
-    messages: list[dict[str, Any]] = [system]
-    for i in range(6):
-        messages.append({"role": "user", "content": f"Tell me about rivers, part {i}. {filler(i)}"})
-        answer, _, second_id = chat(client, messages, user="ada")
-        messages.append({"role": "assistant", "content": answer})
+    messages, second_id = small_talk(client, system, "rivers", 6, user="ada")
     assert second_id != first_id
     question = "What is my locker code at the climbing gym?"
     messages.append({"role": "user", "content": question})

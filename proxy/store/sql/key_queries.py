@@ -1,7 +1,7 @@
 """Virtual keys in PostgreSQL (migration 0005): the keys repository behind proxy.keys.
 
 A key is stored as its sha256 only (``key_hash``) with a short hint for listings; the upstream key it maps to is
-stored as given (the proxy must send it). Rotation replaces the hash in place (same id, tenant, limits and
+stored as given (the proxy must send it); a key bound to one end user stores that user's keyed hash (``end_user``). Rotation replaces the hash in place (same id, tenant, limits and
 usage); the previous hash may stay valid for a grace period. Revocation is a timestamp, never a delete, so a
 revoked key stays listed and can never come back by accident (seeding from the settings does not revive it).
 """
@@ -37,6 +37,7 @@ class KeyRecord:
     created_at: dt.datetime | None
     revoked_at: dt.datetime | None
     previous_valid_until: dt.datetime | None = None
+    end_user: str | None = None  # the keyed hash of the one end user the key is bound to (migration 0009)
 
     @property
     def revoked(self) -> bool:
@@ -57,28 +58,29 @@ class SqlKeyRepository:
     async def create(
         self, key_id: str, key_hash: str, key_hint: str, tenant: str, upstream_key: str = "", name: str | None = None,
         rate_limit_rps: float | None = None, rate_limit_burst: int | None = None, budget_tokens: int | None = None,
-        source: str = "api",
+        source: str = "api", end_user: str | None = None,
     ) -> KeyRecord:
         stmt = insert(keys_t).values(
             id=key_id, key_hash=key_hash, key_hint=key_hint, tenant=tenant, upstream_key=upstream_key, name=name,
             rate_limit_rps=rate_limit_rps, rate_limit_burst=rate_limit_burst, budget_tokens=budget_tokens,
-            source=source,
+            source=source, end_user=end_user,
         ).returning(*_COLUMNS)
         async with self.engine.begin() as connection:
             return _record((await connection.execute(stmt)).one())
 
-    async def seed(self, key_id: str, key_hash: str, key_hint: str, tenant: str, upstream_key: str) -> None:
-        """A key from the settings (``key_id`` derived from its hash): created, or its tenant and upstream key
-        brought up to date. A revoked one stays revoked, limits set through the API are kept, and one rotated
+    async def seed(self, key_id: str, key_hash: str, key_hint: str, tenant: str, upstream_key: str,
+                   end_user: str | None = None) -> None:
+        """A key from the settings (``key_id`` derived from its hash): created, or its tenant, upstream key and
+        end user brought up to date. A revoked one stays revoked, limits set through the API are kept, and one rotated
         through the API stays rotated (the old secret in the settings no longer works)."""
         stmt = insert(keys_t).values(
             id=key_id, key_hash=key_hash, key_hint=key_hint, tenant=tenant, upstream_key=upstream_key,
-            source="settings",
+            source="settings", end_user=end_user,
         )
         stmt = stmt.on_conflict_do_update(
             index_elements=[keys_t.c.id],
             set_={"tenant": stmt.excluded.tenant, "upstream_key": stmt.excluded.upstream_key,
-                  "updated_at": func.now()},
+                  "end_user": stmt.excluded.end_user, "updated_at": func.now()},
             where=keys_t.c.key_hash == stmt.excluded.key_hash,
         )
         async with self.engine.begin() as connection:

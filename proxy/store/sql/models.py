@@ -237,6 +237,7 @@ class VirtualKeyRow(Base):
     created_at: Mapped[datetime] = _created_at()
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    end_user: Mapped[str | None] = mapped_column(Text)  # the keyed hash of the end user it is bound to (0009)
 
     __table_args__ = (
         UniqueConstraint("key_hash", name="uq_virtual_keys_key_hash"),

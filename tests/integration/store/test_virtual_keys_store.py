@@ -10,6 +10,7 @@ from proxy.api.auth import virtual_tenant
 from proxy.keys import KeyRegistry, key_digest, key_hint, new_key_id, new_secret
 from proxy.store.sql.key_queries import SqlKeyRepository
 from proxy.store.sql.repository import SqlConversationRepository
+from proxy.turn.end_user import user_key
 
 
 async def _replicas(repo: SqlConversationRepository, redis_url: str = "") -> tuple[KeyRegistry, KeyRegistry, SqlKeyRepository]:
@@ -59,7 +60,7 @@ async def test_revocation_reaches_another_replica_within_a_second_without_redis(
 async def test_seeding_rotation_with_grace_and_usage(repo) -> None:
     keys = SqlKeyRepository(repo.engine)
     registry = KeyRegistry({}, virtual_tenant)
-    seeds = {key_digest("sk-settings-key"): (key_hint("sk-settings-key"), "globex", "up-g")}
+    seeds = {key_digest("sk-settings-key"): (key_hint("sk-settings-key"), "globex", "up-g", "")}
     await registry.attach(keys, "", seeds)
     await registry.attach(keys, "", seeds)  # a restart: the same row
     [record] = await keys.list_keys()
@@ -89,4 +90,32 @@ async def test_seeding_rotation_with_grace_and_usage(repo) -> None:
     await registry.changed()
     assert await registry.lookup(newer) is None
     assert [r.id for r in await keys.list_keys(include_revoked=True)] == [record.id] and await keys.list_keys() == []
+    await registry.close()
+
+
+async def test_a_key_bound_to_one_end_user_keeps_its_users_hash(repo) -> None:
+    keys = SqlKeyRepository(repo.engine)
+    registry = KeyRegistry({}, virtual_tenant)
+    alice = user_key(virtual_tenant("acme"), "alice", "deploy-secret")
+    seeded = user_key(virtual_tenant("globex"), "gina", "deploy-secret")
+    await registry.attach(keys, "", {key_digest("sk-gina-key"): (key_hint("sk-gina-key"), "globex", "", seeded)})
+    secret = new_secret()
+    record = await keys.create(new_key_id(), key_digest(secret), key_hint(secret), "acme", end_user=alice)
+    plain = await keys.create(new_key_id(), key_digest(new_secret()), "h", "acme")
+    assert record.end_user == alice and plain.end_user is None
+    assert (await keys.get(record.id)).end_user == alice
+    assert {r.id: r.end_user for r in await keys.list_keys(tenant="acme")} == {record.id: alice, plain.id: None}
+    assert (await registry.lookup(secret)).end_user == alice
+    assert (await registry.lookup("sk-gina-key")).end_user == seeded
+
+    newer = new_secret()
+    rotated = await keys.rotate(record.id, key_digest(newer), key_hint(newer))
+    await registry.changed()
+    assert rotated.end_user == alice and (await registry.lookup(newer)).end_user == alice
+    changed = await keys.update_limits(record.id, {"name": "renamed", "end_user": "u-someone-else"})
+    assert changed.end_user == alice  # the binding is not a limit: it never changes
+
+    await registry.attach(keys, "", {key_digest("sk-gina-key"): (key_hint("sk-gina-key"), "globex", "", "")})
+    await registry.changed()
+    assert (await registry.lookup("sk-gina-key")).end_user == ""  # the settings no longer bind it
     await registry.close()
