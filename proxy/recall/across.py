@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,10 +72,10 @@ def tagged(user_key: str, term: str) -> str:
     return f"{user_key}.{term}"
 
 
-def tagged_terms(user_key: str, text: str) -> list[str]:
-    """The page's distinct terms as the user's lexemes (``<key>.<term>``), in order of first appearance."""
-    words = tokenize(_ROLE_LINE.sub("", text))  # the role labels are not what the page says
-    return [tagged(user_key, t) for t in dict.fromkeys(words) if len(t) <= MAX_TERM_CHARS]
+def tagged_terms(user_key: str, terms: Iterable[str]) -> list[str]:
+    """The page's distinct terms (``page_counts``' keys: its words without the role labels, and the counted
+    forms) as the user's lexemes (``<key>.<term>``), in order of first appearance."""
+    return [tagged(user_key, t) for t in dict.fromkeys(terms) if len(t) <= MAX_TERM_CHARS]
 
 
 def query_terms(query: str) -> list[str]:
@@ -130,6 +130,11 @@ def query_of(text: str, counting: bool = False) -> Query:
     return Query(text, terms, weights)
 
 
+def is_short_number(term: str) -> bool:
+    """A number of a few digits: never specific by itself (proxy.recall.salience.SHORT_NUMBER_DIGITS)."""
+    return term.isdigit() and len(term) <= SHORT_NUMBER_DIGITS
+
+
 def specific_limit(user_pages: int) -> int:
     """The most pages of the user a term may be held by and still name something specific (proxy.recall.salience's
     bounds: a tenth of the pages, at least MIN_DF, at most MAX_DF)."""
@@ -151,8 +156,7 @@ def rank(query: Query, candidates: Sequence[Stats], k: int, specific: int | None
            for t in query.weights for df in (sum(1 for c in candidates if c.counts.get(t)),)}
     need = min(2, len(query.terms))
     held_by = {t: sum(1 for c in candidates if c.counts.get(t)) for t in query.terms}
-    rare = {t for t, df in held_by.items()
-            if specific is None or 0 < df <= specific and not (t.isdigit() and len(t) <= SHORT_NUMBER_DIGITS)}
+    rare = {t for t, df in held_by.items() if specific is None or 0 < df <= specific and not is_short_number(t)}
     scored = []
     for position, c in enumerate(candidates):
         if sum(1 for t in query.terms if c.counts.get(t)) < need or not any(c.counts.get(t) for t in rare):

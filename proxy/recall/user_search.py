@@ -11,12 +11,14 @@ from proxy.recall.across import (CANDIDATES, Candidate, label_of, query_of, quer
 
 
 async def search_user(repo: Any, tenant: str, end_user: str, conversation_id: str, text: str, k: int,
-                      counting: bool = False, exclude: Set[str] = frozenset(), user_pages: int | None = None
-                      ) -> tuple[list[tuple[Candidate, float]], dict[str, float]]:
+                      counting: bool = False, exclude: Set[str] = frozenset(), user_pages: int | None = None,
+                      common: set[str] | None = None) -> tuple[list[tuple[Candidate, float]], dict[str, float]]:
     """The best ``k`` pages for ``text`` among the user's conversations other than ``conversation_id``, best
     first, none whose label is in ``exclude``; with the query terms' idf among the candidates. ``user_pages``: how
-    many pages the user has (a push's search: each hit must hold a term specific among them). Nothing without a
-    user, or from a store that keeps no user memory."""
+    many pages the user has (a push's search: each hit must hold a term specific among them); ``common`` then
+    receives the query's terms found too common among them to name anything (more candidates hold them than the
+    bound: the user has at least that many pages holding them, for good). Nothing without a user, or from a store
+    that keeps no user memory."""
     query = query_of(text, counting)
     finder = getattr(repo, "user_page_candidates", None)
     if not end_user or not query.terms or finder is None:
@@ -24,6 +26,8 @@ async def search_user(repo: Any, tenant: str, end_user: str, conversation_id: st
     stats = await finder(tenant, end_user, conversation_id, tsquery_text(end_user, query_terms(text)),
                          list(query.weights), max(CANDIDATES, 2 * k))
     specific = specific_limit(user_pages) if user_pages is not None else None
+    if specific is not None and common is not None:
+        common.update(t for t in query.terms if sum(1 for s in stats if s.counts.get(t)) > specific)
     hits, idf = rank(query, [s for s in stats if label_of(s) not in exclude], k, specific)
     if not hits:
         return [], idf

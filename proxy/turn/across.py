@@ -23,7 +23,7 @@ from typing import Any
 from proxy.caches import BoundedLru
 from proxy.metrics import Metrics
 from proxy.engine import ConversationState
-from proxy.recall.across import Candidate, page_counts, render, shown_labels, tagged_terms
+from proxy.recall.across import Candidate, is_short_number, page_counts, query_terms, render, shown_labels, tagged_terms
 from proxy.recall.user_search import search_user
 from proxy.recall.pagetext import index_text
 from proxy.recall.proactive import (LOOK_UP_TERMS, asks_about_reply, is_look_up, push_call, recall_round,
@@ -39,6 +39,7 @@ HITS = 6  # most hits pushed (LongMemEval S, offline: reach 0.853 with 5, 0.874 
 MAX_PAGE_CHARS = 16_000  # of a page's text indexed and kept (a long tool output is an offloaded page of its own)
 EXCERPT_CHARS = (320, 200, 120, 80)  # each hit's excerpt (the best's twice), shortened until the round fits
 MIN_RESULT_TOKENS = 64
+MAX_COMMON_TERMS = 512  # common terms remembered per user
 PAGE_COUNT_TTL_S = 60.0  # a user's page count is read again after this long
 FLUSH_DELAY_S = 0.02  # pages gathered this long are written in one batch (a page written at most once per batch)
 MAX_PENDING_ROWS = 4096  # pages waiting at once; past it a turn's pages wait for the conversation's next turn
@@ -64,6 +65,10 @@ class UserMemory:
         self.metrics = metrics
         self.enabled = enabled and hasattr(repo, "user_page_candidates")
         self.timeout_s = timeout_s
+        # (tenant, user) -> terms too common among the user's pages to name anything (a term's pages only grow): a
+        # question naming nothing else is not searched again
+        self._common: BoundedLru[tuple[str, str], frozenset[str]] = BoundedLru(
+            "user_common_terms", 100_000, 32 * 2**20, size_of=lambda k, v: 128 + len(k[1]) + 64 * len(v))
         self._pending: dict[tuple[str, str, str, str], UserPageRow] = {}  # (tenant, user, conversation, page) -> row
         self._flusher: asyncio.Task[None] | None = None
         # (tenant, user) -> (when counted, the user's pages): how specific a term is, recounted now and then
@@ -77,6 +82,10 @@ class UserMemory:
         if not text or not (asks(text) or is_look_up(text) or counts(text)):
             return None
         query = search_words(text, skip=LOOK_UP_TERMS) or search_words(text) or text[:200]
+        known_common = self._common.get((tenant, end_user))
+        if known_common is not None and all(t in known_common or is_short_number(t) for t in query_terms(query)):
+            self._count("common")  # nothing the message names can be specific among the user's pages
+            return None
         try:
             hits, idf = await asyncio.wait_for(self._search(tenant, end_user, conversation_id, query, text, state),
                                                self.timeout_s)
@@ -99,9 +108,13 @@ class UserMemory:
         if known is None or time.monotonic() - known[0] > PAGE_COUNT_TTL_S:
             known = (time.monotonic(), await self.repo.user_page_count(tenant, end_user))
             self._page_counts.put(key, known)
-        return await search_user(self.repo, tenant, end_user, conversation_id, query, HITS, counting=counts(text),
-                                 exclude=shown_labels(state),  # pushed on an earlier turn, still in the prompt
-                                 user_pages=known[1])
+        common = set(self._common.get(key) or ())
+        found = await search_user(self.repo, tenant, end_user, conversation_id, query, HITS, counting=counts(text),
+                                  exclude=shown_labels(state),  # pushed on an earlier turn, still in the prompt
+                                  user_pages=known[1], common=common)
+        if common:
+            self._common.put(key, frozenset(list(common)[-MAX_COMMON_TERMS:]))
+        return found
 
     # --- the round -------------------------------------------------------------------------------------------------
     def exchange(self, turn: Any, rounds: TurnRecall, tool_name: str) -> list[dict[str, Any]]:
@@ -208,7 +221,7 @@ def user_turns(pages: Any) -> list[UserTurn]:
 def page_row(end_user: str, turn: UserTurn, messages: list[dict[str, Any]]) -> UserPageRow:
     text = index_text(messages[turn.start:turn.end])[:MAX_PAGE_CHARS]
     counts, length = page_counts(text)
-    return UserPageRow(turn.label, turn.start, turn.end - 1, turn.first_seen, text, tagged_terms(end_user, text),
+    return UserPageRow(turn.label, turn.start, turn.end - 1, turn.first_seen, text, tagged_terms(end_user, counts),
                        counts, length)
 
 

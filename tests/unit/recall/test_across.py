@@ -30,9 +30,11 @@ def ranked(question: str, pages: list[UserPageText], k: int) -> tuple[list[tuple
 
 
 def test_terms_carry_the_users_key_once_each():
-    terms = across.tagged_terms("uabc", "user: my guitar, my guitar and my piano")
+    counts, length = across.page_counts("user: my guitar, my guitar and my piano\nassistant: a piano")
+    terms = across.tagged_terms("uabc", counts)
     assert terms == [f"uabc.{t}" for t in dict.fromkeys(across.tokenize("my guitar, my guitar and my piano"))]
-    assert len(terms) == len(set(terms))
+    assert "uabc.user" not in terms and "uabc.assistant" not in terms  # the role labels are not terms
+    assert counts[across.tokenize("piano")[0]] == 3 and length == sum(counts.values())  # the user's words twice
 
 
 def test_the_tsquery_quotes_each_lexeme():
@@ -112,3 +114,24 @@ def test_a_push_needs_a_term_that_names_something_specific():
     stats.append(UserPageStats("c2", "1", 0.0, length, {t: counts[t] for t in q.weights if t in counts}))
     hits, _ = across.rank(q, stats, 6, across.specific_limit(41))
     assert [h[0].conversation_id for h in hits] == ["c2"]
+
+
+def test_terms_common_among_the_users_pages_are_remembered_and_not_searched_again():
+    import asyncio
+
+    from proxy.recall.user_search import search_user
+
+    class Store:
+        calls = 0
+
+        async def user_page_candidates(self, tenant, end_user, cid, tsquery, counted, limit):
+            Store.calls += 1
+            return [UserPageStats("c1", str(n), 0.0, 12, {t: 1 for t in counted}) for n in range(40)]
+
+        async def user_page_texts(self, tenant, end_user, pages):
+            return []
+
+    common: set[str] = set()
+    hits, _ = asyncio.run(search_user(Store(), "t", "u1", "c2", "What about item 7? Keep it brief.", 6,
+                                      user_pages=40, common=common))
+    assert hits == [] and {"item", "brief", "keep"} <= common
