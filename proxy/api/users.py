@@ -67,6 +67,7 @@ async def delete_user(request: Request, user_id: str) -> Response:
     leftover = await services.store.repo.delete_user(tenant, key)
     if services.memory is not None:
         services.memory.forget_user(tenant, key)
+    services.context.across.forget_user(tenant, key)
     return Response(content={"user": key, "deleted": True, "conversations": len(erased) + len(leftover),
                              "images_deleted": sum(e.get("images_deleted", 0) for e in erased)})
 

@@ -183,6 +183,12 @@ class UserMemory:
             log.warning("could not index %d pages for their users (%s)", len(batch), exc)
             self.metrics.store_write_failures.labels("user_pages").inc()
 
+    def forget_user(self, tenant: str, end_user: str) -> None:
+        """After the user is deleted: what this process learnt of their pages goes (their waiting pages too)."""
+        self._common.pop((tenant, end_user))
+        self._page_counts.pop((tenant, end_user))
+        self._pending = {k: v for k, v in self._pending.items() if k[:2] != (tenant, end_user)}
+
     async def close(self) -> None:
         """Write what is gathered now."""
         flusher = self._flusher
