@@ -224,8 +224,9 @@ class Metrics:
         self.user_memory_pushes = Counter(
             "memci_user_memory_pushes", "User turns with a user id that asked something, searched in the user's other "
             "conversations, by outcome: pushed (a round of their pages), no_match (no page holds the message's terms), "
-            "no_hits (none holds enough of them), no_room, timeout, failed; write_skipped: a turn's pages not indexed "
-            "(too many writes waiting; the conversation's next turn indexes them).", ["outcome"], registry=r,
+            "no_hits (none holds enough of them, or nothing specific), common (not searched: every term it names "
+            "was found too common among the user's pages), no_room, timeout, failed; write_skipped: a turn's pages "
+            "not indexed (too many writes waiting; the conversation's next turn indexes them).", ["outcome"], registry=r,
         )
         self.recall_push_tokens = Histogram(
             "memci_recall_push_tokens", "Estimated tokens one proactive recall round added to the prompt (kept in the "

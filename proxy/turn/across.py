@@ -23,7 +23,8 @@ from typing import Any
 from proxy.caches import BoundedLru
 from proxy.metrics import Metrics
 from proxy.engine import ConversationState
-from proxy.recall.across import Candidate, is_short_number, page_counts, query_terms, render, shown_labels, tagged_terms
+from proxy.recall.across import (Candidate, is_short_number, page_counts, query_terms, render, shown_labels,
+                                 tagged_terms)
 from proxy.recall.user_search import search_user
 from proxy.recall.pagetext import index_text
 from proxy.recall.proactive import (LOOK_UP_TERMS, asks_about_reply, is_look_up, push_call, recall_round,
@@ -31,7 +32,7 @@ from proxy.recall.proactive import (LOOK_UP_TERMS, asks_about_reply, is_look_up,
 from proxy.recall.counting import counts
 from proxy.recall.salience import asks
 from proxy.store.ports import UserPageRow
-from proxy.turn.push import PUSH_SHARE, QUESTION_HIGH_WATERMARK, latest_user_text
+from proxy.turn.push import PUSH_SHARE, latest_user_text
 from proxy.turn.recall_rounds import CALL_FRAMING_TOKENS, RESULT_FRAMING_TOKENS, TurnRecall
 
 log = logging.getLogger("memci.turn")
@@ -231,4 +232,4 @@ def page_row(end_user: str, turn: UserTurn, messages: list[dict[str, Any]]) -> U
                        counts, length)
 
 
-__all__ = ["AcrossNeed", "UserMemory", "QUESTION_HIGH_WATERMARK"]
+__all__ = ["AcrossNeed", "UserMemory", "UserTurn", "page_row", "user_turns"]
