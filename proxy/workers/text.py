@@ -14,11 +14,14 @@ __all__ = ["estimate_tokens", "messages_text", "batches", "cut_to_tokens", "pars
 
 
 def messages_text(messages: Iterable[dict[str, Any]], message_chars: int) -> str:
+    """One line per message as proxy.recall.pagetext.message_text labels it (its role once), each cut to about
+    ``message_chars`` characters after its label."""
     lines = []
     for message in messages:
-        text = " ".join(message_text(message).split())
-        if text:
-            lines.append(f"{message.get('role') or '?'}: {text[:message_chars]}")
+        role = message.get("role") or "?"
+        text = " ".join(message_text(message).split())  # labelled by its role already ("user: …", "tool: …",
+        if text:                                          # "assistant called f(…)")
+            lines.append(text[:len(role) + 2 + message_chars])
     return "\n".join(lines)
 
 

@@ -24,3 +24,12 @@ async def test_a_created_conversation_reads_no_summary_from_the_database():
     assert await worker.latest_summary("t", "older") == ""  # not created here: read once, then cached
     assert await worker.latest_summary("t", "older") == ""
     assert repo.summary_reads == 1
+
+
+def test_a_summary_prompt_labels_each_role_once():
+    from proxy.workers.text import messages_text
+
+    text = messages_text([{"role": "user", "content": "hi"},
+                          {"role": "assistant", "content": None,
+                           "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": '{"a": 1}'}}]}], 100)
+    assert text.splitlines() == ["user: hi", 'assistant called f({"a": 1})']
