@@ -19,7 +19,8 @@ from proxy.recall.text import keyword_counts, top_keywords
 from proxy.workers.backoff import BACKLOG_EVENT, after_failure
 from proxy.workers.config import MemoryConfig
 from proxy.workers.prefix import PROFILE_INSTRUCTION, SUMMARY_INSTRUCTION, SummaryBase, job_body, page_instruction
-from proxy.workers.summarizer import COMPRESS_PROMPT, PAGES_PROMPT, PROFILE_PROMPT, Summarizer, SummaryFailed
+from proxy.workers.summarizer import (COMPRESS_PROMPT, PAGES_PROMPT, PROFILE_PROMPT, AnsweredWithToolCall, Summarizer,
+                                      SummaryFailed)
 from proxy.workers.text import batches, cut_to_tokens, estimate_tokens, fact_digest, messages_text, parse_facts
 
 log = logging.getLogger("memci.workers")
@@ -79,9 +80,14 @@ async def answers(summarizer: Summarizer, pages: list[PageText], bases: Sequence
             instruction = page_instruction(prefix_template, group[0].rows[0], group[-1].rows[-1])
             on_call("prefix")
             answer = base.answer_after(group[-1].rows)
-            yield group, await complete_after(job_body(base.body, instruction, max_tokens, answer), base.base_url,
-                                              base.auth)
-            continue
+            try:
+                text = await complete_after(job_body(base.body, instruction, max_tokens, answer), base.base_url,
+                                            base.auth)
+            except AnsweredWithToolCall:  # the conversation's tools tempted the model: the plain prompt has none
+                pass
+            else:
+                yield group, text
+                continue
         for batch in batches([(p, p.text) for p in group], batch_chars):
             on_call("plain")
             body = "\n\n".join(f"[page {p.number}]\n{t}" for p, t in batch)

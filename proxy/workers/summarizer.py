@@ -47,6 +47,10 @@ class SummaryFailed(Exception):
     """The summariser gave no usable answer."""
 
 
+class AnsweredWithToolCall(SummaryFailed):
+    """A job on a conversation's prompt (its tools offered) was answered with a tool call instead of text."""
+
+
 class Summarizer(Protocol):
     async def complete(self, instruction: str, text: str, max_tokens: int) -> str: ...
 
@@ -126,9 +130,12 @@ class ModelSummarizer:
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             raise SummaryFailed(f"summariser unreachable: {type(exc).__name__}") from exc
         try:
-            content = payload["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError) as exc:
+            message = payload["choices"][0]["message"]
+            content = message.get("content")
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise SummaryFailed("summariser answer without content") from exc
+        if (not isinstance(content, str) or not content.strip()) and message.get("tool_calls"):
+            raise AnsweredWithToolCall("summariser answered with a tool call")
         if not isinstance(content, str) or not content.strip():
             raise SummaryFailed("summariser answered nothing")
         return content.strip()

@@ -126,6 +126,23 @@ async def test_answers_use_the_base_and_fall_back_for_what_it_does_not_hold() ->
     assert "topic 2" in summarizer.plain[0][1] and summarizer.plain[0][0] == PAGES_PROMPT
 
 
+async def test_a_job_answered_with_a_tool_call_is_asked_again_without_the_conversations_tools() -> None:
+    from proxy.workers.summarizer import AnsweredWithToolCall
+
+    class Tempted(FakeSummarizer):
+        async def _complete_after(self, body: dict[str, Any], base_url: str, auth: str = "") -> str:
+            self.prefixed.append((body, base_url))
+            raise AnsweredWithToolCall("summariser answered with a tool call")
+
+    p = [page(i, f"topic {i}") for i in range(2)]
+    base = SummaryBase(base_body(p), "http://worker-2/v1", 1.0, auth="Bearer sk-client")
+    summarizer, calls = Tempted(), []
+    out = [(list(t.number for t in g), a) async for g, a in
+           answers(summarizer, [page_text(i, rows, 2 * i) for i, rows in enumerate(p)], [base], SUMMARY_INSTRUCTION,
+                   PAGES_PROMPT, 100, 8000, calls.append)]
+    assert out == [(["0", "1"], "plain summary")] and calls == ["prefix", "plain"]  # now, not ten minutes later
+
+
 async def test_a_summariser_without_prefix_calls_gets_plain_jobs() -> None:
     p = [page(0, "topic")]
     summarizer = FakeSummarizer(prefix=False)
