@@ -13,7 +13,8 @@ from proxy.api.api_metrics import metered
 from proxy.api.edge import forward_as_sent, managed_turn
 from proxy.api.forwarding import respond, services_of
 from proxy.api.response_chain import ResponseChain
-from proxy.api.responses_codec import assistant_messages, chat_request, input_messages, new_id, response_of
+from proxy.api.responses_codec import (assistant_messages, chat_request, input_messages, new_id, response_of,
+                                       tool_names)
 from proxy.api.responses_stream import response_events
 from proxy.turn.identity import tenant_of
 from proxy.upstream.exchange import Answer
@@ -47,7 +48,8 @@ async def create_response(request: Request) -> Response:
         raise bad_request("'previous_response_id' must be a string", param="previous_response_id")
     chain = response_chain(request)
     history = await chain.messages(tenant, previous) if previous else []
-    new = input_messages(data.get("input"))
+    names = tool_names(data.get("tools"))  # namespaced functions' upstream names
+    new = input_messages(data.get("input"), names)
     if not new and not history:
         raise bad_request("'input' must contain at least one item", param="input")
     answer = await managed_turn(request, chat_request(data, [*history, *new]), started, messages_param="input")
@@ -58,8 +60,8 @@ async def create_response(request: Request) -> Response:
 
     async def keep(response: dict[str, Any]) -> None:
         if store:
-            await chain.keep(tenant, response_id, previous, history, [*new, *assistant_messages(response["output"])],
-                             conversation_id)
+            added = [*new, *assistant_messages(response["output"], names)]
+            await chain.keep(tenant, response_id, previous, history, added, conversation_id)
 
     answer = metered(answer, services.metrics, "responses")
     return respond(await _translated(answer, data, response_id, keep))

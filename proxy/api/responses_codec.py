@@ -10,10 +10,14 @@ from (text and function calls in one message).
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
+
+import xxhash
 
 from proxy.wire.chunks import Completion, text_of_parts, usage_numbers
 from proxy.wire.errors import bad_request
@@ -27,6 +31,7 @@ _ROLES = ("user", "assistant", "system", "developer")
 # Tools the API's host runs itself: an engine behind chat completions cannot, so they are not offered to the model.
 _CUSTOM_PARAMETERS = {"type": "object", "properties": {"input": {"type": "string", "description": "The tool's input, "
                                                                "as free text."}}, "required": ["input"]}
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_-]")  # what a function name may not hold
 _HOSTED_TOOLS = ("web_search", "file_search", "code_interpreter", "image_generation", "computer_use", "mcp",
                  "local_shell")
 
@@ -36,8 +41,9 @@ def new_id(prefix: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------- input
-def input_messages(value: Any) -> list[dict[str, Any]]:
-    """A request's `input` (a string, or a list of items) as chat-completions messages."""
+def input_messages(value: Any, names: ToolNames | None = None) -> list[dict[str, Any]]:
+    """A request's `input` (a string, or a list of items) as chat-completions messages; ``names``: the upstream
+    names of namespaced functions (``tool_names``), for calls that name their namespace."""
     if value is None:
         raise bad_request("'input' is a required property", param="input", code="missing_required_parameter")
     if isinstance(value, str):
@@ -63,8 +69,11 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
             custom = kind == "custom_tool_call"
             arguments = (custom_arguments(_text(item, "input", i)) if custom else _text(item, "arguments", i))
             call_id = _text(item, "call_id", i) or _text(item, "id", i)
-            call = {"id": call_id, "type": "function",
-                    "function": {"name": _text(item, "name", i), "arguments": arguments}}
+            name = _text(item, "name", i)
+            namespace = item.get("namespace")
+            if names and isinstance(namespace, str):
+                name = names.get((namespace, name), name)
+            call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and not reasoning:
                 last.setdefault("tool_calls", []).append(call)
@@ -160,18 +169,41 @@ def _text(item: dict[str, Any], key: str, i: int, where: str = "") -> str:
     return value
 
 
-def chat_tools(tools: Any) -> list[dict[str, Any]]:
-    """Function tools, and those of a `namespace` (a group of function tools), as chat tools; the host's own tools
-    (web_search, file_search, ...) are left out: the upstream engine cannot run them."""
+ToolNames = dict[tuple[str, str], str]  # (namespace, function name) -> the name the upstream gets
+
+
+def tool_names(tools: Any) -> ToolNames:
+    """The upstream names of namespaced functions: their own, unless the same name is offered twice (two namespaces,
+    or one and the top level), then ``<namespace>__<name>`` (only characters a function name may hold, at most 64)."""
+    tools = [t for t in tools or () if isinstance(t, dict)] if isinstance(tools, list) else []
+    spaced = [(tool["name"], t["name"]) for tool in tools if tool.get("type") == "namespace"
+              and isinstance(tool.get("name"), str) and isinstance(tool.get("tools"), list)
+              for t in tool["tools"] if isinstance(t, dict) and isinstance(t.get("name"), str)]
+    plain = [t.get("name") for t in tools if t.get("type") in ("function", "custom")]
+    seen = Counter([*plain, *(name for _, name in spaced)])
+    return {(space, name): name if seen[name] == 1 else qualified_name(space, name) for space, name in spaced}
+
+
+def qualified_name(namespace: str, name: str) -> str:
+    full = _NOT_NAME.sub("_", f"{namespace}__{name}")
+    return full if len(full) <= 64 else full[:55] + "_" + xxhash.xxh3_64_hexdigest(f"{namespace}\0{name}".encode())[:8]
+
+
+def chat_tools(tools: Any, names: ToolNames | None = None, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Function tools, and those of a `namespace` (a group of function tools), as chat tools (a namespaced one under
+    its upstream name, ``tool_names``); the host's own tools (web_search, file_search, ...) are left out: the
+    upstream engine cannot run them."""
     if not isinstance(tools, list):
         raise bad_request("'tools' must be an array", param="tools")
+    if names is None and namespace is None:
+        names = tool_names(tools)
     out = []
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
         if isinstance(kind, str) and kind.startswith(_HOSTED_TOOLS):
             continue
         if kind == "namespace" and isinstance(tool.get("tools"), list):
-            out.extend(chat_tools(tool["tools"]))
+            out.extend(chat_tools(tool["tools"], names, tool.get("name") if isinstance(tool.get("name"), str) else ""))
             continue
         if kind == "custom" and tool.get("name"):  # freeform text in: one string argument
             description = str(tool.get("description") or "")
@@ -181,7 +213,7 @@ def chat_tools(tools: Any) -> list[dict[str, Any]]:
         if kind != "function" or not tool.get("name"):
             raise bad_request(f"tools[{i}]: only function tools (and namespaces of them) are supported by this proxy "
                               f"(got {kind!r})", param=f"tools[{i}]", code="unsupported_value")
-        function = {"name": tool["name"]}
+        function = {"name": (names or {}).get((namespace, tool["name"]), tool["name"]) if namespace else tool["name"]}
         for key in ("description", "parameters", "strict"):
             if tool.get(key) is not None:
                 function[key] = tool[key]
@@ -189,9 +221,12 @@ def chat_tools(tools: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _tool_choice(choice: Any) -> Any:
+def _tool_choice(choice: Any, names: ToolNames) -> Any:
     if isinstance(choice, dict) and choice.get("type") == "function":
-        return {"type": "function", "function": {"name": choice.get("name")}}
+        name, namespace = choice.get("name"), choice.get("namespace")
+        if isinstance(namespace, str) and isinstance(name, str):
+            name = names.get((namespace, name), name)
+        return {"type": "function", "function": {"name": name}}
     return choice
 
 
@@ -207,7 +242,7 @@ def chat_request(data: dict[str, Any], conversation: list[dict[str, Any]]) -> di
     if data.get("tools"):
         chat["tools"] = chat_tools(data["tools"])
     if data.get("tool_choice") is not None:
-        chat["tool_choice"] = _tool_choice(data["tool_choice"])
+        chat["tool_choice"] = _tool_choice(data["tool_choice"], tool_names(data.get("tools")))
     if isinstance(data.get("max_output_tokens"), int):
         chat["max_tokens"] = data["max_output_tokens"]
     reasoning = data.get("reasoning")
@@ -241,18 +276,18 @@ def custom_input(arguments: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ToolKinds:
-    """What a call's output item looks like: the namespace a function came in, the freeform (custom) tools."""
+    """What a call's output item looks like: the namespace and the name a function came in with (by its upstream
+    name), the freeform (custom) tools."""
 
-    namespaces: dict[str, str]
+    namespaces: dict[str, tuple[str, str]]
     custom: frozenset[str]
 
 
 def tool_kinds(tools: Any) -> ToolKinds:
-    tools = [t for t in tools or () if isinstance(t, dict)]
-    return ToolKinds(
-        {t["name"]: tool["name"] for tool in tools if tool.get("type") == "namespace"
-         for t in tool.get("tools") or () if isinstance(t, dict) and isinstance(t.get("name"), str)},
-        frozenset(t["name"] for t in tools if t.get("type") == "custom" and isinstance(t.get("name"), str)))
+    names = tool_names(tools)
+    tools = [t for t in tools or () if isinstance(t, dict)] if isinstance(tools, list) else []
+    custom = frozenset(t["name"] for t in tools if t.get("type") == "custom" and isinstance(t.get("name"), str))
+    return ToolKinds({upstream: key for key, upstream in names.items()}, custom)
 
 
 def output_items(done: Completion, kinds: ToolKinds | None = None) -> list[dict[str, Any]]:
@@ -287,17 +322,20 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str, st
     if kinds is not None and name in kinds.custom:
         return {"id": "ctc_" + item_id.split("_", 1)[-1], "type": "custom_tool_call", "status": status,
                 "call_id": call_id, "name": name, "input": custom_input(arguments) if arguments else ""}
+    namespace = None
+    if kinds is not None and name in kinds.namespaces:
+        namespace, name = kinds.namespaces[name]  # the call comes back in the namespace the model chose
     item = {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
             "arguments": arguments}
-    if kinds is not None and name in kinds.namespaces:
-        item["namespace"] = kinds.namespaces[name]
+    if namespace is not None:
+        item["namespace"] = namespace
     return item
 
 
-def assistant_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def assistant_messages(items: list[dict[str, Any]], names: ToolNames | None = None) -> list[dict[str, Any]]:
     """The output items as the messages a client resending them would give: the chain behind the next turn."""
     return input_messages([i for i in items if i.get("type") in ("message", "function_call", "custom_tool_call",
-                                                                 "reasoning")])
+                                                                 "reasoning")], names)
 
 
 def response_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import msgspec
 import pytest
 
-from proxy.api.responses_codec import assistant_messages, chat_request, input_messages, output_items, response_of
+from proxy.api.responses_codec import (assistant_messages, chat_request, input_messages, output_items, qualified_name,
+                                       response_of, tool_names)
 from proxy.api.responses_stream import response_events
 from proxy.wire.chunks import Completion, ToolCallSoFar
 from proxy.wire.errors import ProxyError
@@ -195,3 +197,31 @@ def test_a_streamed_freeform_call():
                          "response.custom_tool_call_input.done", "response.output_item.done", "response.completed"]
     assert events[-1]["response"]["output"][0]["input"] == "*** Begin"
     assert events[2]["item"]["id"] == events[-2]["item"]["id"]
+
+
+def test_one_function_name_in_two_namespaces_gets_one_upstream_name_each_and_maps_back():
+    lookup = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+    tools = [{"type": "namespace", "name": "mcp__alpha", "tools": [lookup]},
+             {"type": "namespace", "name": "mcp__beta", "tools": [lookup]},
+             {"type": "namespace", "name": "agents", "tools": [{"type": "function", "name": "spawn"}]}]
+    earlier = [{"type": "function_call", "call_id": "c0", "name": "lookup", "namespace": "mcp__beta",
+                "arguments": "{}"},
+               {"type": "function_call_output", "call_id": "c0", "output": "ok"}]
+    names = tool_names(tools)
+    chat = chat_request({"input": earlier, "tools": tools, "tool_choice": {"type": "function", "name": "lookup",
+                                                                            "namespace": "mcp__alpha"}},
+                        input_messages(earlier, names))
+    assert [t["function"]["name"] for t in chat["tools"]] == ["mcp__alpha__lookup", "mcp__beta__lookup", "spawn"]
+    assert chat["messages"][0]["tool_calls"][0]["function"]["name"] == "mcp__beta__lookup"
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "mcp__alpha__lookup"}}
+    for upstream, namespace in (("mcp__alpha__lookup", "mcp__alpha"), ("mcp__beta__lookup", "mcp__beta")):
+        done = Completion(tool_calls={0: ToolCallSoFar("c1", upstream, "{}")})
+        item = response_of({"tools": tools}, "resp_1", done)["output"][0]
+        assert (item["name"], item["namespace"]) == ("lookup", namespace)
+        assert assistant_messages([item], names)[0]["tool_calls"][0]["function"]["name"] == upstream
+
+
+def test_a_long_qualified_name_stays_a_valid_function_name():
+    name = qualified_name("mcp__" + "x" * 80, "look.up")
+    assert len(name) <= 64 and re.fullmatch(r"[A-Za-z0-9_-]+", name)
+    assert name != qualified_name("mcp__" + "x" * 80, "look-up")
