@@ -42,7 +42,10 @@ EXCERPT_CHARS = (320, 200, 120, 80)  # each hit's excerpt (the best's twice), sh
 MIN_RESULT_TOKENS = 64
 MAX_COMMON_TERMS = 512  # common terms remembered per user
 PAGE_COUNT_TTL_S = 60.0  # a user's page count is read again after this long
-FLUSH_DELAY_S = 0.02  # pages gathered this long are written in one batch (a page written at most once per batch)
+# pages gathered this long are written in one batch, each page once, with its text as it is then: a chat's newest page
+# (its user message) and the same page with its answer a turn later are one write; a search of the user's pages
+# writes theirs first
+FLUSH_DELAY_S = 2.0
 MAX_PENDING_ROWS = 4096  # pages waiting at once; past it a turn's pages wait for the conversation's next turn
 
 
@@ -70,7 +73,9 @@ class UserMemory:
         # question naming nothing else is not searched again
         self._common: BoundedLru[tuple[str, str], frozenset[str]] = BoundedLru(
             "user_common_terms", 100_000, 32 * 2**20, size_of=lambda k, v: 128 + len(k[1]) + 64 * len(v))
-        self._pending: dict[tuple[str, str, str, str], UserPageRow] = {}  # (tenant, user, conversation, page) -> row
+        # (tenant, user) -> (conversation, page) -> (the turn's page, the messages it reads): its row made when written
+        self._pending: dict[tuple[str, str], dict[tuple[str, str], tuple[UserTurn, list[dict[str, Any]]]]] = {}
+        self._pending_rows = 0
         self._flusher: asyncio.Task[None] | None = None
         # (tenant, user) -> (when counted, the user's pages): how specific a term is, recounted now and then
         self._page_counts: BoundedLru[tuple[str, str], tuple[float, int]] = BoundedLru(
@@ -105,6 +110,8 @@ class UserMemory:
     async def _search(self, tenant: str, end_user: str, conversation_id: str, query: str, text: str,
                       state: ConversationState | None) -> tuple[list[tuple[Candidate, float]], dict[str, float]]:
         key = (tenant, end_user)
+        if self._pending.get(key):  # this process's waiting pages of the user: searchable first
+            await self._flush(key)
         known = self._page_counts.get(key)
         if known is None or time.monotonic() - known[0] > PAGE_COUNT_TTL_S:
             known = (time.monotonic(), await self.repo.user_page_count(tenant, end_user))
@@ -157,14 +164,17 @@ class UserMemory:
         background: gathered for ``FLUSH_DELAY_S`` (the newest text of a page wins), then written in one batch."""
         if not self.enabled or not end_user:
             return
+        waiting = self._pending.setdefault((tenant, end_user), {})
         for turn in user_turns(state.pages):
             if turn.end > first_new and turn.start < len(messages):
-                key = (tenant, end_user, conversation_id, turn.label)
-                if key not in self._pending and len(self._pending) >= MAX_PENDING_ROWS:
-                    self._count("write_skipped")
-                    continue
-                self._pending[key] = page_row(end_user, turn, messages)
-        if self._pending and self._flusher is None:
+                key = (conversation_id, turn.label)
+                if key not in waiting:
+                    if self._pending_rows >= MAX_PENDING_ROWS:
+                        self._count("write_skipped")
+                        continue
+                    self._pending_rows += 1
+                waiting[key] = (turn, messages)
+        if self._pending_rows and self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
 
     async def _flush_soon(self) -> None:
@@ -174,12 +184,19 @@ class UserMemory:
             self._flusher = None
             await self._flush()
 
-    async def _flush(self) -> None:
-        batch, self._pending = self._pending, {}
+    async def _flush(self, user: tuple[str, str] | None = None) -> None:
+        """Write what is gathered (``user``: of that (tenant, user) alone)."""
+        if user is None:
+            taken, self._pending = self._pending, {}
+        else:
+            taken = {user: self._pending.pop(user, {})}
+        batch = [(t, u, c, page_row(u, turn, messages))
+                 for (t, u), pages in taken.items() for (c, _), (turn, messages) in pages.items()]
+        self._pending_rows -= len(batch)
         if not batch:
             return
         try:
-            await self.repo.put_user_pages([(t, u, c, row) for (t, u, c, _), row in batch.items()])
+            await self.repo.put_user_pages(batch)
         except Exception as exc:
             log.warning("could not index %d pages for their users (%s)", len(batch), exc)
             self.metrics.store_write_failures.labels("user_pages").inc()
@@ -188,7 +205,7 @@ class UserMemory:
         """After the user is deleted: what this process learnt of their pages goes (their waiting pages too)."""
         self._common.pop((tenant, end_user))
         self._page_counts.pop((tenant, end_user))
-        self._pending = {k: v for k, v in self._pending.items() if k[:2] != (tenant, end_user)}
+        self._pending_rows -= len(self._pending.pop((tenant, end_user), {}))
 
     async def close(self) -> None:
         """Write what is gathered now."""
