@@ -42,10 +42,9 @@ EXCERPT_CHARS = (320, 200, 120, 80)  # each hit's excerpt (the best's twice), sh
 MIN_RESULT_TOKENS = 64
 MAX_COMMON_TERMS = 512  # common terms remembered per user
 PAGE_COUNT_TTL_S = 60.0  # a user's page count is read again after this long
-# pages gathered this long are written in one batch, each page once, with its text as it is then: a chat's newest page
-# (its user message) and the same page with its answer a turn later are one write; a search of the user's pages
-# writes theirs first
-FLUSH_DELAY_S = 2.0
+# pages gathered this long are written in one batch, each page once, with its text as it is then; a search of the
+# user's pages writes this process's waiting ones of that user first
+FLUSH_DELAY_S = 0.05
 MAX_PENDING_ROWS = 4096  # pages waiting at once; past it a turn's pages wait for the conversation's next turn
 
 
@@ -76,6 +75,7 @@ class UserMemory:
         # (tenant, user) -> (conversation, page) -> (the turn's page, the messages it reads): its row made when written
         self._pending: dict[tuple[str, str], dict[tuple[str, str], tuple[UserTurn, list[dict[str, Any]]]]] = {}
         self._pending_rows = 0
+        self._writes: set[asyncio.Task[Any]] = set()  # searches still running (past their deadline, too)
         self._flusher: asyncio.Task[None] | None = None
         # (tenant, user) -> (when counted, the user's pages): how specific a term is, recounted now and then
         self._page_counts: BoundedLru[tuple[str, str], tuple[float, int]] = BoundedLru(
@@ -92,12 +92,14 @@ class UserMemory:
         if known_common is not None and all(t in known_common or is_short_number(t) for t in query_terms(query)):
             self._count("common")  # nothing the message names can be specific among the user's pages
             return None
-        try:
-            hits, idf = await asyncio.wait_for(self._search(tenant, end_user, conversation_id, query, text, state),
-                                               self.timeout_s)
-        except TimeoutError:
+        # past the deadline the turn goes on without; the search is not cancelled (no query is cut half done)
+        search = self._spawn(self._search(tenant, end_user, conversation_id, query, text, state))
+        done, _ = await asyncio.wait({search}, timeout=self.timeout_s)
+        if not done:
             self._count("timeout")
             return None
+        try:
+            hits, idf = search.result()
         except Exception:
             log.exception("the search of the user's other conversations failed; no round from them this turn")
             self._count("failed")
@@ -201,6 +203,12 @@ class UserMemory:
             log.warning("could not index %d pages for their users (%s)", len(batch), exc)
             self.metrics.store_write_failures.labels("user_pages").inc()
 
+    def _spawn(self, work: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+        return task
+
     def forget_user(self, tenant: str, end_user: str) -> None:
         """After the user is deleted: what this process learnt of their pages goes (their waiting pages too)."""
         self._common.pop((tenant, end_user))
@@ -213,6 +221,7 @@ class UserMemory:
         if flusher is not None:
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)
+        await asyncio.gather(*self._writes, return_exceptions=True)
         await self._flush()
 
     def _count(self, outcome: str) -> None:
