@@ -88,8 +88,6 @@ def tsquery_text(user_key: str, terms: Sequence[str]) -> str:
     return " | ".join("'" + tagged(user_key, t).replace("\\", "\\\\").replace("'", "''") + "'" for t in terms)
 
 
-
-
 def page_terms(text: str, user_weight: int = USER_WEIGHT) -> list[str]:
     """A page's BM25 terms from its role-labelled text: the user's own words count ``user_weight`` times (what a
     user asks back about is mostly what they said; an assistant's long answers weigh less), with the terms of
@@ -141,6 +139,11 @@ def specific_limit(user_pages: int) -> int:
     return int(min(MAX_DF, max(MIN_DF, PAGE_SHARE * user_pages)))
 
 
+def held_by(query: Query, candidates: Sequence[Stats]) -> dict[str, int]:
+    """How many of the candidates hold each of the query's terms (its weighed ones and those a hit must hold)."""
+    return {t: sum(1 for c in candidates if c.counts.get(t)) for t in dict.fromkeys([*query.weights, *query.terms])}
+
+
 def rank(query: Query, candidates: Sequence[Stats], k: int, specific: int | None = None
          ) -> tuple[list[tuple[Stats, float]], dict[str, float]]:
     """The best ``k`` candidates holding at least two of the query's terms (its only one, for a one-term query: a
@@ -151,12 +154,11 @@ def rank(query: Query, candidates: Sequence[Stats], k: int, specific: int | None
     n = len(candidates)
     if not n:
         return [], {}
+    df = held_by(query, candidates)
     average = sum(c.length for c in candidates) / n or 1.0
-    idf = {t: math.log(1 + (n - df + 0.5) / (df + 0.5))
-           for t in query.weights for df in (sum(1 for c in candidates if c.counts.get(t)),)}
+    idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in query.weights}
     need = min(2, len(query.terms))
-    held_by = {t: sum(1 for c in candidates if c.counts.get(t)) for t in query.terms}
-    rare = {t for t, df in held_by.items() if specific is None or 0 < df <= specific and not is_short_number(t)}
+    rare = {t for t in query.terms if specific is None or 0 < df[t] <= specific and not is_short_number(t)}
     scored = []
     for position, c in enumerate(candidates):
         if sum(1 for t in query.terms if c.counts.get(t)) < need or not any(c.counts.get(t) for t in rare):
@@ -191,4 +193,5 @@ def render(query: str, hits: Sequence[tuple[Candidate, float]], idf: Mapping[str
 
 def render_page(candidate: Candidate) -> str:
     """A page of another conversation read in full."""
-    return f"[Page {label_of(candidate)}] {utc_date(candidate.seen_at)}, another conversation of the user\n{candidate.text}"
+    return (f"[Page {label_of(candidate)}] {utc_date(candidate.seen_at)}, another conversation of the user\n"
+            f"{candidate.text}")

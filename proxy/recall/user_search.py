@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Set
 from typing import Any
 
-from proxy.recall.across import (CANDIDATES, Candidate, label_of, query_of, query_terms, rank, specific_limit,
-                                 tsquery_text)
+from proxy.recall.across import (CANDIDATES, Candidate, held_by, label_of, query_of, query_terms, rank,
+                                 specific_limit, tsquery_text)
 
 
 async def search_user(repo: Any, tenant: str, end_user: str, conversation_id: str, text: str, k: int,
@@ -26,8 +26,8 @@ async def search_user(repo: Any, tenant: str, end_user: str, conversation_id: st
     stats = await finder(tenant, end_user, conversation_id, tsquery_text(end_user, query_terms(text)),
                          list(query.weights), max(CANDIDATES, 2 * k))
     specific = specific_limit(user_pages) if user_pages is not None else None
-    if specific is not None and common is not None:
-        common.update(t for t in query.terms if sum(1 for s in stats if s.counts.get(t)) > specific)
+    if specific is not None and common is not None:  # among all the candidates: the shown ones hold them too
+        common.update(t for t, df in held_by(query, stats).items() if t in query.terms and df > specific)
     hits, idf = rank(query, [s for s in stats if label_of(s) not in exclude], k, specific)
     if not hits:
         return [], idf

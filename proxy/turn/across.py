@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -32,14 +31,13 @@ from proxy.recall.proactive import (LOOK_UP_TERMS, asks_about_reply, is_look_up,
 from proxy.recall.counting import counts
 from proxy.recall.salience import asks
 from proxy.store.ports import UserPageRow
-from proxy.turn.push import PUSH_SHARE, latest_user_text
-from proxy.turn.recall_rounds import CALL_FRAMING_TOKENS, RESULT_FRAMING_TOKENS, TurnRecall
+from proxy.turn.push import MIN_RESULT_TOKENS, charge_round, latest_user_text, round_room
+from proxy.turn.recall_rounds import TurnRecall
 
 log = logging.getLogger("memci.turn")
 HITS = 6  # most hits pushed (LongMemEval S, offline: reach 0.853 with 5, 0.874 with 6, 0.878 with 8)
 MAX_PAGE_CHARS = 16_000  # of a page's text indexed and kept (a long tool output is an offloaded page of its own)
 EXCERPT_CHARS = (320, 200, 120, 80)  # each hit's excerpt (the best's twice), shortened until the round fits
-MIN_RESULT_TOKENS = 64
 MAX_COMMON_TERMS = 512  # common terms remembered per user
 PAGE_COUNT_TTL_S = 60.0  # a user's page count is read again after this long
 # pages gathered this long are written in one batch, each page once, with its text as it is then; a search of the
@@ -57,10 +55,6 @@ class AcrossNeed:
     hits: list[tuple[Candidate, float]]
     idf: dict[str, float]  # of the query's terms among the candidates (placing each excerpt)
 
-    @property
-    def room_wanted(self) -> bool:
-        return bool(self.hits)
-
 
 class UserMemory:
     def __init__(self, repo: Any, metrics: Metrics, enabled: bool, timeout_s: float) -> None:
@@ -75,7 +69,7 @@ class UserMemory:
         # (tenant, user) -> (conversation, page) -> (the turn's page, the messages it reads): its row made when written
         self._pending: dict[tuple[str, str], dict[tuple[str, str], tuple[UserTurn, list[dict[str, Any]]]]] = {}
         self._pending_rows = 0
-        self._writes: set[asyncio.Task[Any]] = set()  # searches still running (past their deadline, too)
+        self._searches: set[asyncio.Task[Any]] = set()  # searches still running (past their deadline, too)
         self._flusher: asyncio.Task[None] | None = None
         # (tenant, user) -> (when counted, the user's pages): how specific a term is, recounted now and then
         self._page_counts: BoundedLru[tuple[str, str], tuple[float, int]] = BoundedLru(
@@ -93,7 +87,10 @@ class UserMemory:
             self._count("common")  # nothing the message names can be specific among the user's pages
             return None
         # past the deadline the turn goes on without; the search is not cancelled (no query is cut half done)
-        search = self._spawn(self._search(tenant, end_user, conversation_id, query, text, state))
+        search = asyncio.get_running_loop().create_task(
+            self._search(tenant, end_user, conversation_id, query, text, state))
+        self._searches.add(search)
+        search.add_done_callback(self._searches.discard)
         done, _ = await asyncio.wait({search}, timeout=self.timeout_s)
         if not done:
             self._count("timeout")
@@ -133,30 +130,14 @@ class UserMemory:
         if need is None or turn.plan.over_budget:
             return []
         call = push_call(tool_name, need.query, f"u{turn.redo.last_index}")
-        counter = rounds.resolver.counter
-        within = int((0.90 * turn.plan.budget - turn.plan.estimated_tokens) / max(1.0, turn.state.correction_ratio))
-        limit = (int(PUSH_SHARE * min(rounds.room, within) / rounds.density) - counter.count_text(call.arguments)
-                 - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS)
-        hits = list(need.hits)
-        text = ""
-        while hits and limit >= MIN_RESULT_TOKENS:
-            for chars in EXCERPT_CHARS:
-                text = render(need.query, hits, need.idf, chars, need.reply_first)
-                if counter.count_text(text) <= limit:
-                    break
-            else:
-                hits = hits[:-1]
-                continue
-            break
-        else:
+        within, limit = round_room(turn, rounds, call)
+        text = fitted(need, limit, rounds.resolver.counter.count_text)
+        if text is None:
             self._count("no_room")
             return []
         exchange = recall_round(call, text)
-        pushed = math.ceil(sum(counter.count_message(m) for m in exchange) * rounds.density)
-        rounds.room = max(0, min(rounds.room, within) - pushed)
-        rounds.initial_room = max(0, min(rounds.initial_room, within) - pushed)
         self._count("pushed")
-        self.metrics.recall_push_tokens.observe(pushed)
+        self.metrics.recall_push_tokens.observe(charge_round(rounds, exchange, within))
         return exchange
 
     # --- after the answer --------------------------------------------------------------------------------------
@@ -203,12 +184,6 @@ class UserMemory:
             log.warning("could not index %d pages for their users (%s)", len(batch), exc)
             self.metrics.store_write_failures.labels("user_pages").inc()
 
-    def _spawn(self, work: Any) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(work)
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
-        return task
-
     def forget_user(self, tenant: str, end_user: str) -> None:
         """After the user is deleted: what this process learnt of their pages goes (their waiting pages too)."""
         self._common.pop((tenant, end_user))
@@ -221,11 +196,24 @@ class UserMemory:
         if flusher is not None:
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)
-        await asyncio.gather(*self._writes, return_exceptions=True)
+        await asyncio.gather(*self._searches, return_exceptions=True)
         await self._flush()
 
     def _count(self, outcome: str) -> None:
         self.metrics.child(self.metrics.user_memory_pushes, outcome).inc()
+
+
+def fitted(need: AcrossNeed, limit: int, count: Any) -> str | None:
+    """The round's text within ``limit`` tokens: every hit with the widest excerpts that fit, else the lowest-ranked
+    hits left out; None when not even the best hit's narrowest excerpt fits."""
+    if limit < MIN_RESULT_TOKENS:
+        return None
+    for shown in range(len(need.hits), 0, -1):
+        for chars in EXCERPT_CHARS:
+            text = render(need.query, need.hits[:shown], need.idf, chars, need.reply_first)
+            if count(text) <= limit:
+                return text
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from proxy.recall.proactive import (LOOK_UP_TERMS, asks_about_reply, has_cjk, is
                                     search_words)
 from proxy.recall.resolver import SEARCH_HITS, RecallContext, RecallResolver, allowed_hits
 from proxy.recall.salience import NOTHING, Weighing, asks, counts, in_text, never_known, verdict, weigh
+from proxy.recall.rounds import ToolCall
 from proxy.recall.tool import RecallArgs
 from proxy.turn.recall_rounds import CALL_FRAMING_TOKENS, RESULT_FRAMING_TOKENS, TurnRecall
 from proxy.turn.turn import Turn
@@ -158,7 +159,6 @@ class ProactivePush:
 
     async def _exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str, need: Need) -> list[dict[str, Any]]:
         m = self.metrics
-        state = turn.state
         # The message's words holding the rare terms that matched: how many pages (below)
         matched = (search_words(need.text, wanted=need.weighing.held | set(need.weighing.terms))
                    or " ".join(need.weighing.terms))
@@ -169,13 +169,7 @@ class ProactivePush:
         query = matched if has_cjk(need.text) else (search_words(need.text, skip=LOOK_UP_TERMS) or matched)
         call = push_call(tool_name, query, f"{turn.redo.last_index}")
         counter = self.resolver.counter
-        # Unlike a call the model makes, the push is the proxy's choice: it stays within the plan's budget (the
-        # model's own calls may still use half the safety margin), 10% kept for the estimate's error.
-        within = int((0.90 * turn.plan.budget - turn.plan.estimated_tokens) / max(1.0, state.correction_ratio))
-        # the resolver's limit is in the base count; the room in planned tokens (learned costs: `density` of each)
-        # At most PUSH_SHARE of it: the rest is the estimate's slack and the model's own recall round.
-        limit = (int(PUSH_SHARE * min(rounds.room, within) / rounds.density) - counter.count_text(call.arguments)
-                 - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS)
+        within, limit = round_room(turn, rounds, call)
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
             return []
@@ -201,11 +195,29 @@ class ProactivePush:
         m.recall_search_seconds.observe(outcome.search_seconds)
         exchange = recall_round(call, outcome.text)
         await rounds.exact(outcome.text, counter.count_text(outcome.text))  # the upstream's count when it can tell
-        pushed = math.ceil(sum(counter.count_message(x) for x in exchange) * rounds.density)
-        # What the model's own rounds may still add: after a push, within the budget too (no margin allowance), so
-        # that a turn the proxy chose to extend never goes over it.
-        rounds.room = max(0, min(rounds.room, within) - pushed)
-        rounds.initial_room = max(0, min(rounds.initial_room, within) - pushed)
         m.recall_pushes.labels("pushed").inc()
-        m.recall_push_tokens.observe(pushed)
+        m.recall_push_tokens.observe(charge_round(rounds, exchange, within))
         return exchange
+
+
+def round_room(turn: Turn, rounds: TurnRecall, call: ToolCall) -> tuple[int, int]:
+    """(the room within the plan's budget, in planned tokens; the tokens the result may take, in the resolver's
+    base count) of a round the proxy pushes with ``call``."""
+    # Unlike a call the model makes, the push is the proxy's choice: it stays within the plan's budget (the
+    # model's own calls may still use half the safety margin), 10% kept for the estimate's error.
+    within = int((0.90 * turn.plan.budget - turn.plan.estimated_tokens) / max(1.0, turn.state.correction_ratio))
+    # the resolver's limit is in the base count; the room in planned tokens (learned costs: `density` of each)
+    # At most PUSH_SHARE of it: the rest is the estimate's slack and the model's own recall round.
+    limit = (int(PUSH_SHARE * min(rounds.room, within) / rounds.density)
+             - rounds.resolver.counter.count_text(call.arguments) - CALL_FRAMING_TOKENS - RESULT_FRAMING_TOKENS)
+    return within, limit
+
+
+def charge_round(rounds: TurnRecall, exchange: list[dict[str, Any]], within: int) -> int:
+    """The pushed round's tokens (planned), taken from the room the model's own rounds have left."""
+    pushed = math.ceil(sum(rounds.resolver.counter.count_message(x) for x in exchange) * rounds.density)
+    # What the model's own rounds may still add: after a push, within the budget too (no margin allowance), so
+    # that a turn the proxy chose to extend never goes over it.
+    rounds.room = max(0, min(rounds.room, within) - pushed)
+    rounds.initial_room = max(0, min(rounds.initial_room, within) - pushed)
+    return pushed

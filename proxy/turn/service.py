@@ -252,14 +252,13 @@ class TurnService:
         state = known.state
         window = await self.window.tokens()
         config = self._config(window)
-        need = (await self.push.weigh(tenant, conversation_id, state, messages)
-                if self.recall_enabled and push_on(self.settings, call.memory_mode) else None)
+        pushing = self.recall_enabled and push_on(self.settings, call.memory_mode)
+        need = await self.push.weigh(tenant, conversation_id, state, messages) if pushing else None
         if need is not None and need.room_wanted:
             config = with_push_room(config, need.room_ceiling)  # its round needs room: an epoch now, not no round
         across = (await self.across.weigh(tenant, call.end_user, conversation_id, state, messages)
-                  if call.end_user and push_on(self.settings, call.memory_mode) and not (need and need.wanted)
-                  else None)
-        if across is not None and across.room_wanted:  # the user's other conversations answer it
+                  if pushing and call.end_user and not (need and need.wanted) else None)
+        if across is not None:  # the user's other conversations answer it: its round needs room
             config = with_push_room(config, QUESTION_HIGH_WATERMARK)
         data = call.data
         tools = list(data.get("tools") or [])
