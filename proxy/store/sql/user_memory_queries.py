@@ -44,10 +44,9 @@ _TEXTS = (
     "WHERE tenant = $1 AND end_user = $2 AND (conversation_id, number) IN "
     "(SELECT * FROM unnest($3::text[], $4::text[]))"
 )
-_PAGE = sql(
-    "SELECT p.conversation_id, p.number, p.seen_at, p.text FROM user_pages p "
-    "WHERE p.tenant = :tenant AND p.end_user = :end_user AND p.number = :number "
-    "AND p.conversation_id LIKE :prefix ORDER BY p.seen_at DESC LIMIT 1"
+_PAGE = (
+    "SELECT conversation_id, number, seen_at, text FROM user_pages "
+    "WHERE tenant = $1 AND end_user = $2 AND number = $3 AND conversation_id LIKE $4 ORDER BY seen_at DESC LIMIT 1"
 )
 _CONVERSATIONS = sql(
     "SELECT c.id, c.created_at, c.last_active_at, c.label, "
@@ -58,8 +57,10 @@ _CONVERSATIONS = sql(
 _DELETE = sql("DELETE FROM conversations WHERE tenant = :tenant AND end_user = :end_user RETURNING id")
 
 
-def _page(row: Any) -> UserPageText:
-    return UserPageText(row.conversation_id, row.number, row.seen_at.timestamp(), unescape(row.text))
+def _page(record: Any) -> UserPageText:
+    """A page's text from a driver's record."""
+    return UserPageText(record["conversation_id"], record["number"], record["seen_at"].timestamp(),
+                        unescape(record["text"]))
 
 
 class UserMemoryQueries:
@@ -101,17 +102,14 @@ class UserMemoryQueries:
             return []
         rows = await self._on_driver(lambda raw: raw.fetch(
             _TEXTS, tenant, end_user, [c for c, _ in pages], [n for _, n in pages]))
-        return [UserPageText(r["conversation_id"], r["number"], r["seen_at"].timestamp(), unescape(r["text"]))
-                for r in rows]
+        return [_page(r) for r in rows]
 
     async def user_page(self, tenant: str, end_user: str, id_prefix: str, number: str) -> UserPageText | None:
         """A page of one of the user's conversations, by its label's parts (proxy.recall.across.parse_label)."""
         if not end_user:
             return None
         prefix = id_prefix.replace("\\", "").replace("%", "").replace("_", "") + "%"
-        params = {"tenant": tenant, "end_user": end_user, "number": number, "prefix": prefix}
-        async with self.engine.connect() as connection:
-            row = (await connection.execute(_PAGE, params)).first()
+        row = await self._on_driver(lambda raw: raw.fetchrow(_PAGE, tenant, end_user, number, prefix))
         return None if row is None else _page(row)
 
     async def user_conversations(self, tenant: str, end_user: str, limit: int = 1000) -> list[dict[str, Any]]:
