@@ -25,6 +25,7 @@ between strategies (``POST /flush_cache``); figures then come from the responses
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -465,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="baselines trim by chars/4 alone (seed 002), not corrected by the upstream's counts")
     parser.add_argument("--model", default="bench", help="model name sent (a real server's served model)")
     parser.add_argument("--upstream", default=None, help="a real server's /v1 URL (SGLang); flushed between strategies")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="the answers' max_tokens (default: the workload's, 256); a small value keeps a CPU "
+                             "engine's decoding short")
     parser.add_argument("--plots", default=str(DEFAULT_PLOT_DIR), metavar="DIR",
                         help="write a PNG per workload here: hit rate and prompt size per turn, every strategy "
                              "(default loadtests/out/; 'none': no plots)")
@@ -491,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
             if workload is None:
                 print(f"### {kind}: skipped (evaluation data not found)\n", flush=True)
                 continue
+            if args.max_tokens:
+                workload = dataclasses.replace(workload, max_tokens=args.max_tokens)
             rows = []
             for key in [s.strip() for s in args.strategies.split(",") if s.strip()]:
                 for variant in (proxy_variants(args) if key == "proxy" else [ProxyVariant()]):
