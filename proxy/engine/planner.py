@@ -66,7 +66,8 @@ class Plan:
     `archived` pages must be stored durably before `messages` is sent; `evicted` are (label, rule) with rule
     "unrecalled", "unchanged" or "lru"; `dropped_pages` left the conversation at a fork (`forked_at` = first
     entry that differed). `blocks`: ("system", 0, 1), ("B6", start, end), ("tail", i, i + 1) for the message
-    carrying the volatile blocks, or ("passthrough", 0, n) when `over_budget` (request unchanged).
+    carrying the volatile blocks. `over_budget`: even after an epoch the prompt exceeds the budget (the fixed part and
+    the newest page alone do not fit): the caller refuses the turn instead of sending it.
     `stable_prefix_messages`: leading messages identical to the previous request's."""
 
     state: ConversationState
@@ -268,23 +269,20 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     rendered_volatile = frozen_volatile(s.hidden, start)
     if volatile_entry >= 0:
         rendered_volatile[volatile_entry] = volatile
-    over_budget = est > budget
+    over_budget = est > budget  # the caller refuses the turn: not even the fixed part fits (never sent unmanaged)
     if over_budget:
-        upstream = [*turn.system, *msgs]
-        blocks: list[tuple[str, int, int]] = [("passthrough", 0, len(upstream))]
         events.append({"type": "context.over_budget", "estimated_tokens": est, "budget_tokens": budget})
-    else:
-        upstream = [] if s.system_text is None else [{"role": "system", "content": s.system_text}]
-        previews = active_previews(s, msgs, start, cfg.condense_tool_chars) if s.offloads else None
-        upstream.extend(render_active(msgs, start, s.condensed, s.hidden, cfg.condense_tool_chars,
-                                      rendered_volatile, s.image_texts, previews))
-        blocks = []
-        if system_count:
-            blocks.append(("system", 0, 1))
-        blocks.append(("B6", system_count, len(upstream)))
-        if volatile and volatile_entry >= start:
-            tail = entry_position(volatile_entry, start, s.hidden, system_count)
-            blocks.append(("tail", tail, tail + 1))
+    upstream = [] if s.system_text is None else [{"role": "system", "content": s.system_text}]
+    previews = active_previews(s, msgs, start, cfg.condense_tool_chars) if s.offloads else None
+    upstream.extend(render_active(msgs, start, s.condensed, s.hidden, cfg.condense_tool_chars,
+                                  rendered_volatile, s.image_texts, previews))
+    blocks: list[tuple[str, int, int]] = []
+    if system_count:
+        blocks.append(("system", 0, 1))
+    blocks.append(("B6", system_count, len(upstream)))
+    if volatile and volatile_entry >= start:
+        tail = entry_position(volatile_entry, start, s.hidden, system_count)
+        blocks.append(("tail", tail, tail + 1))
 
     # -- 6. what stayed byte-identical since the previous request (drives the cold-cache check)
     volatile_text = volatile if volatile_entry >= 0 else ""

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -42,11 +42,12 @@ from proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
 from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
 from proxy.turn.turn import Redo, Release, Turn
 from proxy.turn.across import UserMemory
+from proxy.turn.answer_room import LOWERED_HEADER, fixed_part, requested_tokens, too_long, with_answer_tokens
 from proxy.turn.push import QUESTION_HIGH_WATERMARK, ProactivePush, with_push_room
 from proxy.turn.volatile import VolatileContext, push_on
 from proxy.turn.shapes import Shape, ShapeChoice, holds_rounds, renderer, resend
 from proxy.turn.window import ContextWindow
-from proxy.upstream.refusal import REFUSAL_STATUSES, context_refusal
+from proxy.upstream.refusal import REFUSAL_STATUSES, Refusal, context_refusal
 from proxy.upstream.cache_kind import CacheKind
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
 from proxy.turn.memos import register_process_memos
@@ -165,7 +166,7 @@ class TurnService:
             turn = await self._plan(call, found, system, messages)
         except BaseException as exc:
             await release()
-            if not isinstance(exc, Exception):
+            if not isinstance(exc, Exception) or isinstance(exc, ProxyError):
                 raise
             if isinstance(exc, StoreUnavailable):  # nothing may leave the prompt unstored: a trimmed request
                 self.metrics.store_write_failures.labels("plan").inc()
@@ -178,11 +179,15 @@ class TurnService:
             if answer.events is None and answer.status in REFUSAL_STATUSES:
                 refusal = context_refusal(answer.status, answer.body)
                 window = await self.window.refused(refusal.window, turn.window) if refusal.too_long else None
-                if window is not None:  # the upstream's window shrank: plan the turn again for it, send it once more
-                    self.metrics.turn_resends.labels("window").inc()
+                scale = self._estimate_scale(turn, refusal) if refusal.too_long and window is None else None
+                if window is not None or scale is not None:
+                    # the upstream's window shrank, or the prompt's estimate fell short of the upstream's count of it:
+                    # plan the turn again (for the new window), send it once more (max_tokens fitted to that count)
+                    self.metrics.turn_resends.labels("window" if window is not None else "estimate").inc()
                     again = Found(turn.conversation_id, "prefix" if turn.how in ("new", "fork") else turn.how,
                                   found.known_prefix, found.chains)
                     turn = await self._plan(call, again, system, messages, retry=True)
+                    turn.estimate_scale = scale or 1.0
                     answer = await self._exchange(turn)
         except BaseException as exc:
             await self._finish(turn, release)
@@ -264,7 +269,7 @@ class TurnService:
         tools = list(data.get("tools") or [])
         if self.recall_enabled:
             tools.append(recall_tool(self.settings.recall_tool_name))  # what the upstream will get
-        max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
+        max_tokens = requested_tokens(data)
         volatile = await self.volatile.blocks(call.rewrite_mode, call.memory_mode, tenant, conversation_id, state,
                                               messages)
         memory = self.memory
@@ -276,11 +281,14 @@ class TurnService:
             profile=await self._profile(tenant, conversation_id, call.end_user, state),
             intent=volatile.intent, memory=volatile.memory, system=system, messages=messages,
             tools_tokens=self.counts.tools_tokens(counter, tools_json),
-            max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
+            max_tokens=max_tokens, now=time.time(),
             raw_messages=call.raw_messages, image_descriptions=self.describer.for_tenant(tenant),  # its own only
             offload=call.offload_mode != "off",
         )
         result = plan(state, turn_input, config, counter)
+        if result.over_budget:  # not even the fixed part fits: refused, nothing stored, nothing counted but this
+            self.metrics.over_budget.inc()
+            raise too_long(result, config, max_tokens, fixed_part(result, turn_input.tools_tokens))
         await self._intake_images(result, tenant, conversation_id)
         self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
         accounting = self._count_plan(result, state)
@@ -312,15 +320,17 @@ class TurnService:
     # ------------------------------------------------------------------------------------------------------------
     async def _exchange(self, turn: Turn) -> Answer:
         call, s = turn.call, self.settings
+        headers = {
+            "X-Memci-Conversation-Id": turn.conversation_id,
+            **page_headers(turn.conversation_id, turn.state),
+            "X-Memci-Epoch": "true" if turn.plan.epoch else "false",
+        }
         out = Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, None, call.started, call.stream,
-                       route_key=turn.conversation_id, extra_headers={
-                           "X-Memci-Conversation-Id": turn.conversation_id,
-                           **page_headers(turn.conversation_id, turn.state),
-                           "X-Memci-Epoch": "true" if turn.plan.epoch else "false",
-                       }, upstream_headers=upstream_headers(s, turn.conversation_id))
+                       route_key=turn.conversation_id, extra_headers=headers,
+                       upstream_headers=upstream_headers(s, turn.conversation_id))
         data = with_prompt_cache_key(call.data, turn.conversation_id, s.prompt_cache_key)
         if not self.recall_enabled:
-            sent = {**data, "messages": turn.plan.messages}
+            sent = self._fit_answer(turn, headers, {**data, "messages": turn.plan.messages}, 0)
             out.body = _encode(sent)
             self._remember_prompt(turn, sent, len(out.body))
             await self._jobs_first(turn)
@@ -350,6 +360,9 @@ class TurnService:
                 await self._keep(turn, pushed)
                 body["messages"] = [*body["messages"], *pushed]
                 turn.pushed_tokens = sum((turn.redo.counter or self.counter).count_message(m) for m in pushed)
+        pushed_tokens = math.ceil(turn.pushed_tokens * max(1.0, turn.state.correction_ratio))
+        body = self._fit_answer(turn, headers, body, pushed_tokens)
+        loop_config.answer_limit = self._answer_limit(turn, rounds)
         name = loop_config.recall_name
         upstream = self.exchange.client.url(out.path, out.query, out.route_key)
         shape = self.shapes.renderer(upstream, name)
@@ -362,6 +375,43 @@ class TurnService:
                 and not context_refusal(answer.status, answer.body).too_long):
             answer = await self._reshaped(turn, out, body, rounds, upstream, name, answer)
         return answer
+
+    @staticmethod
+    def _estimate_scale(turn: Turn, refusal: Refusal) -> float | None:
+        """The upstream's count of the refused prompt per estimated token, when its refusal states that count and
+        the turn would fit with max_tokens fitted to it (None: no resend helps)."""
+        prompt, requested = refusal.prompt_tokens, requested_tokens(turn.call.data)
+        if not prompt or requested is None or turn.sent_estimate <= 0 or prompt <= turn.sent_estimate:
+            return None
+        if turn.redo.config.answer_tokens(requested, prompt) <= 1:
+            return None  # the prompt alone leaves no answer: the upstream's refusal stands
+        return turn.estimate_scale * prompt / turn.sent_estimate
+
+    def _fit_answer(self, turn: Turn, headers: dict[str, str], body: dict[str, Any], extra_tokens: int
+                    ) -> dict[str, Any]:
+        """The body with its max_tokens lowered so that the planned prompt (plus ``extra_tokens``, a pushed round)
+        and the answer fit the window; the answer's headers and the metric say so."""
+        requested = requested_tokens(turn.call.data)
+        turn.sent_estimate = math.ceil((turn.plan.estimated_tokens + extra_tokens) * turn.estimate_scale)
+        tokens = turn.redo.config.answer_tokens(requested, turn.sent_estimate)
+        if requested is not None and tokens is not None and tokens < requested:
+            headers[LOWERED_HEADER] = str(tokens)
+            self.metrics.max_tokens_lowered.inc()
+        return with_answer_tokens(body, tokens)
+
+    def _answer_limit(self, turn: Turn, rounds: TurnRecall) -> Callable[[], int | None] | None:
+        """The max_tokens of a later recall round: what the window leaves after the prompt the rounds have grown."""
+        requested = requested_tokens(turn.call.data)
+        if requested is None:
+            return None
+        config, first = turn.redo.config, turn.sent_estimate
+        unit = (max(1.0, turn.state.correction_ratio) * max(1.0, self.counts.text_unit(turn.redo.counter))
+                * turn.estimate_scale)
+
+        def limit() -> int | None:
+            return config.answer_tokens(requested, first + math.ceil(max(0, rounds.initial_room - rounds.room) * unit))
+
+        return limit
 
     async def _jobs_first(self, turn: Turn) -> None:
         """On a one-slot engine (``upstream_cache``), an epoch's summary and profile jobs go upstream before its
@@ -559,8 +609,6 @@ class TurnService:
         count_offloads(m, p)
         for _, rule in p.evicted:
             m.evictions.labels(rule).inc()
-        if p.over_budget:
-            m.over_budget.inc()
         return {"tokens_shed": shed, "tokens_prefilled": prefilled}
 
     def _remember_prompt(self, turn: Turn, body: dict[str, Any], size: int,

@@ -135,9 +135,10 @@ def test_prompt_is_append_only_between_epochs_and_epochs_bring_it_under_the_low_
 def test_budget_depends_on_max_tokens() -> None:
     cfg = EngineConfig(context_window=10_000, output_reserve=1000, safety_margin=0.1)
     assert cfg.budget(None) == 8000
-    assert cfg.budget(3000) == 6000
-    p = plan(None, TurnInput(system=SYSTEM, messages=chat(1), max_tokens=3000), cfg, C)
-    assert p.budget == 6000
+    assert cfg.budget(2000) == 7000
+    assert cfg.budget(3000) == 6500  # at most a quarter of the window is reserved
+    p = plan(None, TurnInput(system=SYSTEM, messages=chat(1), max_tokens=2000), cfg, C)
+    assert p.budget == 7000
 
 
 def test_profile_and_summary_wait_for_an_epoch() -> None:
@@ -201,12 +202,26 @@ def test_open_page_too_big_condenses_its_oldest_tool_outputs() -> None:
     assert tools[0]["content"].endswith("chars]") and "…[cut " in tools[0]["content"]
 
 
-def test_over_budget_returns_the_request_unchanged() -> None:
+def test_over_budget_is_flagged_and_never_the_request_unchanged() -> None:
     cfg = EngineConfig(context_window=2000, output_reserve=200, offload=False)
     msgs = [{"role": "user", "content": "x " * 8000}]
     p = plan(None, TurnInput(system=SYSTEM, messages=msgs), cfg, C)
-    assert p.over_budget and p.messages == [*SYSTEM, *msgs]
+    assert p.over_budget and p.estimated_tokens > p.budget
+    assert ("passthrough", 0, 2) not in p.blocks and p.blocks[0] == ("system", 0, 1)
+    assert p.state.last_upstream_count == 0 and p.stable_prefix_messages == 0
     assert any(e["type"] == "context.over_budget" for e in p.events)
+
+
+def test_the_answer_reservation_is_at_most_a_share_of_the_window() -> None:
+    cfg = EngineConfig(context_window=32768)  # Claude Code asks 32,000 answer tokens
+    assert cfg.reserve(32000) == 8192 and cfg.budget(32000) == 32768 - 8192 - 3276
+    assert cfg.reserve(1000) == 1000 and cfg.reserve(None) == 4096
+    # the answer sent upstream: what the window leaves after the prompt and half the margin
+    assert cfg.answer_tokens(32000, 15000) == 32768 - 1638 - 15000
+    assert cfg.answer_tokens(1000, 15000) == 1000 and cfg.answer_tokens(None, 15000) is None
+    # a prompt within the budget, grown by the recall rounds' half of the margin, leaves the reserve
+    assert cfg.answer_tokens(32000, cfg.budget(32000) + 1638) == 8192
+    assert EngineConfig(context_window=32768, output_reserve_share=0.5).reserve(32000) == 16384
 
 
 def test_regenerate_and_edit_fork_the_conversation() -> None:

@@ -1,0 +1,56 @@
+"""The answer's room in the window: the max_tokens the upstream gets, and the refusal of a turn that cannot fit.
+
+vLLM and SGLang refuse a request whose prompt plus ``max_tokens`` passes the model's window (Claude Code asks 32,000
+answer tokens; on a 32k window nothing would be left for the prompt). The engine plans the prompt with a bounded
+reservation (``EngineConfig.reserve``); the request's ``max_tokens`` / ``max_completion_tokens`` is then lowered to
+what the window leaves after the prompt (``EngineConfig.answer_tokens``), and a turn whose fixed part alone passes
+the budget is refused with a 400 that names the sizes (never sent upstream unmanaged).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from proxy.engine import EngineConfig, Plan
+from proxy.wire.errors import ProxyError
+
+ANSWER_KEYS = ("max_completion_tokens", "max_tokens")
+LOWERED_HEADER = "X-Memci-Max-Tokens-Lowered"
+
+
+def requested_tokens(data: dict[str, Any]) -> int | None:
+    """The answer size the request asks (max_completion_tokens first, as OpenAI reads it), None without one."""
+    for key in ANSWER_KEYS:
+        value = data.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def with_answer_tokens(data: dict[str, Any], tokens: int | None) -> dict[str, Any]:
+    """``data`` with every answer-size field it has set to ``tokens`` (itself when there is nothing to change)."""
+    if tokens is None or all(data.get(key) in (None, tokens) for key in ANSWER_KEYS):
+        return data
+    return {**data, **{key: tokens for key in ANSWER_KEYS if data.get(key) is not None}}
+
+
+def too_long(plan: Plan, config: EngineConfig, max_tokens: int | None, fixed_tokens: int) -> ProxyError:
+    """The 400 of a turn whose prompt, after an epoch archived all it could, still passes the budget.
+    ``fixed_tokens``: the system prompt and tools (upstream tokens, estimated)."""
+    window, reserve, margin = config.context_window, config.reserve(max_tokens), config.margin()
+    newest = max(0, plan.estimated_tokens - fixed_tokens)
+    return ProxyError(
+        400,
+        f"This request does not fit the model's context window of {window} tokens: the part that must stay in the "
+        f"prompt needs about {plan.estimated_tokens} tokens ({fixed_tokens} of system prompt, contents page and tools, {newest} of "
+        f"the newest turn), over the prompt budget of {plan.budget} tokens (the window minus {reserve} reserved for "
+        f"the answer and a safety margin of {margin}). Shorten the newest message, the system prompt or the tools, "
+        "or ask for a smaller max_tokens.",
+        "invalid_request_error", "context_length_exceeded", param="messages",
+    )
+
+
+def fixed_part(plan: Plan, tools_tokens: int) -> int:
+    """The system message and tools of a plan, in upstream tokens (estimated)."""
+    return math.ceil((plan.state.system_tokens + max(0, tools_tokens)) * max(0.0, plan.state.correction_ratio or 1.0))
