@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .offload import OffloadLimits
+from .output_preview import OffloadLimits
 
 
 # The contents page never takes more than this share of the prompt budget: everything after it is recomputed at
@@ -41,7 +41,7 @@ class EngineConfig:
     # stable prefix (and the expected prefix is at least `cold_cache_min_tokens`).
     cold_cache_ratio: float = 0.5
     cold_cache_min_tokens: int = 256
-    # First-sight offload (proxy.engine.offload): thresholds (0: never) and the preview's size, in tokens.
+    # First-sight offload (proxy.engine.output_preview): thresholds (0: never) and the preview's size, in tokens.
     offload: bool = True
     offload_tool_tokens: int = 2000
     offload_document_tokens: int = 8000

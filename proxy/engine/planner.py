@@ -18,7 +18,7 @@ from .fingerprint import advance_prefix, encode_messages, entry_digest
 from .layout import (
     entry_position, frozen_volatile, render_active, render_system_text, system_message_text, volatile_block,
 )
-from .offloading import active_previews, offload_on_arrival, restore_active
+from .offload_state import active_previews, offload_on_arrival, restore_active
 from .paging import append_entry, truncate
 from .state import ConversationState, common_prefix_of_blobs
 from .tokens import TokenCounter

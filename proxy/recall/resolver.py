@@ -11,8 +11,8 @@ from typing import Any
 
 from proxy.engine import ACTIVE, ConversationState, PageRecord, TokenCounter, page_entry_range, page_hidden_messages
 from proxy.engine.contents import utc_date
-from proxy.engine.offload import OffloadRecord, output_text
-from proxy.engine.offloading import find_offload
+from proxy.engine.output_preview import OffloadRecord, output_text
+from proxy.engine.offload_state import find_offload
 from proxy.engine.state import STATUS_NAMES, find_page
 from proxy.recall import across
 from proxy.recall.bm25 import BM25Index
@@ -20,7 +20,7 @@ from proxy.recall.candidate_vectors import CandidateVectors
 from proxy.recall.counting import COUNTED
 from proxy.recall.dates import day_of
 from proxy.recall.neighbours import part_after, part_before
-from proxy.recall.offloaded import read_lines, search_lines
+from proxy.recall.offload_reading import read_lines, search_lines
 from proxy.recall.pagetext import (USER_PLACE_WEIGHT, excerpt, index_text, message_text, page_messages_with_hidden,
                                    render_page, user_text, vector_text)
 from proxy.recall.ranking import (PAGE, USER, best_views, candidate_views, fuse, lexical_candidates,

@@ -52,7 +52,7 @@ from proxy.upstream.cache_kind import CacheKind
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
 from proxy.turn.memos import register_process_memos
 from proxy.turn.counting import TurnCounts
-from proxy.turn.offloads import count_offloads
+from proxy.turn.offload_metrics import count_offloads
 from proxy.vision import intake_images, make_describer
 from proxy.turn.page_counts import page_headers
 from proxy.wire.errors import ProxyError

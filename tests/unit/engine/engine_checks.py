@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.engine import ACTIVE, ConversationState, EngineConfig, Plan, condense_message, page_entry_range
-from proxy.engine.offload import output_text, split_lines
+from proxy.engine.output_preview import output_text, split_lines
 
 
 def check_pages(state: ConversationState, messages: list[dict[str, Any]]) -> None:

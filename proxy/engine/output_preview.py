@@ -1,4 +1,4 @@
-"""First-sight offload: a huge tool output (or pasted document) becomes its own archived page when it arrives.
+"""First-sight offload, the preview: a huge tool output (or pasted document) becomes its own archived page when it arrives.
 
 From the turn it arrives on, every prompt carries a stable preview in its place: the same bytes on every turn (a
 pure function of the message, its page number and the preview size), holding the output's head and tail, the lines

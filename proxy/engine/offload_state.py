@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from .condense import condense_message
-from .offload import (
+from .output_preview import (
     OffloadLimits, OffloadRecord, offload_kind, output_text, preview_chars_for, preview_message, split_lines,
 )
 from .state import HASH_SIZE, ConversationState, normalise_label

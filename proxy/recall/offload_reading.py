@@ -1,10 +1,10 @@
-"""Reading part of an offloaded output (proxy.engine.offload): a line range, exactly as the tool returned it, or
+"""Reading part of an offloaded output (proxy.engine.output_preview): a line range, exactly as the tool returned it, or
 the lines that match a search inside it; always within the room the answer has."""
 
 from __future__ import annotations
 
 from proxy.engine import TokenCounter
-from proxy.engine.offload import OffloadRecord, split_lines
+from proxy.engine.output_preview import OffloadRecord, split_lines
 from proxy.recall.text import tokenize
 
 SEARCH_LINE_CHARS = 400  # a matching line longer than this is shown cut (read it whole by its number)
