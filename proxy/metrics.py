@@ -174,8 +174,8 @@ class Metrics:
             "their previews, counted once, when they arrive.", registry=r,
         )
         self.offload_reads = Counter(
-            "memci_offload_reads", "Reads of offloaded outputs through recall, by how (lines, search, start: the "
-            "first lines, when neither is given).", ["how"], registry=r,
+            "memci_offload_reads", "Reads of offloaded outputs through recall, by how (lines, chars: a character "
+            "range, search, start: the first lines, when none is given).", ["how"], registry=r,
         )
         self.recall_search_seconds = Histogram(
             "memci_recall_search_seconds", "Time to search a conversation's archived pages.",
