@@ -377,3 +377,13 @@ def test_from_bytes_rejects_what_is_not_a_state_of_this_version() -> None:
     old = msgspec.msgpack.encode({"version": 1, "hashes": ["ab" * 16], "tokens": [3]})
     with pytest.raises(ValueError):
         ConversationState.from_bytes(old)
+
+
+def test_the_parts_of_one_developer_message_keep_a_separator() -> None:
+    from proxy.engine.layout import system_message_text
+
+    parts = [{"type": "text", "text": "<permissions instructions>a</permissions instructions>"},
+             {"type": "text", "text": "<skills_instructions>b</skills_instructions>"}]
+    text = system_message_text([{"role": "developer", "content": parts}, {"role": "system", "content": "c"}])
+    assert text == ("<permissions instructions>a</permissions instructions>\n<skills_instructions>b"
+                    "</skills_instructions>\n\nc")
