@@ -118,7 +118,8 @@ class Metrics:
         )
         self.over_budget = Counter(
             "memci_over_budget", "Turns refused with a 400 because even after an epoch their prompt (system prompt, "
-            "tools and the newest turn) exceeds the budget; never sent upstream.", registry=r
+            "tools and the newest turn) leaves no room in the window for a small answer; never sent upstream.",
+            registry=r
         )
         self.max_tokens_lowered = Counter(
             "memci_max_tokens_lowered", "Managed requests whose max_tokens was lowered upstream so that prompt plus "

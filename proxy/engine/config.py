@@ -12,6 +12,9 @@ from .output_preview import OffloadLimits
 # an epoch, so a small contents page makes epochs cheap (measured: 0.951 -> 0.980 token-weighted cache hit rate
 # on a 300-turn chat in an 8k window, loadtests/cache_bench.py).
 CONTENTS_BUDGET_SHARE = 0.08
+# A prompt over its budget (the fixed part and the newest turn alone pass it) still goes upstream while an answer of
+# this many tokens (or the reserve, when smaller) fits beside it: a smaller answer rather than no answer.
+MIN_ANSWER_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,13 @@ class EngineConfig:
     def budget(self, max_tokens: int | None) -> int:
         """Prompt budget (seed 003): window - answer reserve - safety margin; never below 1."""
         return max(1, self.context_window - self.reserve(max_tokens) - self.margin())
+
+    def fits(self, prompt_tokens: int, max_tokens: int | None) -> bool:
+        """Whether a prompt of ``prompt_tokens`` (upstream tokens, estimated) leaves room in the window for the
+        safety margin and a minimal answer (MIN_ANSWER_TOKENS, or the reserve when smaller): a prompt over the budget
+        that still fits goes upstream with a smaller answer; one that does not is refused."""
+        least = min(self.reserve(max_tokens), MIN_ANSWER_TOKENS)
+        return prompt_tokens + self.margin() + least <= self.context_window
 
     def answer_tokens(self, max_tokens: int | None, prompt_tokens: int) -> int | None:
         """The max_tokens to send upstream for a prompt estimated at ``prompt_tokens`` (upstream tokens): the

@@ -67,7 +67,8 @@ class Plan:
     "unrecalled", "unchanged" or "lru"; `dropped_pages` left the conversation at a fork (`forked_at` = first
     entry that differed). `blocks`: ("system", 0, 1), ("B6", start, end), ("tail", i, i + 1) for the message
     carrying the volatile blocks. `over_budget`: even after an epoch the prompt exceeds the budget (the fixed part and
-    the newest page alone do not fit): the caller refuses the turn instead of sending it.
+    the newest page alone do not fit): the caller sends it with a smaller answer, or refuses the turn when not even
+    that fits (`EngineConfig.fits`).
     `stable_prefix_messages`: leading messages identical to the previous request's."""
 
     state: ConversationState
@@ -269,7 +270,9 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     rendered_volatile = frozen_volatile(s.hidden, start)
     if volatile_entry >= 0:
         rendered_volatile[volatile_entry] = volatile
-    over_budget = est > budget  # the caller refuses the turn: not even the fixed part fits (never sent unmanaged)
+    # Even after an epoch the prompt passes the budget (its fixed part and newest turn alone do): the caller sends it
+    # with a smaller answer while one fits in the window (EngineConfig.fits), else refuses the turn; never unmanaged.
+    over_budget = est > budget
     if over_budget:
         events.append({"type": "context.over_budget", "estimated_tokens": est, "budget_tokens": budget})
     upstream = [] if s.system_text is None else [{"role": "system", "content": s.system_text}]
@@ -294,7 +297,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
             changed_at.append(old_entry)
         if volatile_entry >= 0 and volatile_text and volatile_entry != old_entry:
             changed_at.append(volatile_entry)
-    if state is None or over_budget or state.last_upstream_count == 0 or s.system_text != previous_system:
+    if state is None or state.last_upstream_count == 0 or s.system_text != previous_system:
         stable = 0
     elif s.first_active_page != first_active_before or state.active_start_entry() != start:
         stable = system_count
@@ -312,7 +315,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
 
     # -- 7. bookkeeping for the next request
     s.messages_kind, s.messages_length, s.messages_digest = raw_kind, array_end, array_digest
-    s.last_upstream_count = 0 if over_budget else len(upstream)
+    s.last_upstream_count = len(upstream)
     s.last_volatile_entry = volatile_entry
     s.last_volatile_text = volatile_text
     s.last_turn_time = turn.now

@@ -3,8 +3,9 @@
 vLLM and SGLang refuse a request whose prompt plus ``max_tokens`` passes the model's window (Claude Code asks 32,000
 answer tokens; on a 32k window nothing would be left for the prompt). The engine plans the prompt with a bounded
 reservation (``EngineConfig.reserve``); the request's ``max_tokens`` / ``max_completion_tokens`` is then lowered to
-what the window leaves after the prompt (``EngineConfig.answer_tokens``), and a turn whose fixed part alone passes
-the budget is refused with a 400 that names the sizes (never sent upstream unmanaged).
+what the window leaves after the prompt (``EngineConfig.answer_tokens``). A turn whose fixed part and newest turn
+alone pass the budget goes with a smaller answer while one fits (``EngineConfig.fits``), else it is refused with a
+400 that names the sizes (never sent upstream unmanaged).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 from typing import Any
 
 from proxy.engine import EngineConfig, Plan
+from proxy.engine.config import MIN_ANSWER_TOKENS
 from proxy.wire.errors import ProxyError
 
 ANSWER_KEYS = ("max_completion_tokens", "max_tokens")
@@ -36,17 +38,18 @@ def with_answer_tokens(data: dict[str, Any], tokens: int | None) -> dict[str, An
 
 
 def too_long(plan: Plan, config: EngineConfig, max_tokens: int | None, fixed_tokens: int) -> ProxyError:
-    """The 400 of a turn whose prompt, after an epoch archived all it could, still passes the budget.
+    """The 400 of a turn whose prompt, after an epoch archived all it could, leaves no room for a small answer.
     ``fixed_tokens``: the system prompt and tools (upstream tokens, estimated)."""
     window, reserve, margin = config.context_window, config.reserve(max_tokens), config.margin()
+    least = min(reserve, MIN_ANSWER_TOKENS)
     newest = max(0, plan.estimated_tokens - fixed_tokens)
     return ProxyError(
         400,
         f"This request does not fit the model's context window of {window} tokens: the part that must stay in the "
         f"prompt needs about {plan.estimated_tokens} tokens ({fixed_tokens} of system prompt, contents page and tools, {newest} of "
         f"the newest turn), over the prompt budget of {plan.budget} tokens (the window minus {reserve} reserved for "
-        f"the answer and a safety margin of {margin}). Shorten the newest message, the system prompt or the tools, "
-        "or ask for a smaller max_tokens.",
+        f"the answer and a safety margin of {margin}), and too close to the window for even a {least}-token answer. "
+        "Shorten the newest message, the system prompt or the tools, or ask for a smaller max_tokens.",
         "invalid_request_error", "context_length_exceeded", param="messages",
     )
 

@@ -4,7 +4,8 @@ archive, fall back to trimming that keeps the request valid").
 Nothing is archived: the client still holds every message and resends it next turn, when the engine plans from
 the last durable state again. The request keeps its leading system messages and the newest messages that fit the
 prompt budget, cut at a user message so that no tool result loses its call, and its max_tokens lowered so that
-prompt and answer fit the window; a request whose newest turn alone passes the budget is refused (400).
+prompt and answer fit the window; a request whose newest turn alone leaves no room for a small answer is refused
+(400).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def unmanaged_body(data: dict[str, Any], body: bytes, system: list[dict[str, Any
     except Exception:
         log.exception("could not trim the request; forwarding it unchanged")
         return body
-    if estimate > budget:
+    if estimate > budget and not config.fits(math.ceil(estimate * scale), max_tokens):
         raise ProxyError(
             400, f"This request does not fit the model's context window of {config.context_window} tokens: its "
             f"newest turn with the system prompt and tools needs about {math.ceil(estimate * scale)} tokens, over the "

@@ -286,7 +286,8 @@ class TurnService:
             offload=call.offload_mode != "off",
         )
         result = plan(state, turn_input, config, counter)
-        if result.over_budget:  # not even the fixed part fits: refused, nothing stored, nothing counted but this
+        if result.over_budget and not config.fits(result.estimated_tokens, max_tokens):
+            # not even the fixed part and a small answer fit: refused, nothing stored, nothing counted but this
             self.metrics.over_budget.inc()
             raise too_long(result, config, max_tokens, fixed_part(result, turn_input.tools_tokens))
         await self._intake_images(result, tenant, conversation_id)

@@ -120,3 +120,45 @@ def test_sixty_rounds_on_messages(pair):
                                                       "content": tool_output(rng, round_no + 1)}]})
     client.close()
     check_the_run(pair, headers, within_the_window(pair.emulator))
+
+
+@pytest.fixture(scope="module")
+def pair16(emulator_and_proxy):
+    return emulator_and_proxy(16384)
+
+
+def test_a_codex_shaped_session_on_a_16k_window(pair16, client_for):
+    """Codex's shape through the Responses API: instructions and tools of about 6k tokens, a developer message of
+    tagged parts, the whole input resent each turn, no max_output_tokens; 40 rounds of 2-6 KB tool outputs on a
+    strict 16k window: every request within the window, epochs real (pages archived), nothing passed through."""
+    pair16.emulator.reset()
+    rng = random.Random(3)
+    tools = [{"type": "function", "name": n, "description": d, "parameters": p} for n, d, p in tool_specs(rng)[:6]]
+    client = client_for(pair16.proxy)
+    items: list[dict] = [
+        {"type": "message", "role": "developer", "content": [
+            {"type": "input_text", "text": "<permissions instructions>sandbox: workspace-write</permissions instructions>"},
+            {"type": "input_text", "text": "<skills_instructions>none</skills_instructions>"}]},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "<environment_context>cwd: /repo</environment_context>"}]},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": 'Fix the failing tests. [[call:tool_0 {"arg_0": "step 0"}]]'}]}]
+    headers = None
+    for round_no in range(40):
+        raw = client.responses.with_raw_response.create(model="m", instructions=SYSTEM_TEXT[:12_000], input=items,
+                                                        tools=tools, store=False)
+        answer, headers = raw.parse(), raw.headers
+        calls = [o for o in answer.output if o.type == "function_call"]
+        assert calls, f"round {round_no}: {answer.output}"
+        items += [o.model_dump(exclude_none=True) for o in answer.output]
+        items.append({"type": "function_call_output", "call_id": calls[0].call_id,
+                      "output": tool_output(rng, (round_no + 1) % 6)})
+    logged = pair16.emulator.requests(200)
+    assert len(logged) >= 40
+    assert all(e["prompt_tokens"] + (e["body"].get("max_tokens") or 0) <= 16384 for e in logged)
+    assert all(m["role"] != "developer" for e in logged for m in e["body"]["messages"])  # B1: one system message
+    first = logged[0]["body"]["messages"][0]["content"]
+    assert "</permissions instructions>\n<skills_instructions>" in first
+    assert int(headers["x-memci-pages-archived"]) > 0
+    metrics = httpx.get(pair16.proxy.url + "/metrics", timeout=10).text
+    assert metric_value(metrics, "memci_over_budget_total") == 0

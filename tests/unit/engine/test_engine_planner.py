@@ -208,7 +208,8 @@ def test_over_budget_is_flagged_and_never_the_request_unchanged() -> None:
     p = plan(None, TurnInput(system=SYSTEM, messages=msgs), cfg, C)
     assert p.over_budget and p.estimated_tokens > p.budget
     assert ("passthrough", 0, 2) not in p.blocks and p.blocks[0] == ("system", 0, 1)
-    assert p.state.last_upstream_count == 0 and p.stable_prefix_messages == 0
+    assert p.state.last_upstream_count == len(p.messages)  # as planned: sent (a smaller answer) or refused
+    assert not cfg.fits(p.estimated_tokens, None)  # not even a small answer fits: the caller refuses it
     assert any(e["type"] == "context.over_budget" for e in p.events)
 
 
@@ -222,6 +223,9 @@ def test_the_answer_reservation_is_at_most_a_share_of_the_window() -> None:
     # a prompt within the budget, grown by the recall rounds' half of the margin, leaves the reserve
     assert cfg.answer_tokens(32000, cfg.budget(32000) + 1638) == 8192
     assert EngineConfig(context_window=32768, output_reserve_share=0.5).reserve(32000) == 16384
+    # over the budget, a prompt still goes while the margin and a 1,024-token answer (or the reserve) fit beside it
+    assert cfg.fits(32768 - 3276 - 1024, 32000) and not cfg.fits(32768 - 3276 - 1023, 32000)
+    assert cfg.fits(32768 - 3276 - 100, 100) and not cfg.fits(32768 - 3276 - 99, 100)
 
 
 def test_regenerate_and_edit_fork_the_conversation() -> None:
