@@ -629,6 +629,9 @@ class TurnService:
             messages = [*messages, *pushed]
             blocks.append(("push", len(p.messages), len(messages)))
         accounting = {**turn.accounting, "tokens_pushed": turn.pushed_tokens}
+        asked = requested_tokens(turn.call.data)
+        if asked is not None:  # the answer's room: asked, and sent (lowered to fit the window)
+            accounting.update(max_tokens_asked=asked, max_tokens_sent=requested_tokens(body) or asked)
         headers = turn.call.headers
         auth = headers.get("authorization") or headers.get("Authorization") or ""
         self.last_prompts.put(cid, LastPrompt(messages, blocks, p.epoch, time.time(), size, body, accounting, auth))

@@ -15,6 +15,8 @@ import anthropic
 import httpx
 import pytest
 
+from proxy.prompt_view import fetch_prompt, render
+
 
 def metric_value(text: str, name: str) -> float:
     found = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.MULTILINE)
@@ -77,6 +79,11 @@ def check_the_run(pair, last_headers, logged: list[dict]) -> None:
     assert len(lowered) == len(logged)  # 32000 never fits with a 14k fixed part
     assert int(last_headers["x-memci-pages-archived"]) > 0
     assert int(last_headers["x-memci-max-tokens-lowered"]) < ASKED
+    # inspect says what was sent: the answer's size asked and sent
+    view = fetch_prompt(pair.proxy.url, last_headers["x-memci-conversation-id"], "admin-key")
+    assert view["accounting"]["max_tokens_asked"] == ASKED
+    assert view["accounting"]["max_tokens_sent"] == int(last_headers["x-memci-max-tokens-lowered"])
+    assert f"(lowered from {ASKED:,} to fit the window)" in render(view, color=False)
     metrics = httpx.get(pair.proxy.url + "/metrics", timeout=10).text
     assert metric_value(metrics, "memci_max_tokens_lowered_total") >= ROUNDS
     assert metric_value(metrics, "memci_over_budget_total") == 0
