@@ -4,6 +4,9 @@ and the same holds for the unmanaged request of a store that is down."""
 
 from __future__ import annotations
 
+import json
+
+import httpx
 import pytest
 
 from proxy.wire.errors import ProxyError
@@ -64,4 +67,42 @@ async def test_without_the_store_the_unmanaged_request_fits_too():
     with pytest.raises(ProxyError) as raised:
         await service.handle(call_of([{"role": "user", "content": "word " * 20_000}]))
     assert raised.value.status == 400 and raised.value.code == "context_length_exceeded"
+    await service.close()
+
+
+def upstream_count(body: dict) -> int:
+    return int(1.5 * (len(json.dumps(body["messages"])) + len(json.dumps(body.get("tools") or []))) / 4)
+
+
+class StrictUpstream(ChatUpstream):
+    """Counts a prompt at 1.5 times what the proxy estimates, and refuses prompt + max_tokens over the window in
+    SGLang's words (which state the prompt's own count)."""
+
+    def __call__(self, request):
+        if request.method == "POST" and request.url.path.endswith("/chat/completions"):
+            body = json.loads(request.content)
+            prompt = upstream_count(body)
+            asked = body.get("max_tokens") or 0
+            if prompt + asked > WINDOW:
+                self.refused += 1
+                return httpx.Response(400, json={"error": {"message": (
+                    f"Requested token count exceeds the model's maximum context length of {WINDOW} tokens. You "
+                    f"requested a total of {prompt + asked} tokens: {prompt} tokens from the input messages and "
+                    f"{asked} tokens for the completion. Please reduce the number of tokens in the input messages or "
+                    "the completion to fit within the limit."), "type": "BadRequestError", "code": 400}})
+        return super().__call__(request)
+
+
+async def test_a_refusal_that_states_the_prompts_count_is_sent_once_more_with_an_answer_that_fits():
+    upstream = StrictUpstream()
+    upstream.refused = 0
+    service = make_service(upstream, upstream_tokenize=False)
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hello there " * 400}]
+    answer = await service.handle(call_of(messages, max_tokens=32000))
+    await answer_of(answer)
+    assert upstream.refused == 1 and answer.status == 200
+    assert service.metrics.turn_resends.labels("estimate")._value.get() == 1
+    sent = upstream.requests[-1]["max_tokens"]
+    assert upstream_count(upstream.requests[-1]) + sent <= WINDOW
+    assert answer.headers["X-Memci-Max-Tokens-Lowered"] == str(sent)
     await service.close()
