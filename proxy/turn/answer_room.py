@@ -11,10 +11,15 @@ alone pass the budget goes with a smaller answer while one fits (``EngineConfig.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from proxy.engine import EngineConfig, Plan
 from proxy.engine.config import MIN_ANSWER_TOKENS
+from proxy.metrics import Metrics
+from proxy.turn.recall_rounds import TurnRecall
+from proxy.turn.turn import Turn
+from proxy.upstream.refusal import Refusal
 from proxy.wire.errors import ProxyError
 
 ANSWER_KEYS = ("max_completion_tokens", "max_tokens")
@@ -57,3 +62,42 @@ def too_long(plan: Plan, config: EngineConfig, max_tokens: int | None, fixed_tok
 def fixed_part(plan: Plan, tools_tokens: int) -> int:
     """The system message and tools of a plan, in upstream tokens (estimated)."""
     return math.ceil((plan.state.system_tokens + max(0, tools_tokens)) * max(0.0, plan.state.correction_ratio or 1.0))
+
+
+def fit_answer(turn: Turn, headers: dict[str, str], body: dict[str, Any], extra_tokens: int, metrics: Metrics
+               ) -> dict[str, Any]:
+    """The body with its max_tokens lowered so that the planned prompt (plus ``extra_tokens``, a pushed round) and
+    the answer fit the window; the answer's ``headers`` and the metric say so."""
+    requested = requested_tokens(turn.call.data)
+    turn.sent_estimate = math.ceil((turn.plan.estimated_tokens + extra_tokens) * turn.estimate_scale)
+    tokens = turn.redo.config.answer_tokens(requested, turn.sent_estimate)
+    if requested is not None and tokens is not None and tokens < requested:
+        headers[LOWERED_HEADER] = str(tokens)
+        metrics.max_tokens_lowered.inc()
+    return with_answer_tokens(body, tokens)
+
+
+def answer_limit(turn: Turn, rounds: TurnRecall, text_unit: float) -> Callable[[], int | None] | None:
+    """The max_tokens of a later recall round: what the window leaves after the prompt the rounds have grown
+    (``text_unit``: planned tokens per base-count token, the rounds' room being in base counts)."""
+    requested = requested_tokens(turn.call.data)
+    if requested is None:
+        return None
+    config, first = turn.redo.config, turn.sent_estimate
+    unit = max(1.0, turn.state.correction_ratio) * max(1.0, text_unit) * turn.estimate_scale
+
+    def limit() -> int | None:
+        return config.answer_tokens(requested, first + math.ceil(max(0, rounds.initial_room - rounds.room) * unit))
+
+    return limit
+
+
+def estimate_scale(turn: Turn, refusal: Refusal) -> float | None:
+    """The upstream's count of the refused prompt per estimated token, when its refusal states that count and the
+    turn would fit with max_tokens fitted to it (None: no resend helps)."""
+    prompt, requested = refusal.prompt_tokens, requested_tokens(turn.call.data)
+    if not prompt or requested is None or turn.sent_estimate <= 0 or prompt <= turn.sent_estimate:
+        return None
+    if turn.redo.config.answer_tokens(requested, prompt) <= 1:
+        return None  # the prompt alone leaves no answer: the upstream's refusal stands
+    return turn.estimate_scale * prompt / turn.sent_estimate

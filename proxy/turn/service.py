@@ -13,7 +13,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -42,12 +42,12 @@ from proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
 from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
 from proxy.turn.turn import Redo, Release, Turn
 from proxy.turn.across import UserMemory
-from proxy.turn.answer_room import LOWERED_HEADER, fixed_part, requested_tokens, too_long, with_answer_tokens
+from proxy.turn.answer_room import answer_limit, estimate_scale, fit_answer, fixed_part, requested_tokens, too_long
 from proxy.turn.push import QUESTION_HIGH_WATERMARK, ProactivePush, with_push_room
 from proxy.turn.volatile import VolatileContext, push_on
 from proxy.turn.shapes import Shape, ShapeChoice, holds_rounds, renderer, resend
 from proxy.turn.window import ContextWindow
-from proxy.upstream.refusal import REFUSAL_STATUSES, Refusal, context_refusal
+from proxy.upstream.refusal import REFUSAL_STATUSES, context_refusal
 from proxy.upstream.cache_kind import CacheKind
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
 from proxy.turn.memos import register_process_memos
@@ -179,7 +179,7 @@ class TurnService:
             if answer.events is None and answer.status in REFUSAL_STATUSES:
                 refusal = context_refusal(answer.status, answer.body)
                 window = await self.window.refused(refusal.window, turn.window) if refusal.too_long else None
-                scale = self._estimate_scale(turn, refusal) if refusal.too_long and window is None else None
+                scale = estimate_scale(turn, refusal) if refusal.too_long and window is None else None
                 if window is not None or scale is not None:
                     # the upstream's window shrank, or the prompt's estimate fell short of the upstream's count of it:
                     # plan the turn again (for the new window), send it once more (max_tokens fitted to that count)
@@ -331,7 +331,7 @@ class TurnService:
                        upstream_headers=upstream_headers(s, turn.conversation_id))
         data = with_prompt_cache_key(call.data, turn.conversation_id, s.prompt_cache_key)
         if not self.recall_enabled:
-            sent = self._fit_answer(turn, headers, {**data, "messages": turn.plan.messages}, 0)
+            sent = fit_answer(turn, headers, {**data, "messages": turn.plan.messages}, 0, self.metrics)
             out.body = _encode(sent)
             self._remember_prompt(turn, sent, len(out.body))
             await self._jobs_first(turn)
@@ -362,8 +362,8 @@ class TurnService:
                 body["messages"] = [*body["messages"], *pushed]
                 turn.pushed_tokens = sum((turn.redo.counter or self.counter).count_message(m) for m in pushed)
         pushed_tokens = math.ceil(turn.pushed_tokens * max(1.0, turn.state.correction_ratio))
-        body = self._fit_answer(turn, headers, body, pushed_tokens)
-        loop_config.answer_limit = self._answer_limit(turn, rounds)
+        body = fit_answer(turn, headers, body, pushed_tokens, self.metrics)
+        loop_config.answer_limit = answer_limit(turn, rounds, self.counts.text_unit(turn.redo.counter))
         name = loop_config.recall_name
         upstream = self.exchange.client.url(out.path, out.query, out.route_key)
         shape = self.shapes.renderer(upstream, name)
@@ -376,43 +376,6 @@ class TurnService:
                 and not context_refusal(answer.status, answer.body).too_long):
             answer = await self._reshaped(turn, out, body, rounds, upstream, name, answer)
         return answer
-
-    @staticmethod
-    def _estimate_scale(turn: Turn, refusal: Refusal) -> float | None:
-        """The upstream's count of the refused prompt per estimated token, when its refusal states that count and
-        the turn would fit with max_tokens fitted to it (None: no resend helps)."""
-        prompt, requested = refusal.prompt_tokens, requested_tokens(turn.call.data)
-        if not prompt or requested is None or turn.sent_estimate <= 0 or prompt <= turn.sent_estimate:
-            return None
-        if turn.redo.config.answer_tokens(requested, prompt) <= 1:
-            return None  # the prompt alone leaves no answer: the upstream's refusal stands
-        return turn.estimate_scale * prompt / turn.sent_estimate
-
-    def _fit_answer(self, turn: Turn, headers: dict[str, str], body: dict[str, Any], extra_tokens: int
-                    ) -> dict[str, Any]:
-        """The body with its max_tokens lowered so that the planned prompt (plus ``extra_tokens``, a pushed round)
-        and the answer fit the window; the answer's headers and the metric say so."""
-        requested = requested_tokens(turn.call.data)
-        turn.sent_estimate = math.ceil((turn.plan.estimated_tokens + extra_tokens) * turn.estimate_scale)
-        tokens = turn.redo.config.answer_tokens(requested, turn.sent_estimate)
-        if requested is not None and tokens is not None and tokens < requested:
-            headers[LOWERED_HEADER] = str(tokens)
-            self.metrics.max_tokens_lowered.inc()
-        return with_answer_tokens(body, tokens)
-
-    def _answer_limit(self, turn: Turn, rounds: TurnRecall) -> Callable[[], int | None] | None:
-        """The max_tokens of a later recall round: what the window leaves after the prompt the rounds have grown."""
-        requested = requested_tokens(turn.call.data)
-        if requested is None:
-            return None
-        config, first = turn.redo.config, turn.sent_estimate
-        unit = (max(1.0, turn.state.correction_ratio) * max(1.0, self.counts.text_unit(turn.redo.counter))
-                * turn.estimate_scale)
-
-        def limit() -> int | None:
-            return config.answer_tokens(requested, first + math.ceil(max(0, rounds.initial_room - rounds.room) * unit))
-
-        return limit
 
     async def _jobs_first(self, turn: Turn) -> None:
         """On a one-slot engine (``upstream_cache``), an epoch's summary and profile jobs go upstream before its
