@@ -119,11 +119,12 @@ class EngineConfig:
         return max(1, self.context_window - self.reserve(max_tokens) - self.margin())
 
     def fits(self, prompt_tokens: int, max_tokens: int | None) -> bool:
-        """Whether a prompt of ``prompt_tokens`` (upstream tokens, estimated) leaves room in the window for the
-        safety margin and a minimal answer (MIN_ANSWER_TOKENS, or the reserve when smaller): a prompt over the budget
-        that still fits goes upstream with a smaller answer; one that does not is refused."""
+        """Whether a prompt of ``prompt_tokens`` (upstream tokens, estimated) leaves room in the window for a minimal
+        answer (MIN_ANSWER_TOKENS, or the reserve when smaller) beside half the safety margin, as ``answer_tokens``
+        counts the answer's room: a prompt over the budget that still fits goes upstream with a smaller answer; one
+        that does not is refused."""
         least = min(self.reserve(max_tokens), MIN_ANSWER_TOKENS)
-        return prompt_tokens + self.margin() + least <= self.context_window
+        return prompt_tokens + self.margin() // 2 + least <= self.context_window
 
     def answer_tokens(self, max_tokens: int | None, prompt_tokens: int) -> int | None:
         """The max_tokens to send upstream for a prompt estimated at ``prompt_tokens`` (upstream tokens): the

@@ -53,7 +53,8 @@ def too_long(plan: Plan, config: EngineConfig, max_tokens: int | None, fixed_tok
         f"This request does not fit the model's context window of {window} tokens: the part that must stay in the "
         f"prompt needs about {plan.estimated_tokens} tokens ({fixed_tokens} of system prompt, contents page and tools, {newest} of "
         f"the newest turn), over the prompt budget of {plan.budget} tokens (the window minus {reserve} reserved for "
-        f"the answer and a safety margin of {margin}), and too close to the window for even a {least}-token answer. "
+        f"the answer and a safety margin of {margin}), and too close to the window for even a {least}-token answer "
+        f"beside half that margin. "
         "Shorten the newest message, the system prompt or the tools, or ask for a smaller max_tokens.",
         "invalid_request_error", "context_length_exceeded", param="messages",
     )

@@ -224,8 +224,9 @@ def test_the_answer_reservation_is_at_most_a_share_of_the_window() -> None:
     assert cfg.answer_tokens(32000, cfg.budget(32000) + 1638) == 8192
     assert EngineConfig(context_window=32768, output_reserve_share=0.5).reserve(32000) == 16384
     # over the budget, a prompt still goes while the margin and a 1,024-token answer (or the reserve) fit beside it
-    assert cfg.fits(32768 - 3276 - 1024, 32000) and not cfg.fits(32768 - 3276 - 1023, 32000)
-    assert cfg.fits(32768 - 3276 - 100, 100) and not cfg.fits(32768 - 3276 - 99, 100)
+    assert cfg.fits(32768 - 1638 - 1024, 32000) and not cfg.fits(32768 - 1638 - 1023, 32000)
+    assert cfg.fits(32768 - 1638 - 100, 100) and not cfg.fits(32768 - 1638 - 99, 100)
+    assert cfg.answer_tokens(32000, 32768 - 1638 - 1024) == 1024  # what fits: the answer it leaves
 
 
 def test_regenerate_and_edit_fork_the_conversation() -> None:
