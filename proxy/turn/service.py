@@ -289,7 +289,9 @@ class TurnService:
         if result.over_budget and not config.fits(result.estimated_tokens, max_tokens):
             # not even the fixed part and a small answer fit: refused, nothing stored, nothing counted but this
             self.metrics.over_budget.inc()
-            raise too_long(result, config, max_tokens, fixed_part(result, turn_input.tools_tokens))
+            refusal = too_long(result, config, max_tokens, fixed_part(result, turn_input.tools_tokens))
+            log.warning("conversation %s: refused (400): %s", conversation_id, refusal.message)
+            raise refusal
         await self._intake_images(result, tenant, conversation_id)
         self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
         accounting = self._count_plan(result, state)
