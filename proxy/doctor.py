@@ -245,8 +245,9 @@ def explain(settings: Settings, facts: UpstreamFacts | None, report: Report) -> 
     budget = config.budget(None)
     report.add("plan", f"context window {window:,} tokens ({why})")
     report.add("plan", f"prompt budget {budget:,} tokens = window - answer reserve "
-                       f"{min(config.output_reserve, window // 4):,} - safety margin {int(config.safety_margin * window):,} "
-                       "(a request's max_tokens replaces the reserve)")
+                       f"{config.reserve(None):,} - safety margin {config.margin():,} (a request's max_tokens replaces "
+                       f"the reserve, up to {config.reserve(1 << 40):,} = output_reserve_share "
+                       f"{config.output_reserve_share} of the window; a larger one is lowered upstream to fit)")
     report.add("plan", f"compaction epoch when the prompt passes {int(config.high_watermark * budget):,} tokens "
                        f"(active_high_watermark {config.high_watermark}), down to {int(config.low_watermark * budget):,} "
                        f"(active_low_watermark {config.low_watermark}); between epochs prompts only grow at their end")

@@ -92,8 +92,10 @@ class Metrics:
         )
         self.turn_resends = Counter(
             "memci_turn_resends", "Managed turns the upstream refused and the proxy sent once more, by why: window (the "
-            "prompt was too long: the window was read again and the turn planned for it), rounds (the proxy's recall "
-            "rounds were refused: sent in another shape, remembered for that upstream).", ["why"], registry=r,
+            "prompt was too long: the window was read again and the turn planned for it), estimate (prompt + max_tokens "
+            "passed the window because the prompt's estimate fell short: sent with max_tokens fitted to the upstream's "
+            "own count of the prompt), rounds (the proxy's recall rounds were refused: sent in another shape, "
+            "remembered for that upstream).", ["why"], registry=r,
         )
         self.epochs = Counter("memci_compaction_epochs", "Compaction epochs, by reason.", ["reason"], registry=r)
         self.pages_archived = Counter("memci_pages_archived", "Pages moved from the prompt to the archive.", registry=r)
@@ -115,7 +117,13 @@ class Metrics:
             "memci_tokens_saved", "Estimated prompt tokens not sent compared with pass-through.", registry=r
         )
         self.over_budget = Counter(
-            "memci_over_budget", "Requests sent unchanged because even the newest page exceeds the budget.", registry=r
+            "memci_over_budget", "Turns refused with a 400 because even after an epoch their prompt (system prompt, "
+            "tools and the newest turn) leaves no room in the window for a small answer; never sent upstream.",
+            registry=r
+        )
+        self.max_tokens_lowered = Counter(
+            "memci_max_tokens_lowered", "Managed requests whose max_tokens was lowered upstream so that prompt plus "
+            "answer fit the window (header X-Memci-Max-Tokens-Lowered).", registry=r
         )
         self.engine_errors = Counter(
             "memci_engine_errors", "Engine or store failures; the request went upstream unchanged.", ["stage"], registry=r
@@ -175,8 +183,8 @@ class Metrics:
             "their previews, counted once, when they arrive.", registry=r,
         )
         self.offload_reads = Counter(
-            "memci_offload_reads", "Reads of offloaded outputs through recall, by how (lines, search, start: the "
-            "first lines, when neither is given).", ["how"], registry=r,
+            "memci_offload_reads", "Reads of offloaded outputs through recall, by how (lines, chars: a character "
+            "range, search, start: the first lines, when none is given).", ["how"], registry=r,
         )
         self.recall_search_seconds = Histogram(
             "memci_recall_search_seconds", "Time to search a conversation's archived pages.",

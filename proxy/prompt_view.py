@@ -24,7 +24,6 @@ COLORS = {
     "B6": "",  # the active pages, verbatim: plain
     "recall": "\x1b[32m",  # green: recall exchanges spliced back into B6
     "context": "\x1b[33m",  # yellow: the per-turn block (B3 task state, B2b intent, B5 memory)
-    "passthrough": "\x1b[31m",  # red: over budget, the request went upstream unchanged
     "head": "\x1b[1m",
     "dim": "\x1b[2m",
 }
@@ -79,7 +78,7 @@ def content_text(message: dict[str, Any]) -> str:
 
 def block_of(index: int, blocks: list[dict[str, Any]]) -> str:
     names = [b["name"] for b in blocks if b["start"] <= index < b["end"] and "chars" not in b]
-    for preferred in ("passthrough", "tail", "B6"):
+    for preferred in ("tail", "B6"):
         if preferred in names:
             return preferred
     return names[0] if names else "B6"
@@ -106,6 +105,11 @@ def render(view: dict[str, Any], color: bool = True, recall_tool: str = "recall"
         for name in ("archived", "evicted"):
             if any(page.get("state") == name for page in pages):
                 out.append(paint(f"  {name}: {STATUS_MEANINGS[name]}", "dim", color))
+    accounting = view.get("accounting") or {}
+    if accounting.get("max_tokens_sent") is not None:  # the answer's room: what the request asked, what was sent
+        asked, sent = accounting.get("max_tokens_asked"), accounting["max_tokens_sent"]
+        lowered = f" (lowered from {asked:,} to fit the window)" if isinstance(asked, int) and asked > sent else ""
+        out.append(paint(f"answer: max_tokens {sent:,}{lowered}", "dim", color))
     out.append("legend: " + "  ".join(paint(text, text.split()[0].rstrip(":"), color) for text in LEGEND))
     recall_ids: set[str] = set()
     for index, message in enumerate(messages):

@@ -130,7 +130,14 @@ class Settings:
         metadata=_doc("Context window in tokens. 0: learn max_model_len from the upstream's /v1/models, else 32768.", min=0),
     )
     output_reserve: int = field(
-        default=4096, metadata=_doc("Tokens reserved for the answer when the request has no max_tokens (at most a quarter of the window).", min=0)
+        default=4096, metadata=_doc("Tokens reserved for the answer when the request has no max_tokens (at most output_reserve_share of the window).", min=0)
+    )
+    output_reserve_share: float = field(
+        default=0.25,
+        metadata=_doc("Largest share of the window reserved for the answer. A request's max_tokens (max_completion_tokens, "
+                      "Responses max_output_tokens, Messages max_tokens) above it still plans the prompt with this share, and "
+                      "the max_tokens sent upstream is lowered to what the window leaves after the prompt and the safety "
+                      "margin (header X-Memci-Max-Tokens-Lowered).", min=0.0, max=0.9),
     )
     safety_margin: float = field(default=0.10, metadata=_doc("Fraction of the window kept free.", min=0.0, max=0.9))
     active_high_watermark: float = field(

@@ -62,7 +62,7 @@ async def last_prompt(request: Request, conversation_id: str) -> Response:
         "messages": remembered.messages if remembered else None,
         "blocks": describe_blocks(remembered, state) if remembered else None,
         # estimated upstream tokens: shed by the turn's epoch, prefilled after its stable prefix, pushed by
-        # proactive recall
+        # proactive recall; the answer's max_tokens asked and sent (lowered to fit the window)
         "accounting": remembered.accounting if remembered else None,
         "pages": pages,
     }

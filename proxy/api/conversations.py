@@ -15,6 +15,7 @@ from proxy.api.forwarding import services_of
 from proxy.blobs.store import description_blob_name, image_blob_name
 from proxy.api.services import Services
 from proxy.api.tenants import caller_tenant
+from proxy.engine import ConversationState
 from proxy.store.ports import ConversationInfo, PageRow
 from proxy.wire.errors import ProxyError, bad_request
 
@@ -52,6 +53,16 @@ def _info_json(info: ConversationInfo) -> dict[str, Any]:
 def _page_json(page: PageRow) -> dict[str, Any]:
     return {"number": page.number, "first_entry": page.first_seq, "last_entry": page.last_seq, "state": page.state,
             "tokens": page.tokens, "recall_count": page.recall_count, "last_recalled_turn": page.last_recalled_turn}
+
+
+async def _offloads_json(services: Services, tenant: str, conversation_id: str) -> list[dict[str, Any]]:
+    """The conversation's offloaded outputs (pages of their own, proxy.engine.offload_state): the stored state's."""
+    stored = await services.store.repo.load_snapshot(tenant, conversation_id)
+    if stored is None or stored[0] is None:
+        return []
+    state = ConversationState.from_bytes(stored[0])
+    return [{"number": r.number, "entry": r.entry, "kind": r.kind, "lines": r.lines, "chars": r.chars,
+             "tokens": r.tokens} for r in state.offloads]
 
 
 async def _require(services: Services, tenant: str, conversation_id: str) -> ConversationInfo:
@@ -100,8 +111,14 @@ async def conversation_history(request: Request, conversation_id: str) -> Respon
         page = page_of(e.seq)
         messages.append({"seq": e.seq, "page": page.number if page else None,
                          "state": page.state if page else "active", "message": e.message})
+    offloads = await _offloads_json(services, tenant, conversation_id)
+    offloaded = {o["entry"]: o["number"] for o in offloads}
+    for m in messages:
+        if m["seq"] in offloaded:
+            m["offloaded_as"] = offloaded[m["seq"]]
     return Response(content={
-        "conversation": _info_json(info), "pages": [_page_json(p) for p in pages], "messages": messages,
+        "conversation": _info_json(info), "pages": [_page_json(p) for p in pages], "offloads": offloads,
+        "messages": messages,
         "next_after": messages[-1]["seq"] if len(messages) == limit else None,
     })
 
@@ -124,6 +141,7 @@ async def export_of(services: Services, tenant: str, conversation_id: str) -> di
     return {
         "conversation": _info_json(info),
         "pages": [_page_json(p) for p in pages],
+        "offloads": await _offloads_json(services, tenant, conversation_id),
         "messages": [{"seq": e.seq, "hash": e.hash, "message": e.message} for e in entries],
         "events": [{"kind": ev.kind, "payload": ev.payload,
                     "created_at": ev.created_at.isoformat() if ev.created_at else None} for ev in events],

@@ -13,12 +13,38 @@ from litestar import Request
 from proxy.api.auth import with_cache_salt
 from proxy.api.forwarding import services_of
 from proxy.api.limits import admit_stream
-from proxy.turn.call import chat_call
+from proxy.turn.call import ChatCall, chat_call
 from proxy.turn.identity import tenant_of
+from proxy.turn.prompt_count import managed_prompt_tokens
 from proxy.upstream.exchange import Answer, Outgoing
 from proxy.wire.validate import validate_chat_request
 
 _encode = msgspec.json.Encoder().encode
+
+
+def _call(request: Request, chat: dict[str, Any], started: float, headers: Mapping[str, str] | None,
+          messages_param: str) -> ChatCall:
+    """The turn's call of a chat body a codec built, within the limits of a chat request."""
+    services = services_of(request)
+    validate_chat_request(chat)
+    limits = request.app.state.limits
+    limits.check_messages(chat, messages_param)
+    headers = request.headers if headers is None else headers
+    tenant = tenant_of(headers)
+    body = _encode(chat)
+    if services.settings.cache_salt_per_tenant:
+        body, chat = with_cache_salt(body, chat, tenant)
+    # The messages' bytes, as a chat client's would be: the codecs write a conversation the same way every turn, so
+    # the turn recognises it by a byte prefix (one hash pass) rather than by hashing every message again.
+    raw_messages = _encode(chat["messages"])
+    return chat_call(headers, chat, body, raw_messages, request.url.query, started, tenant,
+                     user_secret=services.settings.user_hash_key)
+
+
+async def managed_count(request: Request, chat: dict[str, Any], headers: Mapping[str, str] | None = None) -> int:
+    """Tokens of the prompt the managed turn of ``chat`` would send upstream (proxy.turn.prompt_count)."""
+    call = _call(request, chat, time.perf_counter(), headers, "messages")
+    return await managed_prompt_tokens(services_of(request).context, call)
 
 
 async def managed_turn(request: Request, chat: dict[str, Any], started: float,
@@ -27,21 +53,9 @@ async def managed_turn(request: Request, chat: dict[str, Any], started: float,
     adapted them for the upstream's chat completions; ``messages_param``: the client's field the messages came
     from, named by the limit's error)."""
     services = services_of(request)
-    validate_chat_request(chat)
-    limits = request.app.state.limits
-    limits.check_messages(chat, messages_param)
-    headers = request.headers if headers is None else headers
-    tenant = tenant_of(headers)
+    call = _call(request, chat, started, headers, messages_param)
     if chat.get("stream") is True:
-        await admit_stream(request.scope, limits, tenant)
-    body = _encode(chat)
-    if services.settings.cache_salt_per_tenant:
-        body, chat = with_cache_salt(body, chat, tenant)
-    # The messages' bytes, as a chat client's would be: the codecs write a conversation the same way every turn, so
-    # the turn recognises it by a byte prefix (one hash pass) rather than by hashing every message again.
-    raw_messages = _encode(chat["messages"])
-    call = chat_call(headers, chat, body, raw_messages, request.url.query, started, tenant,
-                     user_secret=services.settings.user_hash_key)
+        await admit_stream(request.scope, request.app.state.limits, call.tenant)
     return await services.context.handle(call)
 
 

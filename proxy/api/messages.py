@@ -12,7 +12,7 @@ from litestar import Request, Response, post
 
 from proxy.api.api_metrics import metered
 from proxy.api.error_shapes import error_body_for
-from proxy.api.edge import forward_as_sent, managed_turn
+from proxy.api.edge import forward_as_sent, managed_count, managed_turn
 from proxy.api.forwarding import respond, services_of
 from proxy.api.messages_codec import (
     chat_request, chat_tools, error_of_openai, message_of, prompt_messages,
@@ -21,7 +21,7 @@ from proxy.api.messages_stream import message_events
 from proxy.upstream.exchange import Answer
 from proxy.wire.chunks import completion_of_body
 from proxy.wire.errors import ProxyError
-from proxy.wire.validate import parse_json_object, validate_chat_request
+from proxy.wire.validate import parse_json_object
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -80,11 +80,12 @@ async def count_tokens(request: Request) -> Response:
         data = parse_json_object(body)
         if services.context is None:
             return respond(_anthropic_errors(await forward_as_sent(request, "/messages/count_tokens", body, False)))
-        messages = prompt_messages(data)
-        validate_chat_request({"messages": messages})  # the limits of a chat request: counting is no cheaper
-        request.app.state.limits.check_messages({"messages": messages})
-        tools = _encode(chat_tools(data["tools"])).decode() if data.get("tools") else ""
-        count = await services.context.counts.prompt_tokens(str(data.get("model") or ""), messages, tools)
+        # the prompt the turn would send (pages archived, outputs offloaded, the recall tool), not the client's
+        # history; within the limits of a chat request: counting is no cheaper
+        chat = {"model": data.get("model"), "messages": prompt_messages(data)}
+        if data.get("tools"):
+            chat["tools"] = chat_tools(data["tools"])
+        count = await managed_count(request, chat, chat_headers(request.headers))
     except ProxyError as exc:
         return _error(request, exc)
     return Response(content={"input_tokens": count}, status_code=200)

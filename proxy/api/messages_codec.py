@@ -200,10 +200,34 @@ def chat_request(data: dict[str, Any]) -> dict[str, Any]:
     metadata = data.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
         chat["user"] = metadata["user_id"]
+    effort = reasoning_effort(data)
+    if effort is not None:
+        chat["reasoning_effort"] = effort
     if data.get("stream") is True:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
     return chat
+
+
+# A thinking budget as chat's reasoning_effort: under 4,096 tokens low, under 16,384 medium, else high.
+_EFFORT_BUDGETS = ((4096, "low"), (16384, "medium"))
+_EFFORTS = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+
+
+def reasoning_effort(data: dict[str, Any]) -> str | None:
+    """Chat's ``reasoning_effort`` for a Messages request: ``output_config.effort`` when set, else the budget of
+    ``thinking`` when it is enabled; None when neither asks for reasoning (the engine's default then)."""
+    config = data.get("output_config")
+    effort = config.get("effort") if isinstance(config, dict) else None
+    if isinstance(effort, str) and effort in _EFFORTS:
+        return _EFFORTS[effort]
+    thinking = data.get("thinking")
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return None
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or isinstance(budget, bool):
+        return None
+    return next((name for limit, name in _EFFORT_BUDGETS if budget < limit), "high")
 
 
 def prompt_messages(data: dict[str, Any]) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from proxy.emulator.answers import (
     stable_hash,
     tool_result_text,
 )
+from proxy.emulator.config import EmulatorConfig
 from proxy.emulator.errors import ErrorReply, bad_request
 from proxy.emulator.markers import Script, parse_markers, plain_text
 from proxy.emulator.state import EmulatorState
@@ -125,6 +126,25 @@ def refuse_shapes(messages: list[dict[str, Any]], refuse: tuple[str, ...]) -> No
             raise bad_request(f"messages[{i}]: tool calls and tool messages are not supported", param="messages")
 
 
+def check_context(config: EmulatorConfig, prompt_tokens: int, max_tokens: int | None) -> None:
+    """vLLM's and SGLang's checks, in their words: max_tokens alone over the window, the prompt filling it, or (strict)
+    prompt + max_tokens over it."""
+    window = config.max_model_len
+    if max_tokens is not None and max_tokens > window and config.strict_context:
+        raise bad_request(f"max_completion_tokens is too large: {max_tokens}.This model supports at most {window} "
+                          "completion tokens.", param="max_completion_tokens")
+    requested = prompt_tokens + ((max_tokens or 0) if config.strict_context else 0)
+    if prompt_tokens >= window or requested > window:
+        raise bad_request(
+            f"Requested token count exceeds the model's maximum context length of {window} tokens. "
+            f"You requested a total of {prompt_tokens + (max_tokens or 0)} tokens: {prompt_tokens} tokens from the "
+            f"input messages and {max_tokens or 0} tokens for the completion. Please reduce the number of tokens in "
+            "the input messages or the completion to fit within the limit.",
+            param="messages",
+            code="context_length_exceeded",
+        )
+
+
 def plan_chat(state: EmulatorState, body: Any) -> ChatPlan:
     """Validate, render, account the cache and decide the answer. Raises ErrorReply for 4xx/5xx replies."""
     validate_chat_body(body)
@@ -160,16 +180,9 @@ def plan_chat(state: EmulatorState, body: Any) -> ChatPlan:
     prompt_ids = tokenizer.encode_pieces(prompt_pieces)
     prompt_tokens = len(prompt_ids)
     plan.prompt_tokens = prompt_tokens
-    if prompt_tokens >= config.max_model_len or (max_tokens is not None and prompt_tokens + max_tokens > config.max_model_len):
-        requested = prompt_tokens + (max_tokens or 0)
-        raise bad_request(
-            f"Requested token count exceeds the model's maximum context length of {config.max_model_len} tokens. "
-            f"You requested a total of {requested} tokens: {prompt_tokens} tokens from the input messages and "
-            f"{max_tokens or 0} tokens for the completion. Please reduce the number of tokens in the input "
-            "messages or the completion to fit within the limit.",
-            param="messages",
-            code="context_length_exceeded",
-        )
+    check_context(config, prompt_tokens, max_tokens)
+    if max_tokens is not None and not config.strict_context:
+        max_tokens = min(max_tokens, config.max_model_len - prompt_tokens)
     if script.status is not None:
         state.log_request(body, prompt_tokens, None, injected_status=script.status)
         raise ErrorReply(script.status, f"Injected fault: HTTP {script.status}", code="injected_fault")

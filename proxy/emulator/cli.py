@@ -18,6 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-model-len", type=int, default=defaults.max_model_len, help="context length in tokens (default %(default)s)"
     )
     parser.add_argument(
+        "--lenient-context", action="store_true",
+        help="accept prompt + max_tokens over the context length (max_tokens cut to the window's rest); by default "
+             "such a request is a 400, as vLLM and SGLang answer it",
+    )
+    parser.add_argument(
         "--refuse", action="append", default=[], choices=("null_content", "tool_messages"),
         help="refuse a message shape as some servers do: null_content (500, as llama-cpp-python's server), "
              "tool_messages (400, a server without tools); may be repeated",
@@ -52,6 +57,7 @@ def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
         port=args.port,
         model=args.model,
         max_model_len=args.max_model_len,
+        strict_context=not getattr(args, "lenient_context", False),
         refuse=tuple(getattr(args, "refuse", None) or ()),
         cache_capacity_tokens=args.cache_tokens,
         embedding_dim=args.embedding_dim,

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from proxy.emulator.answers import generated_tokens, stable_hash
-from proxy.emulator.chat import SYSTEM_FINGERPRINT, next_request_id
+from proxy.emulator.chat import SYSTEM_FINGERPRINT, check_context, next_request_id
 from proxy.emulator.errors import ErrorReply, bad_request
 from proxy.emulator.markers import Script, parse_markers
 from proxy.emulator.responses import DONE_EVENT, sse
@@ -55,8 +55,9 @@ def plan_completion(state: EmulatorState, body: Any) -> CompletionPlan:
     plan = CompletionPlan(next_request_id("cmpl-"), model, script)
     prompt_ids = state.tokenizer.encode(prompt)
     plan.prompt_tokens = len(prompt_ids)
-    if plan.prompt_tokens >= config.max_model_len:
-        raise bad_request("the prompt is longer than the model's context length", param="prompt", code="context_length_exceeded")
+    check_context(config, plan.prompt_tokens, max_tokens)
+    if max_tokens is not None and not config.strict_context:
+        max_tokens = min(max_tokens, config.max_model_len - plan.prompt_tokens)
     if script.status is not None:
         raise ErrorReply(script.status, f"Injected fault: HTTP {script.status}", code="injected_fault")
     plan.cached_tokens = max(0, min(state.cache.match_prefix(prompt_ids), plan.prompt_tokens - 1))

@@ -11,6 +11,9 @@ class EmulatorConfig:
     port: int = 30000
     model: str = "memci-emulator"
     max_model_len: int = 32768
+    # As vLLM and SGLang: prompt + max_tokens over max_model_len is a 400. Off (--lenient-context): only a prompt
+    # that fills the window is refused, and max_tokens is cut to the window's rest (as llama.cpp's server does).
+    strict_context: bool = True
     # Message shapes refused as some servers do: "null_content" (an assistant message with content null: 500, as
     # llama-cpp-python's server), "tool_messages" (any tool call or tool message: 400, a server without tools).
     refuse: tuple[str, ...] = ()

@@ -41,6 +41,8 @@ def command_line(config: EmulatorConfig) -> list[str]:
         "--per-output-token", repr(config.per_output_token_s),
         "--embedding-dim", str(config.embedding_dim),
         "--answer-tokens", str(config.default_answer_tokens),
+        *([] if config.strict_context else ["--lenient-context"]),
+        *[arg for shape in config.refuse for arg in ("--refuse", shape)],
     ]  # fmt: skip
 
 

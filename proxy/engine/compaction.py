@@ -14,7 +14,7 @@ from .condense import condense_message, condense_messages
 from .config import EngineConfig
 from .contents import contents_intro, entry_header, page_entry_body
 from .eviction import lru_evictions, rule_evictions
-from .offloading import condensed_offload
+from .offload_state import condensed_offload
 from .state import ARCHIVED, EVICTED, ConversationState
 from .tokens import TokenCounter
 

@@ -5,19 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .offload import OffloadLimits
+from .output_preview import OffloadLimits
 
 
 # The contents page never takes more than this share of the prompt budget: everything after it is recomputed at
 # an epoch, so a small contents page makes epochs cheap (measured: 0.951 -> 0.980 token-weighted cache hit rate
 # on a 300-turn chat in an 8k window, loadtests/cache_bench.py).
 CONTENTS_BUDGET_SHARE = 0.08
+# A prompt over its budget (the fixed part and the newest turn alone pass it) still goes upstream while an answer of
+# this many tokens (or the reserve, when smaller) fits beside it: a smaller answer rather than no answer.
+MIN_ANSWER_TOKENS = 1024
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     context_window: int = 32768
     output_reserve: int = 4096
+    # The answer's reservation is at most this share of the window, whatever max_tokens the request asks: a request
+    # asking more gets the window's rest after the prompt (`answer_tokens`), never a prompt squeezed to nothing.
+    output_reserve_share: float = 0.25
     safety_margin: float = 0.10
     high_watermark: float = 0.95
     low_watermark: float = 0.40
@@ -38,7 +44,7 @@ class EngineConfig:
     # stable prefix (and the expected prefix is at least `cold_cache_min_tokens`).
     cold_cache_ratio: float = 0.5
     cold_cache_min_tokens: int = 256
-    # First-sight offload (proxy.engine.offload): thresholds (0: never) and the preview's size, in tokens.
+    # First-sight offload (proxy.engine.output_preview): thresholds (0: never) and the preview's size, in tokens.
     offload: bool = True
     offload_tool_tokens: int = 2000
     offload_document_tokens: int = 8000
@@ -50,6 +56,7 @@ class EngineConfig:
         """Read the context-engine fields of `proxy.settings.Settings` (missing ones keep their defaults)."""
         mapping = {
             "output_reserve": "output_reserve",
+            "output_reserve_share": "output_reserve_share",
             "safety_margin": "safety_margin",
             "high_watermark": "active_high_watermark",
             "low_watermark": "active_low_watermark",
@@ -97,10 +104,35 @@ class EngineConfig:
         return OffloadLimits(tool if self.offload_tool_tokens > 0 else 0,
                              document if self.offload_document_tokens > 0 else 0, preview)
 
+    def reserve(self, max_tokens: int | None) -> int:
+        """Tokens reserved for the answer: the request's max_tokens (else output_reserve), but never more than
+        output_reserve_share of the window (Claude Code's 32,000 on a 32k window would leave the prompt nothing)."""
+        wanted = self.output_reserve if max_tokens is None else max(0, int(max_tokens))
+        return min(wanted, int(self.output_reserve_share * self.context_window))
+
+    def margin(self) -> int:
+        """Tokens of the window kept free for estimate errors."""
+        return int(self.safety_margin * self.context_window)
+
     def budget(self, max_tokens: int | None) -> int:
         """Prompt budget (seed 003): window - answer reserve - safety margin; never below 1."""
-        # Without max_tokens, reserve the configured output reserve, but never more than a quarter of the window
-        # (a 4k-window model with the default 4,096-token reserve would otherwise have no room at all).
-        reserve = min(self.output_reserve, self.context_window // 4) if max_tokens is None else max(0, int(max_tokens))
-        margin = int(self.safety_margin * self.context_window)
-        return max(1, self.context_window - reserve - margin)
+        return max(1, self.context_window - self.reserve(max_tokens) - self.margin())
+
+    def fits(self, prompt_tokens: int, max_tokens: int | None) -> bool:
+        """Whether a prompt of ``prompt_tokens`` (upstream tokens, estimated) leaves room in the window for a minimal
+        answer (MIN_ANSWER_TOKENS, or the reserve when smaller) beside half the safety margin, as ``answer_tokens``
+        counts the answer's room: a prompt over the budget that still fits goes upstream with a smaller answer; one
+        that does not is refused."""
+        least = min(self.reserve(max_tokens), MIN_ANSWER_TOKENS)
+        return prompt_tokens + self.margin() // 2 + least <= self.context_window
+
+    def answer_tokens(self, max_tokens: int | None, prompt_tokens: int) -> int | None:
+        """The max_tokens to send upstream for a prompt estimated at ``prompt_tokens`` (upstream tokens): the
+        request's, lowered to what the window leaves after the prompt and half the safety margin (an engine such as
+        vLLM or SGLang refuses prompt + max_tokens over its window). Half: the recall rounds may fill the other half
+        (proxy.turn.recall_rounds), so a prompt within the budget always leaves the reserve. None: the request sets
+        none (the engine then answers up to the window's end). Never below 1."""
+        if max_tokens is None:
+            return None
+        room = self.context_window - self.margin() // 2 - max(0, int(prompt_tokens))
+        return max(1, min(int(max_tokens), room))

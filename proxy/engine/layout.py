@@ -16,7 +16,9 @@ VOLATILE_CLOSE = "</memci-context>"
 
 
 def system_message_text(messages: Sequence[dict[str, Any]]) -> str:
-    """B1: the client's leading system/developer messages' text, verbatim, joined by blank lines."""
+    """B1: the client's leading system/developer messages' text, verbatim, joined by blank lines; the text parts of
+    one message joined by a newline, as vLLM's chat templates join them (Codex sends a developer message of several
+    tagged parts: `</permissions instructions>` and the next tag stay on lines of their own)."""
     texts: list[str] = []
     for m in messages:
         content = m.get("content")
@@ -24,7 +26,7 @@ def system_message_text(messages: Sequence[dict[str, Any]]) -> str:
             texts.append(content)
         elif isinstance(content, list):
             texts.append(
-                "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+                "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
             )
     return "\n\n".join(texts)
 

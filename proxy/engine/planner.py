@@ -18,7 +18,7 @@ from .fingerprint import advance_prefix, encode_messages, entry_digest
 from .layout import (
     entry_position, frozen_volatile, render_active, render_system_text, system_message_text, volatile_block,
 )
-from .offloading import active_previews, offload_on_arrival, restore_active
+from .offload_state import active_previews, offload_on_arrival, restore_active
 from .paging import append_entry, truncate
 from .state import ConversationState, common_prefix_of_blobs
 from .tokens import TokenCounter
@@ -66,7 +66,9 @@ class Plan:
     `archived` pages must be stored durably before `messages` is sent; `evicted` are (label, rule) with rule
     "unrecalled", "unchanged" or "lru"; `dropped_pages` left the conversation at a fork (`forked_at` = first
     entry that differed). `blocks`: ("system", 0, 1), ("B6", start, end), ("tail", i, i + 1) for the message
-    carrying the volatile blocks, or ("passthrough", 0, n) when `over_budget` (request unchanged).
+    carrying the volatile blocks. `over_budget`: even after an epoch the prompt exceeds the budget (the fixed part and
+    the newest page alone do not fit): the caller sends it with a smaller answer, or refuses the turn when not even
+    that fits (`EngineConfig.fits`).
     `stable_prefix_messages`: leading messages identical to the previous request's."""
 
     state: ConversationState
@@ -268,23 +270,22 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     rendered_volatile = frozen_volatile(s.hidden, start)
     if volatile_entry >= 0:
         rendered_volatile[volatile_entry] = volatile
+    # Even after an epoch the prompt passes the budget (its fixed part and newest turn alone do): the caller sends it
+    # with a smaller answer while one fits in the window (EngineConfig.fits), else refuses the turn; never unmanaged.
     over_budget = est > budget
     if over_budget:
-        upstream = [*turn.system, *msgs]
-        blocks: list[tuple[str, int, int]] = [("passthrough", 0, len(upstream))]
         events.append({"type": "context.over_budget", "estimated_tokens": est, "budget_tokens": budget})
-    else:
-        upstream = [] if s.system_text is None else [{"role": "system", "content": s.system_text}]
-        previews = active_previews(s, msgs, start, cfg.condense_tool_chars) if s.offloads else None
-        upstream.extend(render_active(msgs, start, s.condensed, s.hidden, cfg.condense_tool_chars,
-                                      rendered_volatile, s.image_texts, previews))
-        blocks = []
-        if system_count:
-            blocks.append(("system", 0, 1))
-        blocks.append(("B6", system_count, len(upstream)))
-        if volatile and volatile_entry >= start:
-            tail = entry_position(volatile_entry, start, s.hidden, system_count)
-            blocks.append(("tail", tail, tail + 1))
+    upstream = [] if s.system_text is None else [{"role": "system", "content": s.system_text}]
+    previews = active_previews(s, msgs, start, cfg.condense_tool_chars) if s.offloads else None
+    upstream.extend(render_active(msgs, start, s.condensed, s.hidden, cfg.condense_tool_chars,
+                                  rendered_volatile, s.image_texts, previews))
+    blocks: list[tuple[str, int, int]] = []
+    if system_count:
+        blocks.append(("system", 0, 1))
+    blocks.append(("B6", system_count, len(upstream)))
+    if volatile and volatile_entry >= start:
+        tail = entry_position(volatile_entry, start, s.hidden, system_count)
+        blocks.append(("tail", tail, tail + 1))
 
     # -- 6. what stayed byte-identical since the previous request (drives the cold-cache check)
     volatile_text = volatile if volatile_entry >= 0 else ""
@@ -296,7 +297,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
             changed_at.append(old_entry)
         if volatile_entry >= 0 and volatile_text and volatile_entry != old_entry:
             changed_at.append(volatile_entry)
-    if state is None or over_budget or state.last_upstream_count == 0 or s.system_text != previous_system:
+    if state is None or state.last_upstream_count == 0 or s.system_text != previous_system:
         stable = 0
     elif s.first_active_page != first_active_before or state.active_start_entry() != start:
         stable = system_count
@@ -314,7 +315,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
 
     # -- 7. bookkeeping for the next request
     s.messages_kind, s.messages_length, s.messages_digest = raw_kind, array_end, array_digest
-    s.last_upstream_count = 0 if over_budget else len(upstream)
+    s.last_upstream_count = len(upstream)
     s.last_volatile_entry = volatile_entry
     s.last_volatile_text = volatile_text
     s.last_turn_time = turn.now

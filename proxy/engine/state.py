@@ -7,7 +7,7 @@ from typing import Any, overload
 
 import msgspec
 
-from .offload import OffloadRecord
+from .output_preview import OffloadRecord
 
 HASH_SIZE = 16
 STATE_VERSION = 2
@@ -71,7 +71,7 @@ class ConversationState(msgspec.Struct, kw_only=True):
     # frozen so that a description arriving later does not change text already sent upstream.
     image_texts: dict[str, str] = msgspec.field(default_factory=dict)
     hidden: list[HiddenGroup] = msgspec.field(default_factory=list)  # sorted by `after`
-    # Outputs offloaded on arrival (proxy.engine.offload), in entry order: each its own page, shown by a preview.
+    # Outputs offloaded on arrival (proxy.engine.output_preview), in entry order: each its own page, shown by a preview.
     offloads: list[OffloadRecord] = msgspec.field(default_factory=list)
     next_page: int = 1
     # System message of the current epoch: B1 digest, B2a profile, B4 summary and contents page.

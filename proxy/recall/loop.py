@@ -46,6 +46,9 @@ class LoopConfig:
     client_wants_usage: bool
     stream_upstream: bool = False  # rounds are streamed (the client streams with n = 1)
     answer_now: bool = False  # set by the resolver when the prompt has no room left: the next round must answer
+    # The max_tokens of a later round (the prompt grew by the rounds before it: the answer's room shrank), None: as
+    # the first round's.
+    answer_limit: Callable[[], int | None] | None = None
 
 
 def prepare_rounds(
@@ -79,6 +82,9 @@ def _to_call(call: dict[str, Any]) -> ToolCall:
 
 def _round_body(body: dict[str, Any], messages: list[dict[str, Any]], round_no: int, cfg: LoopConfig) -> dict[str, Any]:
     out = {**body, "messages": messages}
+    limit = cfg.answer_limit() if round_no > 0 and cfg.answer_limit is not None else None
+    if limit is not None:
+        out.update({key: limit for key in ("max_completion_tokens", "max_tokens") if out.get(key) is not None})
     if round_no > 0 and (round_no >= cfg.max_rounds or cfg.answer_now):
         out["tool_choice"] = "none"  # rounds used up: the model must answer with what it has
     return out

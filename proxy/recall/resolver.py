@@ -11,8 +11,8 @@ from typing import Any
 
 from proxy.engine import ACTIVE, ConversationState, PageRecord, TokenCounter, page_entry_range, page_hidden_messages
 from proxy.engine.contents import utc_date
-from proxy.engine.offload import OffloadRecord, output_text
-from proxy.engine.offloading import find_offload
+from proxy.engine.output_preview import OffloadRecord, output_text
+from proxy.engine.offload_state import find_offload, offload_page
 from proxy.engine.state import STATUS_NAMES, find_page
 from proxy.recall import across
 from proxy.recall.bm25 import BM25Index
@@ -20,7 +20,7 @@ from proxy.recall.candidate_vectors import CandidateVectors
 from proxy.recall.counting import COUNTED
 from proxy.recall.dates import day_of
 from proxy.recall.neighbours import part_after, part_before
-from proxy.recall.offloaded import read_lines, search_lines
+from proxy.recall.offload_reading import OffloadRead, read_chars, read_lines, search_lines
 from proxy.recall.pagetext import (USER_PLACE_WEIGHT, excerpt, index_text, message_text, page_messages_with_hidden,
                                    render_page, user_text, vector_text)
 from proxy.recall.ranking import (PAGE, USER, best_views, candidate_views, fuse, lexical_candidates,
@@ -62,6 +62,12 @@ class _ReadHits:
     beside: dict[str, list[str]]  # hit label -> the parts of its turn to show beside it
     neighbours: dict[str, tuple[PageRecord, str]]  # those parts' records and texts
     user_place: float = USER_PLACE_WEIGHT  # what a place in a user message counts where an excerpt is placed
+
+
+def page_or_offload(state: ConversationState, label: str) -> PageRecord | None:
+    """The record of a page label, an offloaded output's own (proxy.engine.offload_state.offload_page) included."""
+    position = find_page(state, label)
+    return state.pages[position] if position is not None else offload_page(state, label)
 
 
 def _view_key(label: str, view: str) -> str:
@@ -134,8 +140,8 @@ class RecallResolver:
         seconds = 0.0
         cap = self.max_tokens if limit is None else max(0, min(self.max_tokens, limit))
         args, reads = self._offloaded_reads(ctx.state, args)
-        for record, lines, query in reads:
-            parts.append(await self._read_offloaded(ctx, record, lines, query, cap // max(1, len(reads))))
+        for read in reads:
+            parts.append(await self._read_offloaded(ctx, read, cap // max(1, len(reads))))
         if args.pages:
             parts.extend(await self._pages(ctx, args.pages, returned))
         if args.query:
@@ -249,10 +255,9 @@ class RecallResolver:
 
     async def _page_messages(self, ctx: RecallContext, label: str) -> list[dict[str, Any]] | None:
         """The page's own messages, as indexed: without its hidden recall rounds (None: no such page)."""
-        position = find_page(ctx.state, label)
-        if position is None:
+        record = page_or_offload(ctx.state, label)
+        if record is None:
             return None
-        record = ctx.state.pages[position]
         return await self.source.messages(ctx, record.start, record.end)
 
     @staticmethod
@@ -289,44 +294,45 @@ class RecallResolver:
             self.metrics.recall_fallbacks.labels(reason).inc()
 
     @staticmethod
-    def _offloaded_reads(state: ConversationState, args: RecallArgs
-                         ) -> tuple[RecallArgs, list[tuple[OffloadRecord, tuple[int, int] | None, str]]]:
-        """The reads of offloaded outputs the arguments ask for, as (record, lines, query within), and the arguments
-        left for the archive: `page` with `lines` or `query` (also one of `pages` with a `query`) reads inside an
-        offloaded output; an offloaded output among `pages` is read from its first line."""
+    def _offloaded_reads(state: ConversationState, args: RecallArgs) -> tuple[RecallArgs, list[OffloadRead]]:
+        """The reads of offloaded outputs the arguments ask for, and the arguments left for the archive: `page` with
+        `lines`, `chars` or `query` (also one of `pages` with a `query`) reads inside an offloaded output; an
+        offloaded output among `pages` is read from its first line."""
         if not state.offloads and not getattr(args, "page", ""):  # (duck-typed arguments have pages and query only)
             return args, []
         pages, query, problems = list(args.pages), args.query, list(args.problems)
         target = args.page
         if not target and len(pages) == 1 and query and find_offload(state, pages[0]) is not None:
             target = pages.pop()
-        reads: list[tuple[OffloadRecord, tuple[int, int] | None, str]] = []
+        reads: list[OffloadRead] = []
         if target:
             record = find_offload(state, target)
             if record is None:
-                if args.lines is not None or query:
-                    problems.append(f"page {target} is not an offloaded output: `lines` and a search within a page "
-                                    "apply to those; it is read in full")
+                if args.lines is not None or args.chars is not None or query:
+                    problems.append(f"page {target} is not an offloaded output: `lines`, `chars` and a search within "
+                                    "a page apply to those; it is read in full")
                 if target not in pages:
                     pages.append(target)
             else:
-                reads.append((record, args.lines, query))
+                reads.append(OffloadRead(record, args.lines, query, args.chars))
                 query = ""
         rest = []
         for label in pages:
             record = find_offload(state, label)
             if record is None:
                 rest.append(label)
-            elif all(r is not record for r, _, _ in reads):
-                reads.append((record, None, ""))
+            elif all(r.record is not record for r in reads):
+                reads.append(OffloadRead(record))
         return replace(args, pages=rest, query=query, problems=problems), reads
 
-    async def _read_offloaded(self, ctx: RecallContext, record: OffloadRecord, lines: tuple[int, int] | None,
-                              query: str, cap: int) -> str:
+    async def _read_offloaded(self, ctx: RecallContext, read: OffloadRead, cap: int) -> str:
+        record, lines, query = read.record, read.lines, read.query
         (message,) = await self.source.messages(ctx, record.entry, record.entry + 1)
         text = output_text(message) or ""
         if query:
             how, part = "search", search_lines(record, text, query, cap, self.counter)
+        elif read.chars is not None:
+            how, part = "chars", read_chars(record, text, read.chars[0], read.chars[1], cap, self.counter)
         else:
             how = "lines" if lines is not None else "start"
             first, last = lines if lines is not None else (1, 1 << 30)
@@ -487,10 +493,9 @@ class RecallResolver:
         """Search hits with their page records and page texts (the messages as the search indexed them)."""
         out = []
         for label, score in hits:
-            position = find_page(ctx.state, label)
-            if position is None:
+            record = page_or_offload(ctx.state, label)
+            if record is None:
                 continue
-            record = ctx.state.pages[position]
             messages = await self.source.messages(ctx, record.start, record.end)
             out.append((label, score, record, index_text(messages, ctx.image_descriptions)))
         return out

@@ -48,7 +48,7 @@ class _Indexed:
     """A conversation's index, the start entry of each page indexed, the characters indexed, and the page records
     it was last brought up to date with (the same records again: nothing to look at, page by page)."""
 
-    __slots__ = ("index", "starts", "chars", "digests", "user_digests", "seen")
+    __slots__ = ("index", "starts", "chars", "digests", "user_digests", "seen", "offloads")
 
     def __init__(self) -> None:
         self.index = BM25Index()
@@ -57,6 +57,7 @@ class _Indexed:
         self.digests: dict[str, str] = {}  # page label -> digest of the text its vector is computed from
         self.user_digests: dict[str, str] = {}  # page label -> digest of its user words (pages with some)
         self.seen: list[PageRecord] = []
+        self.offloads: set[str] = set()  # labels of the offloaded outputs indexed (pages of their own)
 
     def approximate_bytes(self) -> int:
         return 1024 + INDEX_BYTES_PER_CHAR * sum(self.chars.values())
@@ -95,8 +96,8 @@ class SearchIndexes:
         if entry is None:
             entry = _Indexed()
             self._indexes.put(ctx.conversation_id, entry)
-        elif entry.seen == ctx.state.pages:  # one comparison in C instead of a Python pass over every page
-            return entry
+        elif entry.seen == ctx.state.pages and len(entry.offloads) == len(ctx.state.offloads):
+            return entry  # one comparison in C instead of a Python pass over every page
         grew = False
         # the records as they were last time (the same page ranges and states: nothing to index) are passed over in C;
         # the Python pass starts at the first record that changed (a page archived, one more page)
@@ -125,9 +126,32 @@ class SearchIndexes:
             if added is not None:
                 added[record.label] = vector_source
         entry.seen = list(ctx.state.pages)
+        grew = await self._index_offloads(ctx, entry) or grew
         if grew:
             self._indexes.resize(ctx.conversation_id)  # measured again: may evict others (or this one)
         return entry
+
+    async def _index_offloads(self, ctx: RecallContext, entry: _Indexed) -> bool:
+        """Offloaded outputs are pages of their own from the turn they arrive on, searched as such (lexically: they
+        have no vectors) while the page that holds them may still be active. Whether the index changed."""
+        labels = {record.label: record for record in ctx.state.offloads}
+        changed = False
+        for label in entry.offloads - labels.keys():  # a fork dropped it
+            entry.index.remove(label)
+            entry.starts.pop(label, None)
+            entry.chars.pop(label, None)
+            changed = True
+        entry.offloads &= labels.keys()
+        for label, record in labels.items():
+            if label in entry.offloads:
+                continue
+            messages = await self.source.messages(ctx, record.entry, record.entry + 1)
+            entry.index.add_terms(label, index_terms(messages, ctx.image_descriptions, self.user_weight))
+            entry.starts[label] = record.entry
+            entry.chars[label] = record.chars
+            entry.offloads.add(label)
+            changed = True
+        return changed
 
     def forget(self, conversation_id: str) -> None:
         self._indexes.pop(conversation_id)

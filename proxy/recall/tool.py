@@ -12,9 +12,11 @@ RECALL_DESCRIPTION = (
     "by number. Pass `pages` to read those pages in full, or `query` to search every archived page (also those "
     "no longer listed) and get the best matching excerpts with their page numbers. A large tool output or pasted "
     "document shown only by a preview is a page of its own: pass its number as `page` with `lines` (e.g. "
-    "\"200-260\") to read those lines exactly, or with `query` to search within it."
+    "\"200-260\") to read those lines exactly, with `chars` (e.g. \"40001-48000\") to read characters of it (a line "
+    "too long to read whole), or with `query` to search within it."
 )
 LINES_HINT = 'a line range such as "200-260" or "1500" (the first line is 1)'
+CHARS_HINT = 'a character range such as "40001-48000" (the first character is 1)'
 # Bounds on what the model writes, checked before it is parsed: past them the call gets a note, never a failure,
 # and no work on the event loop grows with a hostile size.
 MAX_ARGUMENTS_CHARS = 20_000  # the raw arguments string
@@ -44,6 +46,7 @@ def recall_tool(name: str) -> dict[str, Any]:
                     "page": {"type": ["integer", "string"], "description": "One page: an offloaded output named by "
                              "its preview, to read by `lines` or search by `query`."},
                     "lines": {"type": "string", "description": f"With `page`: {LINES_HINT}."},
+                    "chars": {"type": "string", "description": f"With `page`: {CHARS_HINT}."},
                 },
             },
         },
@@ -88,6 +91,7 @@ class RecallArgs:
     problems: list[str] = field(default_factory=list)
     page: str = ""  # one page to read by `lines` or search by `query` (an offloaded output)
     lines: tuple[int, int] | None = None  # first and last line, 1-based, inclusive
+    chars: tuple[int, int] | None = None  # first and last character, 1-based, inclusive
 
 
 def _label(page: object) -> str | None:
@@ -168,16 +172,22 @@ def parse_arguments(raw: str | None) -> RecallArgs:
             args.problems.append("`page` must be one page number, e.g. 17")
         else:
             args.page = label
-    lines = data.get("lines")
-    if lines is not None:
-        args.lines = parse_lines(lines)
-        if args.lines is None:
-            args.problems.append(f"`lines` must be {LINES_HINT}, not {_shown(lines)}")
+    for name, hint in (("lines", LINES_HINT), ("chars", CHARS_HINT)):
+        value = data.get(name)
+        if value is None:
+            continue
+        span = parse_lines(value)
+        if span is None:
+            args.problems.append(f"`{name}` must be {hint}, not {_shown(value)}")
         elif not args.page and len(args.pages) == 1:
             args.page = args.pages.pop()
         elif not args.page:
-            args.lines = None
-            args.problems.append("`lines` needs `page`: the number of the offloaded output to read")
+            span = None
+            args.problems.append(f"`{name}` needs `page`: the number of the offloaded output to read")
+        setattr(args, name, span)
+    if args.lines is not None and args.chars is not None:
+        args.problems.append("`lines` and `chars` both given: `chars` was read")
+        args.lines = None
     if not args.pages and not args.query and not args.page:
         args.problems.append("give `pages` (page numbers from the contents page) or a `query`")
     return args

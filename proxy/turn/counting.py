@@ -124,7 +124,7 @@ class TurnCounts:
     def learn(self, model: str, plan: Plan, tools_json: str, reported: int) -> None:
         """Learn from the upstream's prompt_tokens (after the answer: the features read the whole prompt); the
         metric keeps the planned estimate's error."""
-        if plan.over_budget or plan.estimated_tokens <= 0:
+        if plan.estimated_tokens <= 0:  # (a plan over its budget went upstream as planned too)
             return
         self.metrics.estimate_error.observe((plan.estimated_tokens - reported) / reported)
         if self.learning and self.models.wants(model):

@@ -42,6 +42,7 @@ from proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
 from proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
 from proxy.turn.turn import Redo, Release, Turn
 from proxy.turn.across import UserMemory
+from proxy.turn.answer_room import answer_limit, estimate_scale, fit_answer, fixed_part, requested_tokens, too_long
 from proxy.turn.push import QUESTION_HIGH_WATERMARK, ProactivePush, with_push_room
 from proxy.turn.volatile import VolatileContext, push_on
 from proxy.turn.shapes import Shape, ShapeChoice, holds_rounds, renderer, resend
@@ -51,7 +52,7 @@ from proxy.upstream.cache_kind import CacheKind
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
 from proxy.turn.memos import register_process_memos
 from proxy.turn.counting import TurnCounts
-from proxy.turn.offloads import count_offloads
+from proxy.turn.offload_metrics import count_offloads
 from proxy.vision import intake_images, make_describer
 from proxy.turn.page_counts import page_headers
 from proxy.wire.errors import ProxyError
@@ -165,7 +166,7 @@ class TurnService:
             turn = await self._plan(call, found, system, messages)
         except BaseException as exc:
             await release()
-            if not isinstance(exc, Exception):
+            if not isinstance(exc, Exception) or isinstance(exc, ProxyError):
                 raise
             if isinstance(exc, StoreUnavailable):  # nothing may leave the prompt unstored: a trimmed request
                 self.metrics.store_write_failures.labels("plan").inc()
@@ -178,11 +179,15 @@ class TurnService:
             if answer.events is None and answer.status in REFUSAL_STATUSES:
                 refusal = context_refusal(answer.status, answer.body)
                 window = await self.window.refused(refusal.window, turn.window) if refusal.too_long else None
-                if window is not None:  # the upstream's window shrank: plan the turn again for it, send it once more
-                    self.metrics.turn_resends.labels("window").inc()
+                scale = estimate_scale(turn, refusal) if refusal.too_long and window is None else None
+                if window is not None or scale is not None:
+                    # the upstream's window shrank, or the prompt's estimate fell short of the upstream's count of it:
+                    # plan the turn again (for the new window), send it once more (max_tokens fitted to that count)
+                    self.metrics.turn_resends.labels("window" if window is not None else "estimate").inc()
                     again = Found(turn.conversation_id, "prefix" if turn.how in ("new", "fork") else turn.how,
                                   found.known_prefix, found.chains)
                     turn = await self._plan(call, again, system, messages, retry=True)
+                    turn.estimate_scale = scale or 1.0
                     answer = await self._exchange(turn)
         except BaseException as exc:
             await self._finish(turn, release)
@@ -264,7 +269,7 @@ class TurnService:
         tools = list(data.get("tools") or [])
         if self.recall_enabled:
             tools.append(recall_tool(self.settings.recall_tool_name))  # what the upstream will get
-        max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
+        max_tokens = requested_tokens(data)
         volatile = await self.volatile.blocks(call.rewrite_mode, call.memory_mode, tenant, conversation_id, state,
                                               messages)
         memory = self.memory
@@ -276,11 +281,17 @@ class TurnService:
             profile=await self._profile(tenant, conversation_id, call.end_user, state),
             intent=volatile.intent, memory=volatile.memory, system=system, messages=messages,
             tools_tokens=self.counts.tools_tokens(counter, tools_json),
-            max_tokens=max_tokens if isinstance(max_tokens, int) else None, now=time.time(),
+            max_tokens=max_tokens, now=time.time(),
             raw_messages=call.raw_messages, image_descriptions=self.describer.for_tenant(tenant),  # its own only
             offload=call.offload_mode != "off",
         )
         result = plan(state, turn_input, config, counter)
+        if result.over_budget and not config.fits(result.estimated_tokens, max_tokens):
+            # not even the fixed part and a small answer fit: refused, nothing stored, nothing counted but this
+            self.metrics.over_budget.inc()
+            refusal = too_long(result, config, max_tokens, fixed_part(result, turn_input.tools_tokens))
+            log.warning("conversation %s: refused (400): %s", conversation_id, refusal.message)
+            raise refusal
         await self._intake_images(result, tenant, conversation_id)
         self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
         accounting = self._count_plan(result, state)
@@ -312,15 +323,17 @@ class TurnService:
     # ------------------------------------------------------------------------------------------------------------
     async def _exchange(self, turn: Turn) -> Answer:
         call, s = turn.call, self.settings
+        headers = {
+            "X-Memci-Conversation-Id": turn.conversation_id,
+            **page_headers(turn.conversation_id, turn.state),
+            "X-Memci-Epoch": "true" if turn.plan.epoch else "false",
+        }
         out = Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, None, call.started, call.stream,
-                       route_key=turn.conversation_id, extra_headers={
-                           "X-Memci-Conversation-Id": turn.conversation_id,
-                           **page_headers(turn.conversation_id, turn.state),
-                           "X-Memci-Epoch": "true" if turn.plan.epoch else "false",
-                       }, upstream_headers=upstream_headers(s, turn.conversation_id))
+                       route_key=turn.conversation_id, extra_headers=headers,
+                       upstream_headers=upstream_headers(s, turn.conversation_id))
         data = with_prompt_cache_key(call.data, turn.conversation_id, s.prompt_cache_key)
         if not self.recall_enabled:
-            sent = {**data, "messages": turn.plan.messages}
+            sent = fit_answer(turn, headers, {**data, "messages": turn.plan.messages}, 0, self.metrics)
             out.body = _encode(sent)
             self._remember_prompt(turn, sent, len(out.body))
             await self._jobs_first(turn)
@@ -350,6 +363,9 @@ class TurnService:
                 await self._keep(turn, pushed)
                 body["messages"] = [*body["messages"], *pushed]
                 turn.pushed_tokens = sum((turn.redo.counter or self.counter).count_message(m) for m in pushed)
+        pushed_tokens = math.ceil(turn.pushed_tokens * max(1.0, turn.state.correction_ratio))
+        body = fit_answer(turn, headers, body, pushed_tokens, self.metrics)
+        loop_config.answer_limit = answer_limit(turn, rounds, self.counts.text_unit(turn.redo.counter))
         name = loop_config.recall_name
         upstream = self.exchange.client.url(out.path, out.query, out.route_key)
         shape = self.shapes.renderer(upstream, name)
@@ -559,8 +575,6 @@ class TurnService:
         count_offloads(m, p)
         for _, rule in p.evicted:
             m.evictions.labels(rule).inc()
-        if p.over_budget:
-            m.over_budget.inc()
         return {"tokens_shed": shed, "tokens_prefilled": prefilled}
 
     def _remember_prompt(self, turn: Turn, body: dict[str, Any], size: int,
@@ -580,6 +594,9 @@ class TurnService:
             messages = [*messages, *pushed]
             blocks.append(("push", len(p.messages), len(messages)))
         accounting = {**turn.accounting, "tokens_pushed": turn.pushed_tokens}
+        asked = requested_tokens(turn.call.data)
+        if asked is not None:  # the answer's room: asked, and sent (lowered to fit the window)
+            accounting.update(max_tokens_asked=asked, max_tokens_sent=requested_tokens(body) or asked)
         headers = turn.call.headers
         auth = headers.get("authorization") or headers.get("Authorization") or ""
         self.last_prompts.put(cid, LastPrompt(messages, blocks, p.epoch, time.time(), size, body, accounting, auth))

@@ -47,6 +47,8 @@ class Turn:
     across: Any = None  # proxy.turn.across.AcrossNeed: what the user's other conversations hold for it
     window: int = 0  # the context window the turn was planned for
     jobs_first: bool = False  # the epoch's memory jobs ran before its request (a one-slot engine)
+    sent_estimate: int = 0  # the first round's prompt as estimated when its max_tokens was fitted (upstream tokens)
+    estimate_scale: float = 1.0  # the upstream's count of a prompt per estimated token, when a refusal told it
 
 
 class Release:

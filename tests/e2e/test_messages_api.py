@@ -113,11 +113,16 @@ def test_recall_streamed(client, long_conversation):
     assert [b.type for b in final.content] == ["text"]
 
 
-def test_count_tokens(client, long_conversation):
+def test_count_tokens_counts_the_prompt_the_proxy_would_send(client, long_conversation, emu):
     short = client.messages.count_tokens(model="m", messages=[{"role": "user", "content": "hi"}])
-    long = client.messages.count_tokens(model="m", system=SYSTEM, tools=[WEATHER], messages=long_conversation)
-    assert 0 < short.input_tokens < 400
-    assert long.input_tokens > 60 * 80 > short.input_tokens  # 60 answers of 80 words: the whole conversation
+    long = client.messages.count_tokens(model="m", system=SYSTEM, messages=long_conversation)
+    assert 0 < short.input_tokens < 2000  # (the recall tool the proxy adds is most of it)
+    # 60 answers of 80 words (over 4,800 tokens) in the client's history; the prompt sent is the window's part
+    sent = [r for r in emu.requests(200) if r["body"]["messages"][0]["content"].startswith("You are a helpful")]
+    assert sent and 0.7 * sent[-1]["prompt_tokens"] < long.input_tokens < 4096
+    assert long.input_tokens > short.input_tokens
+    with_tools = client.messages.count_tokens(model="m", system=SYSTEM, tools=[WEATHER], messages=long_conversation)
+    assert with_tools.input_tokens > long.input_tokens
 
 
 def test_errors_in_anthropic_shape(client, proxy):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import httpx
 import openai
 import pytest
 
@@ -138,3 +139,40 @@ def test_the_agents_sdk_reads_line_1500_of_a_100_kb_tool_output(pair):
     assert final == "Tool result: [Page 2, lines 1,500-1,500 of 2,000, exactly as they were returned:]\n" + line[:300 - 83]
     recalled = [r for r in emu.requests(8) if r["body"]["messages"][-1].get("content", "").startswith("[Page 2, lines")]
     assert recalled and recalled[-1]["body"]["messages"][-1]["content"].split("\n", 1)[1] == line
+
+
+def test_a_100_kb_output_on_one_line_is_read_to_its_end_and_found_by_search(pair, client_for):
+    """An MCP result as JSON with escaped newlines: 100 KB on one line. Its last 100 characters come back through
+    recall (chars), the search of the conversation finds it, and the conversation API lists it."""
+    proxy, emu = pair.proxy, pair.emulator
+    client = client_for(proxy, api_key="sk-one-line")
+    rows = ", ".join(f'{{"id": {i}, "text": "row {i}\\nof the table"}}' for i in range(2600))
+    tail = ', "marker": "ZEBRA-42 where the output ends"}'
+    output, size = "", 0
+    while len(output) != size or not size:  # the marker names the output's last 100 characters
+        size = len(output) or 100_000
+        marker = "[[call:recall " + json.dumps({"page": 2, "chars": f"{size - 99}-{size}"}) + "]]"
+        output = '{"note": "' + marker + '", "rows": [' + rows + "]" + tail
+    assert len(output) == size and "\n" not in output and output.endswith(tail) and len(output) > 100_000
+    messages = [{"role": "user", "content": "List the rows. [[call:run_tests {}]]"}]
+    r = client.chat.completions.create(model="m", messages=messages, tools=[RUN_TESTS], max_tokens=300)
+    call = r.choices[0].message.tool_calls[0]
+    messages += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                 {"role": "tool", "tool_call_id": call.id, "content": output}]
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, tools=[RUN_TESTS],
+                                                           max_tokens=300)
+    cid = raw.headers["x-memci-conversation-id"]
+    sent = emu.requests(2)
+    preview = sent[0]["body"]["messages"][-1]["content"]
+    assert preview.startswith("[Tool output stored in full as page 2: 1 lines") and 'chars="' in preview
+    assert output[-200:] in preview  # the preview shows where the line ends
+    result = sent[1]["body"]["messages"][-1]["content"]  # the recall round
+    assert result.split("\n", 1)[1] == output[-100:]
+    # the search of the conversation finds it, showing the part around the match
+    found = httpx.post(proxy.url + "/memci/search", headers={"Authorization": "Bearer sk-one-line"}, timeout=30,
+                       json={"query": "ZEBRA-42", "conversation_id": cid}).json()
+    assert [h["page"] for h in found["hits"]][:1] == ["2"] and "ZEBRA-42" in found["hits"][0]["excerpt"]
+    history = httpx.get(f"{proxy.url}/memci/conversations/{cid}", timeout=30,
+                        headers={"Authorization": "Bearer sk-one-line"}).json()
+    assert [(o["number"], o["entry"], o["chars"]) for o in history["offloads"]] == [(2, 2, size)]
+    assert [m.get("offloaded_as") for m in history["messages"]][2] == 2

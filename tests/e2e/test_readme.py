@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,28 @@ def test_the_readme_marks_every_step_it_runs() -> None:
     assert list(blocks) == STEPS, "the README's tested blocks, in the order a new user runs them"
     assert {lang for lang, _ in blocks.values()} == {"sh", "python"}
     assert "pip install ." in blocks["install-and-serve"][1] and "-e ." not in blocks["install-and-serve"][1]
+
+
+AGENT_SETUP = re.compile(r"<!-- agent-setup: (?P<name>[\w-]+) -->\s*```(?P<lang>\w+)\n(?P<code>.*?)```", re.S)
+
+
+def test_the_agent_setups_name_the_settings_that_matter() -> None:
+    """Claude Code and Codex are not installed here: their setups are checked as written (the TOML parses, the
+    shell exports the settings), and the request shape they produce runs end to end in tests/e2e/test_answer_room.py
+    (a Claude-Code-shaped agent asking max_tokens 32000 on a 32k window) and test_responses_api.py."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    setups = {m["name"]: (m["lang"], m["code"]) for m in AGENT_SETUP.finditer(text)}
+    assert list(setups) == ["claude-code", "codex"]
+    lang, code = setups["claude-code"]
+    exported = dict(re.findall(r"\b([A-Z_]+)=(\S+)", code))
+    assert lang == "sh" and exported["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8080"
+    assert exported["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
+    assert int(exported["CLAUDE_CODE_MAX_OUTPUT_TOKENS"]) <= 32768 // 4  # a quarter of the default window
+    lang, code = setups["codex"]
+    config = tomllib.loads(code)
+    provider = config["model_providers"][config["model_provider"]]
+    assert lang == "toml" and provider["base_url"] == "http://127.0.0.1:8080/v1" and provider["wire_api"] == "responses"
+    assert config["model_context_window"] >= 1_000_000
 
 
 @pytest.mark.slow

@@ -71,7 +71,22 @@ def test_the_chat_request():
         "model": "m", "top_k": 5, "max_tokens": 50,
         "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "x"}],
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-        "tool_choice": "required", "parallel_tool_calls": False, "stop": ["END"], "user": "u1"}
+        "tool_choice": "required", "parallel_tool_calls": False, "stop": ["END"], "user": "u1",
+        "reasoning_effort": "low"}
+
+
+@pytest.mark.parametrize("fields, effort", [
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "low"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 8000}}, "medium"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 31999}}, "high"),
+    ({"thinking": {"type": "disabled"}}, None),
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "output_config": {"effort": "high"}}, "high"),
+    ({"output_config": {"effort": "max"}}, "high"),
+    ({"output_config": {"format": {"type": "json_schema"}}}, None),
+])
+def test_thinking_and_effort_become_reasoning_effort(fields, effort):
+    chat = chat_request({"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "x"}], **fields})
+    assert chat.get("reasoning_effort") == effort and "thinking" not in chat and "output_config" not in chat
 
 
 @pytest.mark.parametrize("data, param", [

@@ -138,8 +138,25 @@ def test_context_length_is_enforced() -> None:
     with pytest.raises(ErrorReply) as raised:
         plan_chat(state, {"messages": [{"role": "user", "content": "word " * 60}]})
     assert raised.value.code == "context_length_exceeded"
-    with pytest.raises(ErrorReply):
+    with pytest.raises(ErrorReply) as raised:
         plan_chat(state, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 40})
+    prompt = plan_chat(state, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}).prompt_tokens
+    assert raised.value.message == (
+        "Requested token count exceeds the model's maximum context length of 50 tokens. You requested a total of "
+        f"{prompt + 40} tokens: {prompt} tokens from the input messages and 40 tokens for the completion. Please "
+        "reduce the number of tokens in the input messages or the completion to fit within the limit.")
+    with pytest.raises(ErrorReply) as raised:
+        plan_chat(state, {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 32000})
+    assert raised.value.status == 400 and raised.value.message == (
+        "max_completion_tokens is too large: 32000.This model supports at most 50 completion tokens.")
+
+
+def test_lenient_context_cuts_max_tokens_to_the_window() -> None:
+    state = new_state(max_model_len=50, strict_context=False)
+    chat = plan_chat(state, {"messages": [{"role": "user", "content": "hi [[len:100]]"}], "max_tokens": 32000})
+    assert chat.prompt_tokens + chat.choices[0].completion_tokens <= 50
+    with pytest.raises(ErrorReply):  # a prompt that fills the window is refused still
+        plan_chat(state, {"messages": [{"role": "user", "content": "word " * 60}]})
 
 
 def test_status_marker_raises_the_status_and_logs_the_request() -> None:

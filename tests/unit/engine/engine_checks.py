@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.engine import ACTIVE, ConversationState, EngineConfig, Plan, condense_message, page_entry_range
-from proxy.engine.offload import output_text, split_lines
+from proxy.engine.output_preview import output_text, split_lines
 
 
 def check_pages(state: ConversationState, messages: list[dict[str, Any]]) -> None:
@@ -58,9 +58,6 @@ def check_tool_pairing(upstream: list[dict[str, Any]]) -> None:
 def check_no_loss(plan: Plan, messages: list[dict[str, Any]], config: EngineConfig) -> None:
     """Each client message is in the upstream prompt (verbatim, or condensed) or in a known archived page."""
     state = plan.state
-    if plan.over_budget:
-        assert plan.messages[-len(messages) :] == messages if messages else True
-        return
     start = state.active_start_entry()
     for i in range(start):
         record = next(p for p in state.pages if p.start <= i < p.end)

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.engine import ConversationState, EngineConfig, EstimateCounter, TurnInput, plan
-from proxy.engine import offload
-from proxy.engine.offload import build_preview, split_lines
+from proxy.engine import output_preview
+from proxy.engine.output_preview import build_preview, split_lines
 
 C = EstimateCounter()
 SYSTEM = [{"role": "system", "content": "You are a coding agent."}]
@@ -92,7 +92,7 @@ def test_previews_stay_byte_identical_and_small_outputs_untouched(data: st.DataO
             keep = len(previous.messages)
             assert result.messages[:keep] == previous.messages[:keep]
         # a replica rebuilding the state from bytes (its memo of previews empty) plans the same prompt
-        offload._PREVIEWS.clear()
+        output_preview._PREVIEWS.clear()
         again = plan(ConversationState.from_bytes(result.state.to_bytes()),
                      TurnInput(system=SYSTEM, messages=list(history), now=float(step) + 0.5), config, C)
         assert again.messages == result.messages or again.epoch or result.epoch

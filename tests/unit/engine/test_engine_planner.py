@@ -135,9 +135,10 @@ def test_prompt_is_append_only_between_epochs_and_epochs_bring_it_under_the_low_
 def test_budget_depends_on_max_tokens() -> None:
     cfg = EngineConfig(context_window=10_000, output_reserve=1000, safety_margin=0.1)
     assert cfg.budget(None) == 8000
-    assert cfg.budget(3000) == 6000
-    p = plan(None, TurnInput(system=SYSTEM, messages=chat(1), max_tokens=3000), cfg, C)
-    assert p.budget == 6000
+    assert cfg.budget(2000) == 7000
+    assert cfg.budget(3000) == 6500  # at most a quarter of the window is reserved
+    p = plan(None, TurnInput(system=SYSTEM, messages=chat(1), max_tokens=2000), cfg, C)
+    assert p.budget == 7000
 
 
 def test_profile_and_summary_wait_for_an_epoch() -> None:
@@ -201,12 +202,31 @@ def test_open_page_too_big_condenses_its_oldest_tool_outputs() -> None:
     assert tools[0]["content"].endswith("chars]") and "…[cut " in tools[0]["content"]
 
 
-def test_over_budget_returns_the_request_unchanged() -> None:
+def test_over_budget_is_flagged_and_never_the_request_unchanged() -> None:
     cfg = EngineConfig(context_window=2000, output_reserve=200, offload=False)
     msgs = [{"role": "user", "content": "x " * 8000}]
     p = plan(None, TurnInput(system=SYSTEM, messages=msgs), cfg, C)
-    assert p.over_budget and p.messages == [*SYSTEM, *msgs]
+    assert p.over_budget and p.estimated_tokens > p.budget
+    assert ("passthrough", 0, 2) not in p.blocks and p.blocks[0] == ("system", 0, 1)
+    assert p.state.last_upstream_count == len(p.messages)  # as planned: sent (a smaller answer) or refused
+    assert not cfg.fits(p.estimated_tokens, None)  # not even a small answer fits: the caller refuses it
     assert any(e["type"] == "context.over_budget" for e in p.events)
+
+
+def test_the_answer_reservation_is_at_most_a_share_of_the_window() -> None:
+    cfg = EngineConfig(context_window=32768)  # Claude Code asks 32,000 answer tokens
+    assert cfg.reserve(32000) == 8192 and cfg.budget(32000) == 32768 - 8192 - 3276
+    assert cfg.reserve(1000) == 1000 and cfg.reserve(None) == 4096
+    # the answer sent upstream: what the window leaves after the prompt and half the margin
+    assert cfg.answer_tokens(32000, 15000) == 32768 - 1638 - 15000
+    assert cfg.answer_tokens(1000, 15000) == 1000 and cfg.answer_tokens(None, 15000) is None
+    # a prompt within the budget, grown by the recall rounds' half of the margin, leaves the reserve
+    assert cfg.answer_tokens(32000, cfg.budget(32000) + 1638) == 8192
+    assert EngineConfig(context_window=32768, output_reserve_share=0.5).reserve(32000) == 16384
+    # over the budget, a prompt still goes while the margin and a 1,024-token answer (or the reserve) fit beside it
+    assert cfg.fits(32768 - 1638 - 1024, 32000) and not cfg.fits(32768 - 1638 - 1023, 32000)
+    assert cfg.fits(32768 - 1638 - 100, 100) and not cfg.fits(32768 - 1638 - 99, 100)
+    assert cfg.answer_tokens(32000, 32768 - 1638 - 1024) == 1024  # what fits: the answer it leaves
 
 
 def test_regenerate_and_edit_fork_the_conversation() -> None:
@@ -362,3 +382,13 @@ def test_from_bytes_rejects_what_is_not_a_state_of_this_version() -> None:
     old = msgspec.msgpack.encode({"version": 1, "hashes": ["ab" * 16], "tokens": [3]})
     with pytest.raises(ValueError):
         ConversationState.from_bytes(old)
+
+
+def test_the_parts_of_one_developer_message_keep_a_separator() -> None:
+    from proxy.engine.layout import system_message_text
+
+    parts = [{"type": "text", "text": "<permissions instructions>a</permissions instructions>"},
+             {"type": "text", "text": "<skills_instructions>b</skills_instructions>"}]
+    text = system_message_text([{"role": "developer", "content": parts}, {"role": "system", "content": "c"}])
+    assert text == ("<permissions instructions>a</permissions instructions>\n<skills_instructions>b"
+                    "</skills_instructions>\n\nc")

@@ -15,14 +15,14 @@ LOG = "".join(f"step {i}: compiling module_{i % 13}.c\r\n" if i % 400 else f"src
               for i in range(1, 3001))
 
 
-def _conversation():
+def _conversation(output: str = LOG, window: int = 8192):
     msgs = [{"role": "user", "content": "build it"},
             {"role": "assistant", "content": None, "tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "make", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": LOG}]
-    p = plan(None, TurnInput(system=[], messages=msgs), EngineConfig(context_window=8192), C)
+            {"role": "tool", "tool_call_id": "c1", "content": output}]
+    p = plan(None, TurnInput(system=[], messages=msgs), EngineConfig(context_window=window), C)
     assert p.offloaded == ["2"]
-    return p.state, msgs
+    return p.state, msgs, p
 
 
 def test_parse_lines_and_arguments() -> None:
@@ -42,12 +42,12 @@ def test_parse_lines_and_arguments() -> None:
     args = parse_arguments('{"page": true}')
     assert any("`page` must be one page number" in p for p in args.problems)
     params = recall_tool("recall")["function"]["parameters"]["properties"]
-    assert set(params) == {"pages", "query", "page", "lines"}
+    assert set(params) == {"pages", "query", "page", "lines", "chars"}
 
 
 @pytest.mark.parametrize("source", ["request", "store"])
 async def test_lines_come_back_byte_for_byte(source: str) -> None:
-    state, msgs = _conversation()
+    state, msgs, _ = _conversation()
 
     class Repo:
         async def load_entries(self, tenant, cid, first, last):
@@ -83,7 +83,7 @@ async def test_lines_come_back_byte_for_byte(source: str) -> None:
 
 
 async def test_search_within_an_offloaded_output() -> None:
-    state, msgs = _conversation()
+    state, msgs, _ = _conversation()
     resolver = RecallResolver(None, C, 2048)
     ctx = RecallContext("t", "c", state, msgs)
     out = await resolver.resolve(ctx, parse_arguments('{"page": 2, "query": "error: boom"}'))
@@ -97,3 +97,61 @@ async def test_search_within_an_offloaded_output() -> None:
     # a page that is not an offloaded output: read in full, with a word about it
     other = await resolver.resolve(ctx, parse_arguments('{"page": 1, "lines": "1-2"}'))
     assert "page 1 is not an offloaded output" in other.text
+
+
+ONE_LINE = '{"results": [' + ", ".join(f'{{"id": {i}, "name": "item-{i}", "tags": ["a", "b"]}}'
+                                      for i in range(2100)) + '], "marker": "ZEBRA-42 the end of the output"}'
+
+
+def _one_line_conversation():
+    state, msgs, p = _conversation(ONE_LINE, 32768)
+    preview = p.messages[-1]["content"]
+    assert 'chars="' in preview and ONE_LINE[-200:] in preview  # the preview shows where it ends
+    return state, msgs
+
+
+async def test_a_huge_one_line_output_is_read_to_its_end_by_characters() -> None:
+    assert len(ONE_LINE) > 100_000 and "\n" not in ONE_LINE
+    state, msgs = _one_line_conversation()
+    resolver = RecallResolver(None, C, 2048)
+    ctx = RecallContext("t", "c", state, msgs)
+    # lines="1" cannot show the line whole: its first part, and the characters that follow
+    out = await resolver.resolve(ctx, parse_arguments('{"page": 2, "lines": "1"}'))
+    assert out.text.split("\n")[1] == ONE_LINE[: len(out.text.split("\n")[1])]
+    assert 'the line goes on: read chars="' in out.text and C.count_text(out.text) <= 2048
+    # following the footers reaches the end, byte for byte
+    read, calls = "", 0
+    arguments = '{"page": 2, "lines": "1"}'
+    while True:
+        out = await resolver.resolve(ctx, parse_arguments(arguments))
+        head, rest = out.text.split("\n", 1)
+        if 'chars="' not in rest.rsplit("\n", 1)[-1]:
+            read += rest
+            break
+        body, footer = rest.rsplit("\n", 1)
+        read += body
+        arguments = '{"page": 2, "chars": "' + footer.split('chars="', 1)[1].split('"', 1)[0] + '"}'
+        calls += 1
+        assert calls < 100
+    assert read == ONE_LINE
+    # the last 100 characters at once
+    first = len(ONE_LINE) - 99
+    out = await resolver.resolve(ctx, parse_arguments('{"page": 2, "chars": "%d-%d"}' % (first, len(ONE_LINE))))
+    assert out.text.split("\n", 1)[1] == ONE_LINE[-100:]
+    # a search inside the line shows the part around the match
+    found = await resolver.resolve(ctx, parse_arguments('{"page": 2, "query": "ZEBRA-42"}'))
+    assert "ZEBRA-42 the end of the output" in found.text and "1 lines match" in found.text
+    assert f"of the output; the line has {len(ONE_LINE):,})" in found.text
+    # lines and chars both given: chars win, with a word
+    both = parse_arguments('{"page": 2, "lines": "1", "chars": "1-10"}')
+    assert both.lines is None and both.chars == (1, 10) and both.problems
+
+
+async def test_an_offloaded_output_is_found_by_the_search_while_its_page_is_active() -> None:
+    state, msgs = _one_line_conversation()
+    assert all(p.status == 0 for p in state.pages)  # nothing archived: the output's own page only
+    resolver = RecallResolver(None, C, 2048)
+    ctx = RecallContext("t", "c", state, msgs)
+    out = await resolver.resolve(ctx, parse_arguments('{"query": "ZEBRA-42"}'))
+    assert out.text.startswith("Archived pages matching 'ZEBRA-42'") and "[Page 2]" in out.text
+    assert "ZEBRA-42 the end of the output" in out.text

@@ -36,6 +36,8 @@ def error(message: str, **fields) -> bytes:
     (400, error("The input (5000 tokens) is longer than the model's context length (4096 tokens)."), 4096),  # SGLang
     (400, error("Requested token count exceeds the model's maximum context length of 4096 tokens. You requested a "
                 "total of 5000 tokens", code="context_length_exceeded"), 4096),  # SGLang, the emulator
+    (400, error("max_completion_tokens is too large: 32000.This model supports at most 2048 completion tokens."),
+     2048),  # SGLang, the emulator: max_tokens alone over the window
     (400, json.dumps({"error": {"code": 400, "message": "the request exceeds the available context size, try "
                                 "increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": 5000,
                                 "n_ctx": 4096}}).encode(), 4096),  # llama.cpp's server
@@ -47,6 +49,19 @@ def error(message: str, **fields) -> bytes:
 def test_each_engines_wording_of_a_prompt_too_long(status, body, window):
     refusal = context_refusal(status, body)
     assert refusal.too_long and refusal.window == window
+
+
+@pytest.mark.parametrize("message, prompt", [
+    ("Requested token count exceeds the model's maximum context length of 32768 tokens. You requested a total of "
+     "32987 tokens: 17633 tokens from the input messages and 15354 tokens for the completion.", 17633),  # SGLang
+    ("This model's maximum context length is 2048 tokens. However, you requested 2100 tokens (2076 in the messages, "
+     "24 in the completion).", 2076),  # OpenAI
+    ("This model's maximum context length is 4096 tokens and your request has 3900 input tokens", 3900),  # vLLM
+    ("prompt is too long: 5000 tokens > 4096 maximum", 5000),
+    ("max_completion_tokens is too large: 32000.This model supports at most 2048 completion tokens.", None),
+])
+def test_the_prompt_size_a_refusal_states(message, prompt):
+    assert context_refusal(400, error(message)).prompt_tokens == prompt
 
 
 @pytest.mark.parametrize("status, body", [

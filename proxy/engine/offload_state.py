@@ -10,10 +10,10 @@ from typing import Any
 import msgspec
 
 from .condense import condense_message
-from .offload import (
-    OffloadLimits, OffloadRecord, offload_kind, output_text, preview_chars_for, preview_message, split_lines,
+from .output_preview import (
+    DOCUMENT, OffloadLimits, OffloadRecord, offload_kind, output_text, preview_chars_for, preview_message, split_lines,
 )
-from .state import HASH_SIZE, ConversationState, normalise_label
+from .state import ARCHIVED, HASH_SIZE, ConversationState, PageRecord, normalise_label
 from .tokens import TokenCounter
 
 replace = msgspec.structs.replace
@@ -131,3 +131,14 @@ def find_offload(state: ConversationState, page: int | str | float) -> OffloadRe
         if record.label == label:
             return record
     return None
+
+
+def offload_page(state: ConversationState, page: int | str | float) -> PageRecord | None:
+    """An offloaded output as a page record of its own (archived: out of the prompt but for its preview), for the
+    searches and the views that list pages: its entry alone, dated as the page that holds it. None: not one."""
+    record = find_offload(state, page)
+    if record is None:
+        return None
+    holder = next((p for p in reversed(state.pages) if p.start <= record.entry < p.end), None)
+    return PageRecord(record.number, 1, record.entry, record.entry + 1, record.tokens, ARCHIVED,
+                      has_user=record.kind == DOCUMENT, first_seen=holder.first_seen if holder is not None else 0.0)

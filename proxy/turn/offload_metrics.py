@@ -1,9 +1,9 @@
-"""The metrics of first-sight offload (proxy.engine.offload) for one planned turn."""
+"""The metrics of first-sight offload (proxy.engine.output_preview) for one planned turn."""
 
 from __future__ import annotations
 
 from proxy.engine import Plan
-from proxy.engine.offloading import find_offload
+from proxy.engine.offload_state import find_offload
 from proxy.metrics import Metrics
 
 

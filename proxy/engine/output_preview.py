@@ -1,4 +1,4 @@
-"""First-sight offload: a huge tool output (or pasted document) becomes its own archived page when it arrives.
+"""First-sight offload, the preview: a huge tool output (or pasted document) becomes its own archived page when it arrives.
 
 From the turn it arrives on, every prompt carries a stable preview in its place: the same bytes on every turn (a
 pure function of the message, its page number and the preview size), holding the output's head and tail, the lines
@@ -23,6 +23,7 @@ DOCUMENT = "document"
 HEAD_SHARE = 0.30
 ERROR_SHARE = 0.30
 LINE_CHARS = 240  # a line longer than this is cut in the preview (recall reads it whole)
+LONG_LINE_CHARS = 8000  # an output with a line longer than this is read by characters (recall's `chars`)
 _ERROR = re.compile(
     r"traceback \(most recent call|\berror\b|\berr!|\bexception\b|\bfailed\b|\bfailure\b|\bfatal\b|\bpanic\b"
     r"|\bsegmentation fault\b|^e {2,}|^\s*fail\b",
@@ -145,11 +146,16 @@ def build_preview(text: str, number: int, kind: str, chars: int, tokens: int) ->
     label = "Tool output" if kind == TOOL else "Pasted document"
     what = f"{_number(total)} lines, {_number(len(text))} characters (~{_number(tokens)} tokens)"
     first_hidden = head_end + 1
+    longest = max(len(line) for line in lines)
+    if longest > LONG_LINE_CHARS:  # JSON on one line, a minified file: read by characters
+        read = (f"page={number} and chars=\"{LINE_CHARS + 1}-{min(len(text), LINE_CHARS + LONG_LINE_CHARS)}\" (its "
+                f"longest line has {_number(longest)} characters)")
+    else:
+        read = f"page={number} and lines=\"{first_hidden}-{min(total, first_hidden + 59)}\""
     out = [
         f"[{label} stored in full as page {number}: {what}. Shown: its first and last lines"
         + (" and lines that look like errors" if shown_errors else "")
-        + f". Read the rest with recall: page={number} and lines=\"{first_hidden}-{min(total, first_hidden + 59)}\","
-        f" or page={number} and query=\"...\" to search within it.]"
+        + f". Read the rest with recall: {read}, or page={number} and query=\"...\" to search within it.]"
     ]
     out.extend(_fit(lines[i]) for i in head)
     cursor = head_end
@@ -161,6 +167,8 @@ def build_preview(text: str, number: int, kind: str, chars: int, tokens: int) ->
     if tail_start > cursor:
         out.append(f"[… lines {_number(cursor + 1)}-{_number(tail_start)} not shown …]")
     out.extend(_fit(lines[i]) for i in range(max(tail_start, cursor), total))
+    if len(lines[-1]) > LINE_CHARS:  # shown cut: where a one-line output (or its last line) ends
+        out.append(f"[… its last {LINE_CHARS} characters:] {lines[-1][-LINE_CHARS:]}")
     return "\n".join(out)
 
 
