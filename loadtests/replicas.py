@@ -39,6 +39,7 @@ class RunResult:
     statuses: Counter = field(default_factory=Counter)
     prompts: dict[tuple[str, int], Any] = field(default_factory=dict)
     seconds: float = 0.0
+    hit_rate: float = 0.0  # the upstream's cached prompt tokens over its prompt tokens, over the run
 
 
 class PromptRecorder:
@@ -109,6 +110,7 @@ async def run(proxies: list[str], emulator_root: str, api_key: str, conversation
                                for i in range(conversations)))
     result.seconds = time.perf_counter() - started
     result.prompts = await recorder.stop()
+    result.hit_rate = httpx.get(emulator_root + "/emulator/stats", timeout=10).json()["cache_hit_rate"]
     return result
 
 
@@ -190,6 +192,7 @@ def main() -> None:
                 "conversations": args.conversations, "turns": args.turns, "pad_words": args.pad,
                 "prompts_compared": len(set(one.prompts) | set(two.prompts)),
                 "mismatches": len(compare(one, two)),
+                "hit_rate_one": round(one.hit_rate, 4), "hit_rate_two": round(two.hit_rate, 4),
                 "statuses_one": dict(one.statuses), "statuses_two": dict(two.statuses),
                 "seconds_one": round(one.seconds, 2), "seconds_two": round(two.seconds, 2),
                 **replica_report(urls),

@@ -47,6 +47,7 @@ LONG_CHAT_PROXY_WINDOW = 32768
 DIRECT, PASS, MANAGED = "emulator (direct)", "proxy (pass-through)", "proxy (managed)"
 BASELINE = "proxy (managed, baseline tree)"  # --baseline-tree: the same, from another checkout's source
 USERS = "proxy (managed, user ids)"  # --user-memory: the managed proxy, each client's chats naming one end user
+BASELINE_USERS = "proxy (managed, user ids, baseline tree)"  # --user-memory with --baseline-tree: the same, before
 
 
 _TOPICS = ("billing", "search", "onboarding", "exports", "invoices", "alerts", "the mobile app", "the audit log")
@@ -112,7 +113,7 @@ async def run_turn_cell(url: str, target: str, clients: int, conversations: int,
         for conversation in range(conversations):
             bodies = chat_bodies(f"{target} round {round_no} client {number} chat {conversation} {stamp}", turns,
                                  exchange_chars=exchange_chars,
-                                 user=f"user {round_no} {number} {stamp}" if target == USERS else "")
+                                 user=f"user {round_no} {number} {stamp}" if target in (USERS, BASELINE_USERS) else "")
             for turn, body in enumerate(bodies):
                 if turn == measure_from and not measured:
                     measured = True
@@ -179,6 +180,8 @@ def run_multi_turn(args: Any) -> int:
                                                         args.baseline_tree.resolve())
         if getattr(args, "user_memory", False):  # the same managed proxy, its chats naming their users
             bases[USERS] = bases[MANAGED]
+            if BASELINE in bases:
+                bases[BASELINE_USERS] = bases[BASELINE]
         for target, base in bases.items():  # warm-up: connections, the embedded database, code paths
             run_async(run_turn_cell(base + "/chat/completions", target, 1, 1, 6, -1))
         # each managed proxy's embedded PostgreSQL (started by its first turn: looked up after the warm-up)
@@ -186,9 +189,10 @@ def run_multi_turn(args: Any) -> int:
                      for target in (MANAGED, BASELINE) if target in servers}
         groups = {DIRECT: {emulator.pid()}, PASS: {servers[PASS].pid()},
                   **{target: {servers[target].pid()} | database for target, database in databases.items()}}
-        if USERS in bases:
-            databases[USERS] = databases[MANAGED]
-            groups[USERS] = groups[MANAGED]
+        for users, managed in ((USERS, MANAGED), (BASELINE_USERS, BASELINE)):
+            if users in bases:
+                databases[users] = databases[managed]
+                groups[users] = groups[managed]
         group_cpu = lambda pgids: sum(group_cpu_seconds(g) for g in pgids)  # noqa: E731
         for round_no in range(args.rounds):
             for clients in args.client_levels:
@@ -279,7 +283,7 @@ def merge(cells: list[TurnCell]) -> list[TurnCell]:
             values = [getattr(c, attr) for c in group if getattr(c, attr) is not None]
             setattr(row, attr, statistics.median(values) if values else None)
         out.append(row)
-    order = [DIRECT, PASS, MANAGED, USERS, BASELINE]
+    order = [DIRECT, PASS, MANAGED, USERS, BASELINE, BASELINE_USERS]
     return sorted(out, key=lambda c: (c.clients, order.index(c.target)))
 
 
@@ -327,10 +331,12 @@ def target_checks(rows: list[TurnCell]) -> list[str]:
             limit = TARGETS["cpu_ratio"]
             out.append(f"- {c.target} CPU per turn = {ratio:.2f} x pass-through's at {c.clients} conversation(s) "
                        f"(target <= {limit:g}): {'met' if ratio <= limit else 'NOT met'}")
-        managed = find(MANAGED, c.clients)
-        if c.target == USERS and managed is not None and c.p50_ms is not None and managed.p50_ms is not None:
+        managed = find(BASELINE if c.target == BASELINE_USERS else MANAGED, c.clients)
+        if (c.target in (USERS, BASELINE_USERS) and managed is not None and c.p50_ms is not None
+                and managed.p50_ms is not None):
             extra = c.p50_ms - managed.p50_ms
-            out.append(f"- user ids at {c.clients} conversation(s) add {extra:.2f} ms p50 per turn to the managed turn "
+            tree = " (baseline tree)" if c.target == BASELINE_USERS else ""
+            out.append(f"- user ids{tree} at {c.clients} conversation(s) add {extra:.2f} ms p50 per turn to the managed turn "
                        f"(target <= 1 ms): {'met' if extra <= 1.0 else 'NOT met'}; p99 {_f(c.p99_ms)} against "
                        f"{_f(managed.p99_ms)} ms")
     return out or ["- no comparable cells"]

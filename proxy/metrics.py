@@ -241,7 +241,8 @@ class Metrics:
             "memci_user_memory_pushes", "User turns with a user id that asked something, searched in the user's other "
             "conversations, by outcome: pushed (a round of their pages), no_match (no page holds the message's terms), "
             "no_hits (none holds enough of them, or nothing specific), common (not searched: every term it names "
-            "was found too common among the user's pages), no_room, timeout, failed; write_skipped: a turn's pages "
+            "was found too common among the user's pages), alone (not searched: no other conversation of the user "
+            "has pages yet), no_room, timeout, failed; write_skipped: a turn's pages "
             "not indexed (too many writes waiting; the conversation's next turn indexes them).", ["outcome"], registry=r,
         )
         self.recall_push_tokens = Histogram(

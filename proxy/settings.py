@@ -206,15 +206,10 @@ class Settings:
     )
     count_learning: bool = field(
         default=True,
-        metadata=_doc("Learn each model's token costs (text, images, tools' schema, per message) from the upstream's "
-                      "reported prompt_tokens and plan with them. Per process: replicas, and a process before and after "
-                      "it has learned, may place an epoch a few tokens apart. Off: the base count and each "
-                      "conversation's correction ratio alone (plans depend on the conversation only)."),
-    )
-    count_models_max: int = field(
-        default=64,
-        metadata=_doc("Models whose token costs (text, image, tools, per message) are learned from the upstream's "
-                      "reported prompt_tokens, per process; the least recently used is forgotten past this.", min=1),
+        metadata=_doc("Learn each conversation's token costs (text, images, tools' schema, per message) from the "
+                      "upstream's reported prompt_tokens and plan with them; kept in the conversation's state, so "
+                      "every replica plans its turns alike. Off: the base count and the conversation's correction "
+                      "ratio alone."),
     )
     upstream_tokenize: bool = field(
         default=True,

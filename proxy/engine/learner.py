@@ -12,15 +12,21 @@ by least squares with exponential forgetting and a ridge prior at the flat costs
 it gently and a model that never sends images keeps the flat image cost. `counter()` then counts with the
 learned costs, times a safety margin that grows with the fit's recent under-estimates: the estimate stays on the
 high side of the truth.
+
+The fit belongs to one conversation and lives in its state (`CountFit`, `ConversationState.counts`): every replica
+plans a conversation's turn with the costs learned from that conversation's own answers, whichever process relayed
+them, so two replicas alternating turns plan byte-identical prompts. Its features are the plain estimate's (a
+function of the prompt alone, not of what one process has counted exactly).
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from .tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD, EstimateCounter, TokenCounter, message_texts
 
@@ -186,41 +192,63 @@ class LearnedCounter:
         return math.ceil((raw + self.bias) * self.scale)
 
 
-class ModelCounts:
-    """A `CountLearner` per model, the least recently used forgotten past `max_models` (bounded per process)."""
+class CountFit(msgspec.Struct, kw_only=True, frozen=True):
+    """One conversation's learned costs and the forgetting sums they are fitted from (see `CountLearner`)."""
 
-    def __init__(self, max_models: int = 64) -> None:
-        self.max_models = max(1, max_models)
-        self._models: OrderedDict[str, CountLearner] = OrderedDict()
+    model: str = ""
+    xx: list[float] = msgspec.field(default_factory=list)  # len(FEATURES)**2, row by row
+    xy: list[float] = msgspec.field(default_factory=list)
+    observations: int = 0
+    answers: int = 0  # answers offered, learnt from or not
+    coefficients: list[float] = msgspec.field(default_factory=lambda: list(PRIOR))
+    under: float = 0.0
 
-    def __len__(self) -> int:
-        return len(self._models)
 
-    def get(self, model: str) -> CountLearner | None:
-        learner = self._models.get(model)
-        if learner is not None:
-            self._models.move_to_end(model)
-        return learner
+def fit_learner(fit: CountFit) -> CountLearner:
+    learner = CountLearner()
+    n = len(FEATURES)
+    if len(fit.xx) == n * n and len(fit.xy) == n and len(fit.coefficients) == n:
+        learner._xx = [list(fit.xx[i * n:(i + 1) * n]) for i in range(n)]
+        learner._xy = list(fit.xy)
+        learner.observations, learner.answers = fit.observations, fit.answers
+        learner.coefficients, learner.under = tuple(fit.coefficients), fit.under
+    return learner
 
-    def wants(self, model: str) -> bool:
-        """Whether to learn from this answer: every one at first, every `SETTLED_EVERY`-th once settled (reading
-        the whole prompt's features costs about as much as planning it)."""
-        learner = self._models.get(model)
-        if learner is None:
-            return True
+
+def learner_fit(model: str, learner: CountLearner) -> CountFit:
+    return CountFit(model=model, xx=[v for row in learner._xx for v in row], xy=list(learner._xy),
+                    observations=learner.observations, answers=learner.answers,
+                    coefficients=list(learner.coefficients), under=learner.under)
+
+
+def fit_of(fit: CountFit | None, model: str) -> CountFit | None:
+    """The fit when it was learned for this model (a conversation that changes model starts again)."""
+    return fit if fit is not None and fit.model == model else None
+
+
+def fit_counter(fit: CountFit | None, model: str, base: TokenCounter) -> TokenCounter:
+    """The learned counter once the conversation's fit for `model` has seen enough answers, else `base`."""
+    fit = fit_of(fit, model)
+    if fit is None or fit.observations < MIN_OBSERVATIONS:
+        return base
+    return fit_learner(fit).counter(base)
+
+
+def fit_wants(fit: CountFit | None, model: str) -> bool:
+    """Whether the next answer is learnt from: every one at first, every `SETTLED_EVERY`-th once settled (reading
+    the whole prompt's features costs about as much as planning it)."""
+    fit = fit_of(fit, model)
+    if fit is None:
+        return True
+    return fit.observations < SETTLED_AFTER or (fit.answers + 1) % SETTLED_EVERY == 0
+
+
+def fit_answer(fit: CountFit | None, model: str, features: Features | None, reported: int) -> CountFit:
+    """The fit after one answer: counted, and learnt from when `features` are given (see `fit_wants`)."""
+    fit = fit_of(fit, model)
+    learner = CountLearner() if fit is None else fit_learner(fit)
+    if fit is not None:
         learner.answers += 1
-        return learner.observations < SETTLED_AFTER or learner.answers % SETTLED_EVERY == 0
-
-    def counter(self, model: str, base: TokenCounter) -> TokenCounter:
-        """The model's learned counter once it has seen enough answers, else `base`."""
-        learner = self.get(model)
-        return learner.counter(base) if learner is not None and learner.ready else base
-
-    def observe(self, model: str, features: Features, reported: int) -> float | None:
-        learner = self._models.get(model)
-        if learner is None:
-            learner = self._models[model] = CountLearner()
-            while len(self._models) > self.max_models:
-                self._models.popitem(last=False)
-        self._models.move_to_end(model)
-        return learner.observe(features, reported)
+    if features is not None:
+        learner.observe(features, reported)
+    return learner_fit(model, learner)

@@ -7,6 +7,7 @@ from typing import Any, overload
 
 import msgspec
 
+from .learner import CountFit
 from .output_preview import OffloadRecord
 
 HASH_SIZE = 16
@@ -85,6 +86,7 @@ class ConversationState(msgspec.Struct, kw_only=True):
     epoch: int = 0
     turn: int = 0
     correction_ratio: float = 1.0
+    counts: CountFit | None = None  # the token costs learned from this conversation's answers (proxy.engine.learner)
     # The previous request, to skip re-hashing and to measure the stable prefix.
     messages_kind: str = ""  # "raw" (the client's bytes) or "encoded" (re-encoded by the engine)
     messages_length: int = 0  # end of the last message in that array

@@ -6,6 +6,8 @@ With a user id (proxy.turn.end_user) and ``user_memory`` on:
   background: every page of every conversation counts, the active ones too (a short conversation is memory);
 * before planning (``weigh``), a message that asks something (a question, a look-up, a count) is searched for
   among the user's other conversations, within ``user_memory_timeout_ms`` (past it, the turn goes on without);
+  not when the user has no other conversation with pages yet (a first chat), nor when every term it names was found
+  too common among the user's pages;
 * the round (``exchange``): when the conversation's own archive pushed nothing, the hits are pushed as a recall
   round of the proxy's own, newest first, each labelled ``<conversation>/<page>`` with its date, kept in the history
   like any pushed round (the next turn's prefix is unchanged: cache-neutral).
@@ -39,9 +41,11 @@ HITS = 6  # most hits pushed (LongMemEval S, offline: reach 0.853 with 5, 0.874 
 MAX_PAGE_CHARS = 16_000  # of a page's text indexed and kept (a long tool output is an offloaded page of its own)
 EXCERPT_CHARS = (320, 200, 120, 80)  # each hit's excerpt (the best's twice), shortened until the round fits
 MAX_COMMON_TERMS = 512  # common terms remembered per user
-PAGE_COUNT_TTL_S = 60.0  # a user's page count is read again after this long
+PAGE_COUNT_TTL_S = 60.0  # a user's pages per conversation are read again after this long
+ALONE_TTL_S = 5.0  # ... and this soon while none of them is another conversation's than the one asking
 # pages gathered this long are written in one batch, each page once, with its text as it is then; a search of the
-# user's pages writes this process's waiting ones of that user first
+# user's pages writes this process's waiting pages of that user's other conversations first (not the asking one's:
+# the search leaves it out; writing a page costs milliseconds, its terms' index updated)
 FLUSH_DELAY_S = 0.05
 MAX_PENDING_ROWS = 4096  # pages waiting at once; past it a turn's pages wait for the conversation's next turn
 
@@ -71,9 +75,12 @@ class UserMemory:
         self._pending_rows = 0
         self._searches: set[asyncio.Task[Any]] = set()  # searches still running (past their deadline, too)
         self._flusher: asyncio.Task[None] | None = None
-        # (tenant, user) -> (when counted, the user's pages): how specific a term is, recounted now and then
-        self._page_counts: BoundedLru[tuple[str, str], tuple[float, int]] = BoundedLru(
-            "user_page_counts", 100_000, 16 * 2**20, size_of=lambda k, _v: 96 + len(k[0]) + len(k[1]))
+        # (tenant, user) -> (when counted, the user's pages per conversation): whether another conversation has
+        # any, and how specific a term is (their sum), recounted now and then; with the conversations whose pages
+        # this process wrote since
+        self._page_counts: BoundedLru[tuple[str, str], tuple[float, dict[str, int]]] = BoundedLru(
+            "user_page_counts", 100_000, 16 * 2**20,
+            size_of=lambda k, v: 96 + len(k[0]) + len(k[1]) + 96 * len(v[1]))
 
     # --- before planning ---------------------------------------------------------------------------------------
     async def weigh(self, tenant: str, end_user: str, conversation_id: str, state: ConversationState | None,
@@ -82,6 +89,9 @@ class UserMemory:
         if not text or not (asks(text) or is_look_up(text) or counts(text)):
             return None
         query = search_words(text, skip=LOOK_UP_TERMS) or search_words(text) or text[:200]
+        if self._alone(tenant, end_user, conversation_id, fresh_only=True):
+            self._count("alone")  # the user's first conversation: no other one to search
+            return None
         known_common = self._common.get((tenant, end_user))
         if known_common is not None and all(t in known_common or is_short_number(t) for t in query_terms(query)):
             self._count("common")  # nothing the message names can be specific among the user's pages
@@ -102,26 +112,45 @@ class UserMemory:
             self._count("failed")
             return None
         if not hits:
-            self._count("no_hits" if idf else "no_match")
+            self._count("no_hits" if idf else "alone" if self._alone(tenant, end_user, conversation_id) else "no_match")
             return None
         return AcrossNeed(query, asks_about_reply(text), hits, idf)
 
     async def _search(self, tenant: str, end_user: str, conversation_id: str, query: str, text: str,
                       state: ConversationState | None) -> tuple[list[tuple[Candidate, float]], dict[str, float]]:
         key = (tenant, end_user)
-        if self._pending.get(key):  # this process's waiting pages of the user: searchable first
-            await self._flush(key)
-        known = self._page_counts.get(key)
-        if known is None or time.monotonic() - known[0] > PAGE_COUNT_TTL_S:
-            known = (time.monotonic(), await self.repo.user_page_count(tenant, end_user))
-            self._page_counts.put(key, known)
+        if not self._fresh(key):
+            counted = await self.repo.user_page_counts(tenant, end_user)
+            for c, _ in self._pending.get(key, {}):  # this process's pages not written yet
+                counted.setdefault(c, 1)
+            self._page_counts.put(key, (time.monotonic(), counted))
+        if self._alone(tenant, end_user, conversation_id):
+            return [], {}
+        if any(c != conversation_id for c, _ in self._pending.get(key, ())):  # searchable first
+            await self._flush(key, conversation_id)
         common = set(self._common.get(key) or ())
         found = await search_user(self.repo, tenant, end_user, conversation_id, query, HITS, counting=counts(text),
                                   exclude=shown_labels(state),  # pushed on an earlier turn, still in the prompt
-                                  user_pages=known[1], common=common)
+                                  user_pages=sum(self._page_counts.get(key)[1].values()), common=common)
         if common:
             self._common.put(key, frozenset(list(common)[-MAX_COMMON_TERMS:]))
         return found
+
+    def _fresh(self, key: tuple[str, str]) -> bool:
+        known = self._page_counts.peek(key)
+        if known is None:
+            return False
+        ttl = PAGE_COUNT_TTL_S if len(known[1]) > 1 else ALONE_TTL_S
+        return time.monotonic() - known[0] <= ttl
+
+    def _alone(self, tenant: str, end_user: str, conversation_id: str, fresh_only: bool = False) -> bool:
+        """Whether no conversation of the user but ``conversation_id`` has pages, as last counted (``fresh_only``:
+        False unless that count is recent)."""
+        key = (tenant, end_user)
+        known = self._page_counts.peek(key)
+        if known is None or (fresh_only and not self._fresh(key)):
+            return False
+        return not any(c != conversation_id for c in known[1])
 
     # --- the round -------------------------------------------------------------------------------------------------
     def exchange(self, turn: Any, rounds: TurnRecall, tool_name: str) -> list[dict[str, Any]]:
@@ -148,7 +177,8 @@ class UserMemory:
         if not self.enabled or not end_user:
             return
         waiting = self._pending.setdefault((tenant, end_user), {})
-        for turn in user_turns(state.pages):
+        noted = 0
+        for turn in user_turns(tail_pages(state.pages, first_new)):
             if turn.end > first_new and turn.start < len(messages):
                 key = (conversation_id, turn.label)
                 if key not in waiting:
@@ -157,6 +187,10 @@ class UserMemory:
                         continue
                     self._pending_rows += 1
                 waiting[key] = (turn, messages)
+                noted += 1
+        known = self._page_counts.peek((tenant, end_user))
+        if noted and known is not None and conversation_id not in known[1]:  # this conversation has pages now
+            self._page_counts.put((tenant, end_user), (known[0], {**known[1], conversation_id: noted}))
         if self._pending_rows and self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
 
@@ -167,12 +201,16 @@ class UserMemory:
             self._flusher = None
             await self._flush()
 
-    async def _flush(self, user: tuple[str, str] | None = None) -> None:
-        """Write what is gathered (``user``: of that (tenant, user) alone)."""
+    async def _flush(self, user: tuple[str, str] | None = None, besides: str = "") -> None:
+        """Write what is gathered (``user``: of that (tenant, user) alone; ``besides``: not that conversation's)."""
         if user is None:
             taken, self._pending = self._pending, {}
         else:
-            taken = {user: self._pending.pop(user, {})}
+            waiting = self._pending.pop(user, {})
+            kept = {k: v for k, v in waiting.items() if k[0] == besides}
+            if kept:
+                self._pending[user] = kept
+            taken = {user: {k: v for k, v in waiting.items() if k[0] != besides}}
         batch = [(t, u, c, page_row(u, turn, messages))
                  for (t, u), pages in taken.items() for (c, _), (turn, messages) in pages.items()]
         self._pending_rows -= len(batch)
@@ -239,6 +277,19 @@ def user_turns(pages: Any) -> list[UserTurn]:
     return out
 
 
+def tail_pages(pages: Any, first_new: int) -> Any:
+    """The pages of the user turns that reach past entry ``first_new`` (the newest ones: a turn reads the
+    conversation's tail, not its every page)."""
+    first = len(pages)
+    while first > 0 and pages[first - 1].end > first_new:
+        first -= 1
+    if first < len(pages):
+        number = pages[first].number  # its continuation pages before first_new belong to its turn
+        while first > 0 and pages[first - 1].number == number:
+            first -= 1
+    return pages[first:]
+
+
 def page_row(end_user: str, turn: UserTurn, messages: list[dict[str, Any]]) -> UserPageRow:
     text = index_text(messages[turn.start:turn.end])[:MAX_PAGE_CHARS]
     counts, length = page_counts(text)
@@ -246,4 +297,4 @@ def page_row(end_user: str, turn: UserTurn, messages: list[dict[str, Any]]) -> U
                        counts, length)
 
 
-__all__ = ["AcrossNeed", "UserMemory", "UserTurn", "page_row", "user_turns"]
+__all__ = ["AcrossNeed", "UserMemory", "UserTurn", "page_row", "tail_pages", "user_turns"]

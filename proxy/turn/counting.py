@@ -1,9 +1,15 @@
 """How a managed turn counts tokens: the base count and the per-model costs learned from the upstream.
 
 The base count is `tokenizer_file` when set, else the upstream's `/tokenize` (cached, see
-`proxy.upstream.tokenize`) when enabled, else the estimate. Per model, `proxy.engine.learner` learns the costs of
-text, images, the tools' schema and the chat template from each answer's reported `prompt_tokens`; once it has
-seen a few answers, the turn plans with them (a safety margin included).
+`proxy.upstream.tokenize`) when enabled, else the estimate. Per conversation (in its state, shared by the
+replicas), `proxy.engine.learner` learns the costs of text, images, the tools' schema and the chat template from
+each answer's reported `prompt_tokens`; once it has seen a few answers, the turn plans with them (a safety margin
+included).
+
+A plan counts only with what every replica counts alike (`SharedCounts`): the upstream's count of a text the turn
+waits for (a long one), else the plain estimate; not the counts this process alone cached (short texts counted
+behind a turn, answers it relayed) nor its ratio of exact to estimated counts. So the same conversation state gives
+the same plan on any replica.
 
 An answer's text is counted by the upstream already: when the answer is one plain assistant message (no tool
 calls, no reasoning; whole or streamed), its `completion_tokens` (the end-of-turn token included where the upstream counts it: the
@@ -18,8 +24,9 @@ from typing import Any
 import msgspec
 
 from proxy.engine import Plan, TokenCounter
-from proxy.engine.learner import LearnedCounter, ModelCounts, request_features
-from proxy.engine.tokens import make_counter, message_texts
+from proxy.engine.learner import LearnedCounter, fit_answer, fit_counter, fit_wants, request_features
+from proxy.engine.state import ConversationState
+from proxy.engine.tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD, EstimateCounter, make_counter, message_texts
 from proxy.metrics import Metrics
 from proxy.settings import Settings
 from proxy.upstream.tokenize import UpstreamTokenCounter
@@ -68,6 +75,27 @@ def new_texts(system: list[dict[str, Any]], messages: list[dict[str, Any]], know
     return out
 
 
+class SharedCounts:
+    """The base count of a plan: the upstream's count of a text at least `min_chars` long (a turn waits for those on
+    arrival, on whichever replica), else the plain estimate (a `TokenCounter` with `lookup`)."""
+
+    def __init__(self, tokenizer: UpstreamTokenCounter, min_chars: int) -> None:
+        self.tokenizer = tokenizer
+        self.min_chars = min_chars
+        self.estimate = EstimateCounter()
+
+    def lookup(self, text: str) -> int | None:
+        return self.tokenizer.lookup(text) if len(text) >= self.min_chars else None
+
+    def count_text(self, text: str) -> int:
+        exact = self.lookup(text) if text else None
+        return exact if exact is not None else self.estimate.count_text(text)
+
+    def count_message(self, message: dict[str, Any]) -> int:
+        texts, others = message_texts(message)
+        return MESSAGE_OVERHEAD + others * IMAGE_TOKENS + sum(self.count_text(t) for t in texts)
+
+
 class TurnCounts:
     def __init__(self, settings: Settings, upstream: Any, metrics: Metrics) -> None:
         self.metrics = metrics
@@ -78,36 +106,43 @@ class TurnCounts:
                                                   wait_min_chars=settings.tokenize_wait_min_chars,
                                                   min_chars=settings.tokenize_min_chars)
         self.base: TokenCounter = make_counter(settings.tokenizer_file)
+        self.shared: TokenCounter = self.base  # what a plan counts with (the same on every replica)
         if self.tokenizer is not None:  # not `or`: an empty cache has len() 0
             self.base = self.tokenizer
-        self.models = ModelCounts(settings.count_models_max)
+            self.shared = SharedCounts(self.tokenizer, max(settings.tokenize_wait_min_chars, self.tokenizer.min_chars))
         self.learning = settings.count_learning
 
     async def counter_for(self, model: str, system: list[dict[str, Any]], messages: list[dict[str, Any]],
-                          known_prefix: int) -> TokenCounter:
-        """The counter a turn plans with (the new texts' upstream counts fetched first, if they come quickly)."""
+                          known_prefix: int, state: ConversationState | None = None) -> TokenCounter:
+        """The counter a turn plans with: the shared base count, with the costs the conversation learned (the new
+        texts' upstream counts fetched first, waited for when long)."""
         if self.tokenizer is not None:
             await self.tokenizer.prefetch(new_texts(system, messages, known_prefix), model)
-        return self.models.counter(model, self.base) if self.learning else self.base
+        if not self.learning or state is None:
+            return self.shared
+        return fit_counter(state.counts, model, self.shared)
 
     async def prompt_tokens(self, model: str, messages: list[dict[str, Any]], tools_json: str) -> int:
-        """A whole prompt's count as the turns count it (an API's token-counting endpoint): messages and tools."""
+        """A whole prompt's count as a turn's first plan counts it (an API's token-counting endpoint)."""
         counter = await self.counter_for(model, [], messages, 0)
         return sum(counter.count_message(m) for m in messages) + self.tools_tokens(counter, tools_json)
 
     def answered(self, body: bytes) -> None:
         """A whole answer of one round: its text's count, from its completion tokens, kept for the next turn."""
         if self.tokenizer is not None:
-            counted = answer_text_count(body)
-            if counted is not None:
-                self.tokenizer.remember(*counted)
+            self._remember(answer_text_count(body))
 
     def answered_stream(self, text: str, usage: dict[str, Any] | None) -> None:
         """A streamed answer of one round (its text as relayed): counted by its completion tokens, as a whole one."""
         if self.tokenizer is not None:
-            counted = text_count(text, usage)
-            if counted is not None:
-                self.tokenizer.remember(*counted)
+            self._remember(text_count(text, usage))
+
+    def _remember(self, counted: tuple[str, int] | None) -> None:
+        """Not a text plans count exactly: another replica would ask /tokenize for it (a count without the
+        end-of-turn token), and the two would plan apart."""
+        if counted is not None and self.tokenizer is not None and not (
+                isinstance(self.shared, SharedCounts) and len(counted[0]) >= self.shared.min_chars):
+            self.tokenizer.remember(*counted)
 
     @staticmethod
     def tools_tokens(counter: TokenCounter, tools_json: str) -> int:
@@ -121,14 +156,17 @@ class TurnCounts:
         """Planned tokens per base-count token of text (recall results are counted in base counts)."""
         return counter.text_unit if isinstance(counter, LearnedCounter) else 1.0
 
-    def learn(self, model: str, plan: Plan, tools_json: str, reported: int) -> None:
-        """Learn from the upstream's prompt_tokens (after the answer: the features read the whole prompt); the
-        metric keeps the planned estimate's error."""
+    def learn(self, model: str, plan: Plan, tools_json: str, reported: int,
+              state: ConversationState) -> ConversationState:
+        """The state after the upstream's prompt_tokens are learnt from (after the answer: the features read the
+        whole prompt, by the plain estimate); the metric keeps the planned estimate's error."""
         if plan.estimated_tokens <= 0:  # (a plan over its budget went upstream as planned too)
-            return
+            return state
         self.metrics.estimate_error.observe((plan.estimated_tokens - reported) / reported)
-        if self.learning and self.models.wants(model):
-            self.models.observe(model, request_features(plan.messages, tools_json, self.base), reported)
+        if not self.learning:
+            return state
+        features = request_features(plan.messages, tools_json) if fit_wants(state.counts, model) else None
+        return msgspec.structs.replace(state, counts=fit_answer(state.counts, model, features, reported))
 
     async def close(self) -> None:
         if self.tokenizer is not None:

@@ -70,7 +70,7 @@ class TurnService:
         self.exchange = exchange
         self.store = store
         self.memory = memory  # proxy.workers.runner.MemoryWorker when the memory workers run
-        self.counts = TurnCounts(settings, exchange.client, metrics)  # base counts; per model, learned ones
+        self.counts = TurnCounts(settings, exchange.client, metrics)  # base counts; per conversation, learned ones
         self.counter = self.counts.base
         register_process_memos()  # the engine's and the search's memos, in memci_cache_*
         self.window = ContextWindow(settings, exchange.client)
@@ -274,7 +274,7 @@ class TurnService:
                                               messages)
         memory = self.memory
         model = data.get("model") if isinstance(data.get("model"), str) else ""
-        counter = await self.counts.counter_for(model, system, messages, known_prefix)
+        counter = await self.counts.counter_for(model, system, messages, known_prefix, state)
         tools_json = _encode(tools).decode() if tools else ""
         turn_input = TurnInput(
             summary=await memory.latest_summary(tenant, conversation_id) if memory and state is not None else "",
@@ -477,7 +477,7 @@ class TurnService:
                     state = observe_usage(state, prompt, cached if isinstance(cached, int) else None, estimated,
                                           time.time(), floor=1.0 if turn.learned else 0.0)
                     if not turn.pushed_tokens:  # the learner reads the plan's prompt alone
-                        self.counts.learn(turn.model, turn.plan, turn.tools_json, prompt)
+                        state = self.counts.learn(turn.model, turn.plan, turn.tools_json, prompt, state)
                 except Exception:
                     log.exception("usage feedback failed")
                     self.metrics.engine_errors.labels("feedback").inc()

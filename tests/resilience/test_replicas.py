@@ -1,7 +1,6 @@
 """Two replicas sharing one Redis and one PostgreSQL, each conversation's turns alternating between them: the same
-upstream prompts as one replica sends, no lock time-outs (a reduced loadtests/replicas.py). The costs learned from
-the upstream's counts are per process (a replica that has seen more answers may place an epoch a few tokens apart),
-so the prompts are compared with learning off; with it on, every turn is answered within the budget."""
+upstream prompts as one replica sends, no lock time-outs (a reduced loadtests/replicas.py). The token costs learned
+from the upstream's counts belong to the conversation's state, so they are on here as by default."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from tests.resilience.conftest import env_int
 
 
 def test_alternating_replicas_send_the_prompts_of_one(redis_proc, migrated_db_url, emulator_8k, home, start_proxy):
-    env = {"DATABASE_URL": migrated_db_url, "REDIS_URL": redis_proc.url, "MEMCI_COUNT_LEARNING": "false"}
+    env = {"DATABASE_URL": migrated_db_url, "REDIS_URL": redis_proc.url}
     replicas = [start_proxy(home / f"r{i}", env) for i in range(2)]
     urls = [p.url for p in replicas]
     conversations = env_int("MEMCI_REPLICA_CONVERSATIONS", 6)
@@ -30,3 +29,22 @@ def test_alternating_replicas_send_the_prompts_of_one(redis_proc, migrated_db_ur
     for p in replicas:
         assert "StaleState" not in p.log()
         assert "another state was stored" not in p.log()  # no turn planned or stored twice
+
+
+def test_one_long_chat_alternating_between_replicas_is_planned_as_by_one(redis_proc, migrated_db_url, emulator_8k,
+                                                                          home, start_proxy):
+    """One 100-turn chat, every turn on the other replica, against one proxy replaying it: the plan reads only the
+    conversation's shared state (its learned token costs included), never what one process alone saw. Messages of
+    about 1,400 characters: planned with the estimate and the learned costs, no /tokenize wait that a busy machine
+    could time out."""
+    env = {"DATABASE_URL": migrated_db_url, "REDIS_URL": redis_proc.url}
+    urls = [start_proxy(home / f"r{i}", env).url for i in range(2)]
+    turns = 100
+    one = asyncio.run(run(urls[:1], emulator_8k.url, "sk-one", 1, turns, pad=200))
+    two = asyncio.run(run(urls, emulator_8k.url, "sk-two", 1, turns, pad=200))
+    assert one.statuses == two.statuses == {200: turns}
+    assert len(one.prompts) == len(two.prompts) == turns
+    assert sum("Contents of archived pages" in str(p["messages"][0]) for p in two.prompts.values()) > turns // 2
+    identical = turns - len(compare(one, two))
+    assert identical >= 95, compare(one, two)[:5]
+    assert abs(one.hit_rate - two.hit_rate) <= 0.01, (one.hit_rate, two.hit_rate)

@@ -38,7 +38,7 @@ _CANDIDATES = (
     "WHERE terms @@ $4::tsquery AND tenant = $1 AND end_user = $2 AND conversation_id <> $3 "
     "ORDER BY ts_rank(terms, $4::tsquery) DESC, seen_at DESC LIMIT $5"
 )
-_COUNT = "SELECT count(*) FROM user_pages WHERE tenant = $1 AND end_user = $2"
+_COUNTS = "SELECT conversation_id, count(*) AS pages FROM user_pages WHERE tenant = $1 AND end_user = $2 GROUP BY 1"
 _TEXTS = (
     "SELECT conversation_id, number, seen_at, text FROM user_pages "
     "WHERE tenant = $1 AND end_user = $2 AND (conversation_id, number) IN "
@@ -91,9 +91,10 @@ class UserMemoryQueries:
         return [UserPageStats(r["conversation_id"], r["number"], r["seen_at"].timestamp(), r["length"],
                               {k: int(v) for k, v in (loads(r["tf"]) if r["tf"] else {}).items()}) for r in rows]
 
-    async def user_page_count(self, tenant: str, end_user: str) -> int:
-        """How many pages the user has (an index-only count over the user's rows)."""
-        return int(await self._on_driver(lambda raw: raw.fetchval(_COUNT, tenant, end_user)) or 0)
+    async def user_page_counts(self, tenant: str, end_user: str) -> dict[str, int]:
+        """How many pages the user has in each of their conversations that has any."""
+        rows = await self._on_driver(lambda raw: raw.fetch(_COUNTS, tenant, end_user))
+        return {r["conversation_id"]: int(r["pages"]) for r in rows}
 
     async def user_page_texts(self, tenant: str, end_user: str, pages: Sequence[tuple[str, str]]
                               ) -> list[UserPageText]:

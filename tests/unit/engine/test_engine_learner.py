@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.engine.learner import (
-    IMAGE_TOKENS, CountLearner, Features, LearnedCounter, ModelCounts, request_features,
+    IMAGE_TOKENS, CountLearner, Features, LearnedCounter, fit_answer, fit_counter, fit_wants, request_features,
 )
 from proxy.engine.tokens import EstimateCounter
 
@@ -87,18 +87,21 @@ def test_request_features_count_images_messages_and_tools():
     assert f == Features(text=12, images=2, tools=2, messages=2)  # the image bytes are not text
 
 
-def test_model_counts_are_bounded_and_per_model():
-    counts = ModelCounts(max_models=2)
+def test_a_conversation_fit_is_per_model_and_round_trips_through_the_state():
+    from proxy.engine.state import ConversationState
+
     base = EstimateCounter()
     f = Features(1000, 2, 0, 10)
-    for model in ("a", "b", "c"):
-        counts.observe(model, f, 1500)
-        counts.observe(model, f, 1500)
-    assert len(counts) == 2 and counts.get("a") is None
-    assert isinstance(counts.counter("b", base), LearnedCounter)
-    assert counts.counter("unknown", base) is base
-    counts.observe("d", f, 1500)  # one answer: not ready yet
-    assert counts.counter("d", base) is base
+    fit = fit_answer(None, "a", f, 1500)
+    assert fit_counter(fit, "a", base) is base  # one answer: not ready yet
+    fit = fit_answer(fit, "a", f, 1500)
+    assert isinstance(fit_counter(fit, "a", base), LearnedCounter)
+    assert fit_counter(fit, "b", base) is base  # learned for another model
+    assert fit_answer(fit, "b", f, 1500).observations == 1  # a new model starts again
+    state = ConversationState.from_bytes(ConversationState(counts=fit).to_bytes())
+    assert state.counts == fit
+    again = fit_counter(state.counts, "a", base)
+    assert again.count_text("some text here") == fit_counter(fit, "a", base).count_text("some text here")
 
 
 class ExactFor(EstimateCounter):
@@ -133,11 +136,11 @@ def test_exact_and_estimated_text_are_learned_apart():
 def test_a_settled_model_learns_from_one_answer_in_four():
     from proxy.engine.learner import SETTLED_AFTER, SETTLED_EVERY
 
-    counts = ModelCounts()
+    fit = None
     f = Features(1000, 0, 0, 10)
     learnt = 0
     for _ in range(SETTLED_AFTER + 40):
-        if counts.wants("m"):
-            counts.observe("m", f, 1500)
-            learnt += 1
+        wanted = fit_wants(fit, "m")
+        fit = fit_answer(fit, "m", f if wanted else None, 1500)
+        learnt += wanted
     assert learnt == SETTLED_AFTER + 40 // SETTLED_EVERY

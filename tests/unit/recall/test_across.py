@@ -135,3 +135,17 @@ def test_terms_common_among_the_users_pages_are_remembered_and_not_searched_agai
     hits, _ = asyncio.run(search_user(Store(), "t", "u1", "c2", "What about item 7? Keep it brief.", 6,
                                       user_pages=40, common=common))
     assert hits == [] and {"item", "brief", "keep"} <= common
+
+
+def test_a_turn_notes_the_pages_of_its_tail_only():
+    """The user turns reaching past the turn's first new entry, continuation pages included, read from the end."""
+    from proxy.engine.state import PageRecord
+    from proxy.turn.across import tail_pages, user_turns
+
+    pages = [PageRecord(1, 1, 0, 2, 10), PageRecord(2, 1, 2, 4, 10), PageRecord(2, 2, 4, 6, 10),
+             PageRecord(3, 1, 6, 8, 10)]
+    for first_new in range(0, 9):
+        expected = [t for t in user_turns(pages) if t.end > first_new]
+        assert [t for t in user_turns(tail_pages(pages, first_new)) if t.end > first_new] == expected
+    assert tail_pages(pages, 5) == pages[1:]  # page 2.2 reaches past 5: page 2 with it
+    assert tail_pages(pages, 8) == []

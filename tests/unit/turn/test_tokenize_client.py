@@ -283,3 +283,27 @@ async def test_llama_cpp_pythons_extras_route_counts_when_tokenize_is_not_found(
     assert server.paths[asked:] == ["/extras/tokenize/count"]  # straight to the route that answered
     assert counter.lookup(TEXT + " once more") == 12
     await counter.close()
+
+
+async def test_a_plan_counts_only_what_every_replica_counts_alike():
+    """Short texts counted behind a turn, answers this process relayed and its exact/estimate ratio stay out of a
+    plan's counts (another replica does not have them); long texts, which a turn waits for, are counted exactly."""
+    from proxy.metrics import Metrics
+    from proxy.settings import Settings
+    from proxy.turn.counting import SharedCounts, TurnCounts
+
+    counts = TurnCounts(Settings(tokenize_wait_min_chars=400), MockUpstream(Tokenizer()), Metrics())
+    shared = counts.shared
+    assert isinstance(shared, SharedCounts)
+    short = "alpha beta gamma delta epsilon zeta eta theta iota kappa " * 5  # 290 characters
+    long_text = "word " * 100
+    await counts.tokenizer.prefetch([short, long_text], timeout=1.0)
+    assert counts.tokenizer.lookup(short) == 50 and counts.tokenizer.ratio != 1.0
+    assert shared.count_text(short) == EstimateCounter().count_text(short)  # the plain estimate, no ratio
+    assert shared.count_text(long_text) == 100
+    answer = "an answer this replica relayed " * 20
+    counts.answered_stream(answer, {"completion_tokens": 99})
+    assert counts.tokenizer.lookup(answer) is None  # long: the next turn asks /tokenize on any replica
+    counts.answered_stream(short[:300] + "!", {"completion_tokens": 51})
+    assert shared.count_text(short[:300] + "!") == EstimateCounter().count_text(short[:300] + "!")
+    await counts.close()

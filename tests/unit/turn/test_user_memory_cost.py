@@ -1,0 +1,81 @@
+"""What a turn with a user id costs: no search of a user who has no other conversation yet, and no write of the
+asking conversation's own pages before its search (the search leaves it out)."""
+
+from __future__ import annotations
+
+from proxy.engine.state import ConversationState, PageRecord
+from proxy.metrics import Metrics
+from proxy.turn.across import UserMemory
+
+QUESTION = "What did I say about the zebracanary festival in Lisbon?"
+
+
+class Repo:
+    def __init__(self) -> None:
+        self.pages: dict[tuple[str, str], str] = {}  # (conversation, page) -> text
+        self.writes: list[list[tuple[str, str]]] = []
+        self.searches = 0
+
+    async def put_user_pages(self, batch):
+        self.writes.append([(c, row.number) for _, _, c, row in batch])
+        self.pages.update({(c, row.number): row.text for _, _, c, row in batch})
+
+    async def user_page_counts(self, tenant, end_user):
+        out: dict[str, int] = {}
+        for c, _ in self.pages:
+            out[c] = out.get(c, 0) + 1
+        return out
+
+    async def user_page_candidates(self, tenant, end_user, conversation_id, tsquery, counted, limit):
+        self.searches += 1
+        return []
+
+    async def user_page_texts(self, tenant, end_user, pages):
+        return []
+
+
+def chat(turns: int, answered: bool) -> tuple[ConversationState, list[dict]]:
+    """A state of ``turns`` pages and the messages a request sends (the last page's answer when ``answered``)."""
+    messages: list[dict] = []
+    for n in range(turns):
+        messages.append({"role": "user", "content": f"{QUESTION} ({n})"})
+        if n < turns - 1 or answered:
+            messages.append({"role": "assistant", "content": f"The festival, part {n}."})
+    pages = []
+    for n in range(turns):
+        start = 2 * n
+        pages.append(PageRecord(n + 1, 1, start, min(start + 2, len(messages)), 10, has_user=True))
+    return ConversationState(pages=pages), messages
+
+
+def outcomes(metrics: Metrics) -> dict[str, float]:
+    return {s.labels["outcome"]: s.value for m in metrics.user_memory_pushes.collect() for s in m.samples
+            if s.name.endswith("_total")}
+
+
+async def test_a_users_first_conversation_is_not_searched_and_a_second_one_is():
+    repo, metrics = Repo(), Metrics()
+    memory = UserMemory(repo, metrics, enabled=True, timeout_s=1.0)
+    for turn in range(1, 4):
+        state, messages = chat(turn, answered=False)
+        assert await memory.weigh("t", "u1", "c1", state, messages) is None
+        memory.note("t", "u1", "c1", state, messages, 2 * turn - 2)
+    assert repo.searches == 0 and outcomes(metrics).get("alone") == 3
+    state, messages = chat(1, answered=False)
+    assert await memory.weigh("t", "u1", "c2", state, messages) is None
+    assert repo.searches == 1  # c1 has pages: searched, they were written first
+    assert {c for c, _ in repo.pages} == {"c1"}
+    await memory.close()
+
+
+async def test_a_search_does_not_wait_for_the_writes_of_its_own_conversation():
+    repo = Repo()
+    memory = UserMemory(repo, Metrics(), enabled=True, timeout_s=1.0)
+    repo.pages[("c0", "1")] = "user: an older conversation about the zebracanary festival"
+    for turn in range(1, 3):
+        state, messages = chat(turn, answered=False)
+        await memory.weigh("t", "u1", "c1", state, messages)
+        memory.note("t", "u1", "c1", state, messages, 2 * turn - 2)
+    assert repo.searches == 2 and repo.writes == []  # c1's own pages wait: the search leaves them out
+    await memory.close()
+    assert repo.writes == [[("c1", "1"), ("c1", "2")]]
