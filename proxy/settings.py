@@ -8,6 +8,7 @@ and a bad value fails at start-up with a message that names the setting.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import tomllib
 import typing
@@ -542,6 +543,12 @@ def env_name(name: str) -> str:
     return ENV_ALIASES.get(name, "MEMCI_" + name.upper())
 
 
+# Settings a release removed: a config file naming one still starts (a warning says why it is ignored).
+RETIRED_SETTINGS = {
+    "count_models_max": "token costs are learnt per conversation now (its state), not per model in each process",
+}
+
+
 def setting_fields() -> list[dataclasses.Field]:
     return list(dataclasses.fields(Settings))
 
@@ -637,6 +644,10 @@ def load_settings_with_sources(
             else:
                 file_label = "default config file"
     for key, raw in (file_values or {}).items():
+        if key in RETIRED_SETTINGS:
+            logging.getLogger("memci.settings").warning("setting '%s' (%s) is ignored: %s", key, file_label,
+                                                        RETIRED_SETTINGS[key])
+            continue
         if key not in known:
             raise SettingsError(f"setting '{key}' ({file_label}): unknown setting")
         values[key] = raw

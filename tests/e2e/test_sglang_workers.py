@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import httpx
@@ -75,9 +76,14 @@ def workers():
         shutil.rmtree(home, ignore_errors=True)
 
 
-def flush(servers: list[SGLangServer]) -> None:
+def flush(servers: list[SGLangServer], timeout: float = 120.0) -> None:
+    """Empty every worker's radix tree. SGLang refuses (400) while a request runs: its start-up warm-up, or a memory
+    job the last proxy sent before it stopped; asked again until it is idle."""
     for server in servers:
-        assert httpx.post(server.url + "/flush_cache", timeout=30).status_code == 200
+        deadline = time.monotonic() + timeout
+        while (answer := httpx.post(server.url + "/flush_cache", timeout=30)).status_code != 200:
+            assert time.monotonic() < deadline, answer.text
+            time.sleep(1)
 
 
 def run(upstream: str, home: Path, label: str) -> list[Chat]:

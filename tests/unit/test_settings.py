@@ -64,6 +64,15 @@ def test_unknown_key_in_config_file_is_an_error(tmp_path):
         load_settings(env={"MEMCI_CONFIG": str(cfg)})
 
 
+def test_a_retired_setting_in_a_config_file_is_ignored_with_a_warning(tmp_path, caplog):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('count_models_max = 8\nupstream_url = "http://a:1/v1"\n')
+    with caplog.at_level("WARNING", logger="memci.settings"):
+        s = load_settings(env={"MEMCI_CONFIG": str(cfg)})
+    assert s.upstream_urls == ["http://a:1/v1"]
+    assert "'count_models_max'" in caplog.text and "ignored" in caplog.text
+
+
 def test_missing_config_file_is_an_error(tmp_path):
     with pytest.raises(SettingsError, match="'config'"):
         load_settings(env={"MEMCI_CONFIG": str(tmp_path / "nope.toml")})
