@@ -317,8 +317,9 @@ class Settings:
     )
     embeddings_query_deadline_ms: float = field(
         default=50.0,
-        metadata=_doc("Milliseconds a search on the request path waits for its query's vector "
-                      "(embeddings_pages=candidates); past it the search is lexical.", min=1.0),
+        metadata=_doc("Milliseconds a search on the request path waits for its query's vector from the packaged "
+                      "model (embeddings_pages=candidates); past it the search is lexical (an embeddings_url is "
+                      "bounded by embeddings_timeout instead).", min=1.0),
     )
     embeddings_model: str = field(
         default="", metadata=_doc("Embedding model name sent and stored with the vectors (empty: 'default').")

@@ -36,7 +36,8 @@ def build_page_vectors(
     packaged model's name (proxy.recall.packaged_models.MODELS; empty or "off": none; an unknown name: a model
     that is absent, so the search is lexical and counted so). ``pages``: "candidates" (a search embeds its lexical
     candidates: proxy.recall.candidate_vectors.CandidateVectors) or "archive" (every archived page: PageVectors);
-    ``query_deadline_s``: how long a search waits for its query's vector (candidates; then it is lexical)."""
+    ``query_deadline_s``: how long a search waits for its query's vector (candidates; then it is lexical; with an
+    embeddings server, at least ``timeout_s``)."""
     def vectors(embedder: Any) -> Any:
         if pages == "candidates":
             return CandidateVectors(embedder, cache_max_bytes=cache_max_bytes, metrics=metrics,
@@ -47,7 +48,8 @@ def build_page_vectors(
     url = embeddings_url.strip()
     if url.lower() == "upstream":
         url = upstream_url.split(",")[0].strip()
-    if url:
+    if url:  # a query's vector from a server is bounded by the client's own timeout
+        query_deadline_s = max(query_deadline_s, timeout_s)
         return vectors(EmbeddingsClient(url, model=model, timeout_s=timeout_s, api_key=api_key))
     name = local_model.strip().lower()
     if name in ("", "off", "none"):

@@ -165,3 +165,12 @@ async def test_the_user_words_of_the_candidates_are_embedded_first_and_their_bes
     assert cosines["1"] == pytest.approx(cosine_similarity(user_view, query))  # its best view: the user's words
     assert cosine_similarity(page_view, query) < 0.5 < cosines["1"]  # the whole page is about trains
     assert cosines["1"] > cosines["3"]
+
+
+def test_an_embeddings_servers_query_is_bounded_by_its_timeout_the_packaged_models_by_the_deadline() -> None:
+    from proxy.recall.vectors import build_page_vectors
+
+    served = build_page_vectors(None, "http://127.0.0.1:9/v1", timeout_s=5.0, query_deadline_s=0.05)  # type: ignore[arg-type]
+    assert served.query_deadline_s == 5.0
+    local = build_page_vectors(None, "", local_model="use-multilingual-v3", query_deadline_s=0.05)  # type: ignore[arg-type]
+    assert local.query_deadline_s == 0.05
