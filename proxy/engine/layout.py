@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from .condense import condense_message, condense_messages
@@ -46,6 +47,7 @@ def memory_text(profile: str, summary: str, contents: str) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
+@lru_cache(maxsize=256)  # every turn renders it; it changes at epochs (the state's own strings: hashed once)
 def memory_block(profile: str, summary: str, contents: str) -> str:
     """B2a + B4 delimited as the proxy's own block, to lead the first active message ("" when all are empty)."""
     text = memory_text(profile, summary, contents)
@@ -82,12 +84,26 @@ def with_blocks(message: dict[str, Any], before: str, after: str) -> dict[str, A
     tail = [{"type": "text", "text": after}] if after else []
     if isinstance(content, list):
         parts = [
-            {**p, "text": escape_tags(p["text"])} if isinstance(p, dict) and isinstance(p.get("text"), str) else p
+            {**p, "text": _escaped(p["text"])} if isinstance(p, dict) and isinstance(p.get("text"), str) else p
             for p in content
         ]
         return {**message, "content": [*lead, *parts, *tail]}
-    texts = [before, escape_tags(content) if isinstance(content, str) else "", after]
+    texts = [before, _escaped(content) if isinstance(content, str) else "", after]
     return {**message, "content": "\n\n".join(t for t in texts if t)}
+
+
+_ESCAPED_CACHE_CHARS = 32_768
+
+
+@lru_cache(maxsize=1024)
+def _escaped_cached(text: str) -> str:
+    return escape_tags(text)
+
+
+def _escaped(text: str) -> str:
+    """escape_tags, remembered for texts up to 32k characters: the message that carries the memory block does so
+    every turn until the next epoch (at most 32 MB held)."""
+    return _escaped_cached(text) if len(text) <= _ESCAPED_CACHE_CHARS else escape_tags(text)
 
 
 def leads_in_place(message: dict[str, Any]) -> bool:
