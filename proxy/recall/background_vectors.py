@@ -50,6 +50,7 @@ class BackgroundEmbedding:
         self._soon: OrderedDict[str, str] = OrderedDict()  # digest -> text, a search's candidates
         self._later: OrderedDict[str, str] = OrderedDict()  # digest -> text, archived pages
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
         self.dropped = 0
 
     def __len__(self) -> int:
@@ -57,6 +58,8 @@ class BackgroundEmbedding:
 
     def submit(self, views: Iterable[tuple[str, str]], soon: bool = False) -> None:
         """Views (digest of the text, text) to embed; ``soon``: before the archived pages' views."""
+        if self._closed:
+            return
         queue = self._soon if soon else self._later
         added = []
         for digest, text in views:
@@ -126,6 +129,7 @@ class BackgroundEmbedding:
             await asyncio.shield(self._task)
 
     async def close(self) -> None:
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

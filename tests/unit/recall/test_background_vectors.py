@@ -56,3 +56,11 @@ async def test_a_page_that_waited_max_lag_is_embedded_while_turns_keep_coming() 
     background.submit([("a", "A")])
     await asyncio.wait_for(background.drain(), 2.0)
     assert recorder.embedded == ["A"]
+
+
+async def test_nothing_is_queued_after_close() -> None:
+    recorder = _Recorder()
+    background = _background(recorder)
+    await background.close()
+    background.submit([("a", "A")])
+    assert len(background) == 0 and recorder.embedded == []
