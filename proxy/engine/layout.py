@@ -106,6 +106,20 @@ def _escaped(text: str) -> str:
     return _escaped_cached(text) if len(text) <= _ESCAPED_CACHE_CHARS else escape_tags(text)
 
 
+def without_memory_block(message: dict[str, Any]) -> dict[str, Any]:
+    """The message as the client sent it, when it carries the memory block at its start (a prompt's first active
+    message): the block taken off (look-alikes of its tags in the client's text stay escaped)."""
+    content = message.get("content")
+    if isinstance(content, str) and content.startswith(VOLATILE_OPEN):
+        end = content.find(VOLATILE_CLOSE)
+        if end >= 0:
+            return {**message, "content": content[end + len(VOLATILE_CLOSE):].removeprefix("\n\n")}
+    elif isinstance(content, list) and content and isinstance(content[0], dict) and \
+            str(content[0].get("text", "")).startswith(VOLATILE_OPEN):
+        return {**message, "content": content[1:]}
+    return message
+
+
 def leads_in_place(message: dict[str, Any]) -> bool:
     """Whether the first active message can carry the memory block (a user message), else it gets one of its own."""
     return message.get("role") == "user"
