@@ -109,10 +109,12 @@ def _chat_of_message(data: dict) -> dict:
 class ApiClient:
     """Sends the benchmarks' chat bodies through one API; ``post`` gives back (status, chat-shaped JSON, headers)."""
 
-    def __init__(self, api: str, client: httpx.Client) -> None:
+    def __init__(self, api: str, client: httpx.Client, store: bool | None = None) -> None:
+        """``store``: the Responses requests' ``store`` field (None: RESPONSES_STORE; not sent when both are None)."""
         if api not in APIS:
             raise ValueError(f"api must be one of {', '.join(APIS)}")
         self.api, self.client = api, client
+        self.store = store
         self.previous: str | None = None  # responses-chained: the last answer's id
         self.sent = 0  # responses-chained: messages of the conversation the chain already holds
 
@@ -134,8 +136,9 @@ class ApiClient:
         new = rest[self.sent:] if self.api == "responses-chained" else rest
         request = {"model": body["model"], "instructions": system, "input": responses_items(new),
                    "max_output_tokens": body["max_tokens"]}
-        if self.api == "responses" and RESPONSES_STORE is not None:
-            request["store"] = RESPONSES_STORE
+        store = self.store if self.store is not None else RESPONSES_STORE
+        if self.api == "responses" and store is not None:
+            request["store"] = store
         if self.api == "responses-chained" and self.previous:
             request["previous_response_id"] = self.previous
         if body.get("tools"):

@@ -4,6 +4,7 @@ one managed proxy and one emulator, in one run. Prints each API's p50 and mean t
 completions' (this machine's timings drift between runs; the ratios are what to compare).
 
     python loadtests/api_overhead.py --turns 60 --conversations 4
+    python loadtests/api_overhead.py --store-ab        # Responses with store true against store false, interleaved
 """
 
 from __future__ import annotations
@@ -32,14 +33,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=32768)
     parser.add_argument("--no-store", action="store_true",
                         help="'store': false on the stateless Responses requests (no answer chain kept)")
+    parser.add_argument("--proxy-src", type=Path, default=None, help="run the proxy from this source tree")
+    parser.add_argument("--store-ab", action="store_true",
+                        help="only the stateless Responses requests, 'store': true against false, interleaved")
     args = parser.parse_args(argv)
     api_clients.RESPONSES_STORE = False if args.no_store else None
-    times: dict[str, list[float]] = {api: [] for api in APIS}
+    series = [("responses store=true", "responses", True), ("responses store=false", "responses", False)] \
+        if args.store_ab else [(api, api, None) for api in APIS]
+    times: dict[str, list[float]] = {name: [] for name, _, _ in series}
     with tempfile.TemporaryDirectory(prefix="api-overhead-") as tmp, \
             emulator_upstream(args.window, Path(tmp)) as upstream, \
-            proxy_server(upstream.base_url, Path(tmp) / "home", {}) as proxy_url, httpx.Client(timeout=60) as http:
-        runs = [(api, ApiClient(api, http), [{"role": "system", "content": f"You are assistant {api} {n}."}])
-                for n in range(args.conversations) for api in APIS]
+            proxy_server(upstream.base_url, Path(tmp) / "home", {}, args.proxy_src) as proxy_url, httpx.Client(timeout=60) as http:
+        runs = [(name, ApiClient(api, http, store), [{"role": "system", "content": f"You are assistant {name} {n}."}])
+                for n in range(args.conversations) for name, api, store in series]
         for turn in range(args.turns):
             for api, client, history in runs:
                 history.append({"role": "user", "content": f"Turn {turn} of this conversation, tell me more. [[len:40]]"})
@@ -52,13 +58,15 @@ def main(argv: list[str] | None = None) -> int:
                     times[api].append(elapsed)
                 message = data["choices"][0]["message"]
                 history.append({k: v for k, v in message.items() if k in ("role", "content", "tool_calls")})
-    base = statistics.median(times["chat"])
+    first = series[0][0]
+    base = statistics.median(times[first])
     print(f"{args.conversations} conversations x {args.turns} turns per API, interleaved; turn time in ms")
-    print("| API | p50 | mean | p50 / chat |")
-    print("| --- | ---: | ---: | ---: |")
-    for api in APIS:
-        p50 = statistics.median(times[api])
-        print(f"| {api} | {1000 * p50:.2f} | {1000 * statistics.fmean(times[api]):.2f} | {p50 / base:.2f} |")
+    print(f"| API | p50 | mean | p50 / {first} | p50 - {first} |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name, _, _ in series:
+        p50 = statistics.median(times[name])
+        print(f"| {name} | {1000 * p50:.2f} | {1000 * statistics.fmean(times[name]):.2f} | {p50 / base:.2f} "
+              f"| {1000 * (p50 - base):+.2f} |")
     return 0
 
 

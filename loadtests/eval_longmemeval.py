@@ -111,10 +111,9 @@ def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, emb
     if embed is not None:
         query_vector = embed([vector_query(question)])[0]
         vectors = dict(enumerate(embed([embedded_text(p.text) for p in pages])))
-    users, user_lengths = user_views([list(p.messages) for p in pages], embed)
-    lengths = {i: len(embedded_text(p.text)) for i, p in enumerate(pages)}
+    users, _ = user_views([list(p.messages) for p in pages], embed)
     return search_rankings(index, question, weights, query_vector, vectors, lambda i: pages[i].day, day,  # type: ignore[return-value]
-                           lengths=lengths, user_vectors=users, user_lengths=user_lengths)
+                           user_vectors=users)
 
 
 def evaluate_longmemeval(

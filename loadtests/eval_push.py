@@ -95,12 +95,15 @@ class Tally:
     replay_pushes: int = 0
     replay_pushed: int = 0
     replay_prompt: int = 0
+    settled_s: float = 0.0  # --settle: seconds waited for the background embedding
 
     def line(self) -> str:
         n = max(1, self.questions)
         out = (f"evidence reached {self.reached}/{self.questions} = {self.reached / n:.3f} (whole {self.whole / n:.3f}), "
                f"pushed {self.pushed}/{self.questions} ({self.skipped} without evidence left out); search recall_any@5 {self.found}/{self.searched} = "
                f"{self.found / max(1, self.searched):.3f}")
+        if self.settled_s:
+            out += f"; waited {self.settled_s / n:.1f} s per question for the background embedding"
         if self.replay_turns:
             out += (f"; replayed ordinary turns {self.replay_turns}: pushes {self.replay_pushes} "
                     f"({100 * self.replay_pushes / self.replay_turns:.1f}%), pushed tokens "
@@ -144,6 +147,18 @@ class Client:
             if line.startswith("memci_recall_pushes_total{"):
                 out[line.split('"')[1]] = int(float(line.rsplit(" ", 1)[1]))
         return out
+
+    def settle(self, timeout_s: float = 300.0) -> float:
+        """Wait until the proxy's background embedding backlog is empty (memci_embedding_backlog_pages): the state of
+        a chat whose pages were archived turns before the question. Seconds waited."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout_s:
+            waiting = [float(line.rsplit(" ", 1)[1]) for line in self.http.get(self.root + "/metrics").text.splitlines()
+                       if line.startswith("memci_embedding_backlog_pages ")]
+            if not waiting or waiting[0] == 0:
+                break
+            time.sleep(0.2)
+        return time.monotonic() - start
 
     def search(self, cid: str, query: str) -> list[str]:
         r = self.http.post(self.root + "/memci/search", json={"conversation_id": cid, "query": query, "k": 5})
@@ -243,6 +258,9 @@ def run_longmemeval(args: argparse.Namespace) -> int:
                         history = longmemeval_history(questions, index, args.messages, args.seed)
                         if n < args.replay:
                             replay(client, history, tally)
+                        elif args.settle:  # the history first, its pages embedded, then the question
+                            client.turn(history.messages(), stream=False)
+                            tally.settled_s += client.settle()
                         ask(client, history, history.messages(), tally, n % 2 == 1, args.verbose)
                         bar.advance()
                 client.close()
@@ -309,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--window", type=int, default=16384)
     parser.add_argument("--replay", type=int, default=0, metavar="N", help="send the first N histories turn by turn")
+    parser.add_argument("--settle", action="store_true",
+                        help="send each history as a turn of its own and wait for the proxy's background embedding "
+                             "before the question (pages archived turns before it), instead of one request")
     parser.add_argument("--proxy-src", action="append", default=[], metavar="LABEL=PATH",
                         help="one run per source tree (e.g. main=/tmp/main-export); default: this checkout")
     parser.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE")

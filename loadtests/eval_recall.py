@@ -240,8 +240,7 @@ def evaluate_madial(
             rows["reference-bm25"].append(score_ranking([memories[i].id for i in ranked], dialogue.relevant_ids))
         rankings = search_rankings(index, "", weights, query_vectors[position] if embed is not None else None,
                                    memory_vectors.get(dialogue.user_id, {}), min_cosine=min_cosine,
-                                   vector_weight=vector_weight,
-                                   lengths={m.id: len(embedded_text(m.event)) for m in bench.memories_of(dialogue.user_id)})
+                                   vector_weight=vector_weight)
         if min_score != DEFAULT_MIN_SCORE:
             rankings["lexical"] = [d for d, _ in index.search_weighted(weights, k=len(index), min_score=min_score)]
         for name, ranking in rankings.items():

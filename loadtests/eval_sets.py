@@ -20,7 +20,7 @@ import numpy as np
 from loadtests.evaldata import MemoryBankUser
 from loadtests.progress import progress
 from proxy.recall.bm25 import BM25Index
-from proxy.recall.candidate_vectors import page_sample, within_budget
+from proxy.recall.candidate_vectors import page_sample
 from proxy.recall.fusion import cosine_similarity, rank_by_cosine
 from proxy.recall.packaged_models import DEFAULT_MODEL
 from proxy.recall.pagetext import index_terms, user_text, vector_text
@@ -102,19 +102,16 @@ def search_rankings(
     today: dt.date | None = None,
     min_cosine: float = 0.2,
     vector_weight: float = 1.0,
-    lengths: Mapping[Any, int] | None = None,
     user_vectors: Mapping[Any, Sequence[float]] | None = None,
-    user_lengths: Mapping[Any, int] | None = None,
 ) -> dict[str, list[Hashable]]:
     """Best-first ids of the proxy's search over ``index`` (proxy.recall.ranking, the steps of
     proxy.recall.resolver.RecallResolver.search): ``lexical`` (the search without vectors: BM25 with ``weights``,
     the pages of the days ``query`` names joining and climbing; then the rest of BM25's ranking), and with a query
     vector ``vector`` (cosine over every page), ``default`` (embeddings_pages=candidates: the vectors of the lexical
     candidates' views re-order them under the top lexical hits) and ``archive`` (embeddings_pages=archive: the
-    nearest pages may join them). ``lengths`` / ``user_lengths``: characters the proxy would embed of each page /
-    of its user words (embedded_text); the default embeds the candidates' views within one search's bound
-    (proxy.recall.candidate_vectors.within_budget, none of them known beforehand: a cold search); None: every
-    view. ``user_vectors``: the vectors of the pages' user words (pages without any left out)."""
+    nearest pages may join them). The default has the vectors of every candidate's views: the pages were embedded in
+    the background after the turns that archived them (a search that comes before that is ``lexical``).
+    ``user_vectors``: the vectors of the pages' user words (pages without any left out)."""
     days = None
     if day_of is not None and today is not None:
         days = preferred_days(query, today, lambda: {i: day for i in index.doc_ids if (day := day_of(i)) is not None})
@@ -127,10 +124,8 @@ def search_rankings(
         return out
     users = user_vectors or {}
     vectors = {USER: users, PAGE: page_vectors}
-    sizes = {USER: user_lengths or {}, PAGE: lengths or {}}
     views = candidate_views([i for i, _ in candidates if i in page_vectors], users.__contains__)
-    embedded = within_budget([(view, sizes[view[1]].get(view[0], 0)) for view in views])
-    cosines = best_views((view, cosine_similarity(query_vector, vectors[view[1]][view[0]])) for view in embedded)
+    cosines = best_views((view, cosine_similarity(query_vector, vectors[view[1]][view[0]])) for view in views)
     limit = max(SEARCH_CANDIDATES, len(candidates))
     out["default"] = [i for i, _ in fuse(candidates, cosines, limit, days, vector_weight=vector_weight)]
     vector = rank_by_cosine(query_vector, page_vectors, k=len(page_vectors))
@@ -219,9 +214,7 @@ def evaluate_memorybank(
         ranked = search_rankings(index, question, weights, embed([vector_query(question)])[0] if embed is not None else None,
                                  vectors, days.get if dates else None, max(days.values()),
                                  min_cosine=min_cosine if min_cosine is not None else -1.0,
-                                 vector_weight=vector_weight,
-                                 lengths={i: len(embedded_text(t)) for i, t in enumerate(texts)},
-                                 user_vectors=users[0], user_lengths=users[1])
+                                 vector_weight=vector_weight, user_vectors=users[0])
         rows["reference-bm25"].append(score(reference_ranking(texts, tokenize(question)), relevant))
         for name, ranking in ranked.items():
             rows[name].append(score(ranking, relevant))

@@ -607,6 +607,9 @@ def main(argv: list[str] | None = None) -> int:
     multi.add_argument("--multi-turn", action="store_true",
                        help="chats resent whole each turn: direct, pass-through and managed per turn (default clients 1,8)")
     multi.add_argument("--turns", type=int, default=60, help="turns per chat (default 60)")
+    multi.add_argument("--workload", choices=("team", "chat"), default="team",
+                       help="team: short questions on a release plan; chat: the cache benchmark's chat, whose facts "
+                            "are asked back later (pushed or recalled turns)")
     multi.add_argument("--conversations", type=int, default=2, help="chats each client runs per cell (default 2)")
     multi.add_argument("--window", type=int, default=0, help="the emulator's context length (default: its own)")
     multi.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE",

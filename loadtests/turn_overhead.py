@@ -75,6 +75,31 @@ def chat_bodies(tag: str, turns: int, max_tokens: int = 32, exchange_chars: int 
     return bodies
 
 
+def probe_chat_bodies(tag: str, turns: int, max_tokens: int = 32, user: str = "") -> list[bytes]:
+    """``--workload chat``: the cache benchmark's English chat (loadtests.workloads.chat: facts said, then asked
+    back a third of the chat later, which the proxy pushes or the model recalls), each answer canned: its question's
+    words and the emulator's text, three times the length the turn asks (``[[len:N]]``: a chat's answers of 100-300
+    words), the whole history resent each
+    turn."""
+    import re
+
+    from loadtests.workloads import chat, user_content
+    from proxy.emulator.answers import generated_tokens
+
+    workload = chat(turns)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": f"[{tag}] {workload.system}"}]
+    bodies = []
+    for turn in workload.turns:
+        messages = messages + [{"role": "user", "content": user_content(turn)}]
+        bodies.append(json.dumps({"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+                                  **({"user": user} if user else {})}).encode())
+        words = turn.user.split("[[")[0].strip()
+        length = int(m.group(1)) if (m := re.search(r"\[\[len:(\d+)\]\]", turn.user)) else 40
+        text = "".join(generated_tokens(len(bodies), 3 * length))  # (its tokens: words, spaces and stops)
+        messages = messages + [{"role": "assistant", "content": f"About that ({words}): {text}"}]
+    return bodies
+
+
 @dataclass
 class TurnCell:
     target: str
@@ -96,10 +121,12 @@ class TurnCell:
 
 
 async def run_turn_cell(url: str, target: str, clients: int, conversations: int, turns: int, round_no: int,
-                        exchange_chars: int = 0, measure_from: int = 0, on_measure: Any = None) -> TurnCell:
+                        exchange_chars: int = 0, measure_from: int = 0, on_measure: Any = None,
+                        workload: str = "team") -> TurnCell:
     """``measure_from``: turns of each chat before it are sent but not counted (a long chat's steady state);
     ``on_measure()`` runs once, when the first client reaches it (the CPU reading starts there)."""
     latencies: list[float] = []
+    slowest: list[tuple[float, int]] = []  # (seconds, turn number)
     errors = 0
     first_error = ""
     headers = {"Content-Type": "application/json", "Authorization": "Bearer overhead-bench"}
@@ -111,9 +138,10 @@ async def run_turn_cell(url: str, target: str, clients: int, conversations: int,
         nonlocal errors, first_error
         nonlocal measured, measure_start
         for conversation in range(conversations):
-            bodies = chat_bodies(f"{target} round {round_no} client {number} chat {conversation} {stamp}", turns,
-                                 exchange_chars=exchange_chars,
-                                 user=f"user {round_no} {number} {stamp}" if target in (USERS, BASELINE_USERS) else "")
+            tag = f"{target} round {round_no} client {number} chat {conversation} {stamp}"
+            user = f"user {round_no} {number} {stamp}" if target in (USERS, BASELINE_USERS) else ""
+            bodies = (probe_chat_bodies(tag, turns, user=user) if workload == "chat" else
+                      chat_bodies(tag, turns, exchange_chars=exchange_chars, user=user))
             for turn, body in enumerate(bodies):
                 if turn == measure_from and not measured:
                     measured = True
@@ -131,6 +159,7 @@ async def run_turn_cell(url: str, target: str, clients: int, conversations: int,
                     errors += 1
                 elif turn >= measure_from:
                     latencies.append(time.perf_counter() - start)
+                    slowest.append((latencies[-1], turn))
                     first_error = first_error or status
 
     connector = aiohttp.TCPConnector(limit=clients, limit_per_host=clients)
@@ -138,6 +167,9 @@ async def run_turn_cell(url: str, target: str, clients: int, conversations: int,
         await asyncio.gather(*(client(session, n) for n in range(clients)))
     elapsed = time.perf_counter() - measure_start
     latencies.sort()
+    if workload == "chat":  # which turns were slow (the pushed and recalled ones?)
+        print(f"    {target}: slowest turns " + ", ".join(f"#{t} {s * 1000:.0f} ms" for s, t in sorted(slowest)[-6:]),
+              file=sys.stderr)
     ms = lambda v: None if v is None else v * 1000.0  # noqa: E731
     return TurnCell(target, clients, round_no, turns=len(latencies), errors=errors, seconds=elapsed,
                     turns_per_s=len(latencies) / elapsed if elapsed else 0.0, p50_ms=ms(percentile(latencies, 0.5)),
@@ -208,7 +240,8 @@ def run_multi_turn(args: Any) -> int:
 
                     cell = run_async(run_turn_cell(base + "/chat/completions", target, clients, args.conversations,
                                                    args.turns, round_no, exchange_chars=args.exchange_chars,
-                                                   measure_from=args.measure_from, on_measure=read_before))
+                                                   measure_from=args.measure_from, on_measure=read_before,
+                                                   workload=getattr(args, "workload", "team")))
                     if args.settle > 0:
                         time.sleep(args.settle)  # background work the measured turns left (page embedding)
                     if cell.turns and before:

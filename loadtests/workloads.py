@@ -34,7 +34,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["Turn", "Workload", "KINDS", "make_workload", "chat", "chat_zh", "images", "agent", "agent_large", "replay",
+__all__ = ["Turn", "Workload", "KINDS", "make_workload", "chat", "chat_zh", "images", "agent", "agent_fixed", "agent_large", "replay",
            "AGENT_TOOLS", "user_content"]
 
 
@@ -284,6 +284,40 @@ def agent(turns: int = 120, seed: int = 0, output_chars: tuple[int, int] = (1500
                     notes=f"1 user turn, {calls} tool calls, outputs {output_chars[0]}-{output_chars[1]} chars")
 
 
+def _fixed_tools(rng: random.Random, tokens: int) -> tuple[dict, ...]:
+    """The agent's tools and as many more as make about ``tokens`` tokens of definitions (a coding agent's 9k)."""
+    tools = list(AGENT_TOOLS)
+    while estimate_json_tokens(tools) < tokens:
+        verb, noun = rng.choice(_IDENT), rng.choice(_NOUN)
+        detail = " ".join(f"It {rng.choice(_IDENT)}s each {rng.choice(_NOUN)} of the {rng.choice(_NOUN)} layer."
+                          for _ in range(6))
+        tools.append(_tool(f"{verb}_{noun}_{len(tools)}", f"{verb.capitalize()} a {noun}. {detail}",
+                           target=f"the {noun} to {verb}", options=f"how to {verb} it ({rng.choice(_NOUN)}s too)"))
+    return tuple(tools)
+
+
+def estimate_json_tokens(value: object) -> int:
+    """Tokens as the emulator counts them (its tokenizer splits words and punctuation apart)."""
+    from proxy.emulator.tokenizer import Tokenizer
+
+    return Tokenizer().count(value if isinstance(value, str) else json.dumps(value))
+
+
+def agent_fixed(turns: int = 160, seed: int = 0, output_chars: tuple[int, int] = (1500, 6000),
+                system_tokens: int = 6000, tool_tokens: int = 9000) -> Workload:
+    """The agent loop with a coding agent's fixed part: a system prompt of about ``system_tokens`` tokens and tool
+    definitions of about ``tool_tokens`` (15k in all, as Codex sends), which every epoch must keep cached."""
+    base = agent(turns, seed, output_chars)
+    rng = random.Random(f"agent-fixed:{seed}")
+    rules = []
+    while estimate_json_tokens("\n".join(rules)) < system_tokens:
+        rules.append(f"- When you {rng.choice(_IDENT)} a {rng.choice(_NOUN)}, check the {rng.choice(_NOUN)} first "
+                     f"and keep the {rng.choice(_NOUN)} of rule {len(rules)} unchanged.")
+    system = base.system + "\n\n# Rules\n" + "\n".join(rules)
+    return Workload("agent-fixed", system, base.turns, tools=_fixed_tools(rng, tool_tokens),
+                    notes=base.notes + f", fixed part ~{system_tokens + tool_tokens} tokens ({tool_tokens} of tools)")
+
+
 def _lines_until(chars: int, make_line) -> list[str]:
     """Lines from ``make_line()`` until they hold ``chars`` characters (newlines counted)."""
     lines: list[str] = []
@@ -366,17 +400,18 @@ def replay(turns: int = 300, seed: int = 0) -> Workload | None:
                     notes="MemoryBank dialogues replayed (user words recorded, answers of recorded length)")
 
 
-KINDS = ("chat", "chat-zh", "images", "agent", "agent-large", "replay")
+KINDS = ("chat", "chat-zh", "images", "agent", "agent-fixed", "agent-large", "replay")
 
 
 def make_workload(kind: str, turns: int | None = None, seed: int = 0,
                   agent_output_chars: tuple[int, int] | None = None) -> Workload | None:
     """A workload by name; ``turns`` None takes each kind's default. None for replay without its data."""
-    makers = {"chat": chat, "chat-zh": chat_zh, "images": images, "agent": agent, "agent-large": agent_large,
+    makers = {"chat": chat, "chat-zh": chat_zh, "images": images, "agent": agent, "agent-fixed": agent_fixed,
+              "agent-large": agent_large,
               "replay": replay}
     if kind not in makers:
         raise ValueError(f"unknown workload {kind!r}; choose from {', '.join(KINDS)}")
     kw: dict = {"seed": seed} if turns is None else {"seed": seed, "turns": turns}
-    if kind == "agent" and agent_output_chars:
+    if kind in ("agent", "agent-fixed") and agent_output_chars:
         kw["output_chars"] = agent_output_chars
     return makers[kind](**kw)

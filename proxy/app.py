@@ -115,6 +115,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await authenticator.keys.close()
             if services.memory is not None:
                 await services.memory.stop()
+            if services.response_chain is not None:
+                await services.response_chain.flush()  # the Responses answers' chains still being written
             if services.context is not None:
                 await services.context.close()
             if services.store is not None:

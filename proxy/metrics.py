@@ -203,7 +203,8 @@ class Metrics:
         )
         self.recall_fallbacks = Counter(
             "memci_recall_fallbacks", "Recall searches that fell back to lexical only, by reason (model_absent, "
-            "model_error, loading: the packaged model; timeout, unreachable, http_*, bad_answer: an embeddings "
+            "model_error, loading: the packaged model; deadline: the query's vector came too late "
+            "(embeddings_query_deadline_ms); timeout, unreachable, http_*, bad_answer: an embeddings "
             "endpoint; store; not_configured).", ["reason"], registry=r
         )
         self.embedded_texts = Counter(
@@ -212,12 +213,14 @@ class Metrics:
             "failed.", ["outcome"], registry=r
         )
         self.search_pages_embedded = Counter(
-            "memci_search_pages_embedded", "Candidate pages embedded by recall searches (embeddings_pages=candidates: "
-            "a page is embedded the first time it is a search's candidate, then served by digest).", registry=r
+            "memci_search_pages_embedded", "Page views embedded in the background (embeddings_pages=candidates: the "
+            "pages a turn archived, and first a search's candidates that had no vector; each once, kept by digest).",
+            registry=r
         )
 
         self.embedding_backlog_pages = Gauge(
-            "memci_embedding_backlog_pages", "Archived pages waiting for their vector (background embedding).",
+            "memci_embedding_backlog_pages", "Archived pages (page views with embeddings_pages=candidates) waiting for "
+            "their vector (background embedding).",
             registry=r,
         )
         self.embedding_backlog_age = Gauge(

@@ -78,7 +78,7 @@ def content_text(message: dict[str, Any]) -> str:
 
 def block_of(index: int, blocks: list[dict[str, Any]]) -> str:
     names = [b["name"] for b in blocks if b["start"] <= index < b["end"] and "chars" not in b]
-    for preferred in ("tail", "B6"):
+    for preferred in ("tail", "B4", "B6"):
         if preferred in names:
             return preferred
     return names[0] if names else "B6"

@@ -312,10 +312,17 @@ class Settings:
     )
     embeddings_pages: str = field(
         default="candidates",
-        metadata=_doc("Which archived pages get a vector: candidates (those a search's BM25 half finds, embedded when "
-                      "the search runs, kept by digest; the vectors re-order them) or archive (every page, embedded in "
-                      "the background after the turn that archived it and stored; the vectors may add pages BM25 "
-                      "missed: worth it with an embeddings_url served elsewhere).", choices=("candidates", "archive")),
+        metadata=_doc("How the vectors serve a search: candidates (the vectors that exist re-order what a search's "
+                      "BM25 half finds; pages are embedded in the background after the turn that archived them, kept "
+                      "by digest in memory) or archive (every page embedded in the background and stored; the vectors "
+                      "may add pages BM25 missed: worth it with an embeddings_url served elsewhere).",
+                      choices=("candidates", "archive")),
+    )
+    embeddings_query_deadline_ms: float = field(
+        default=50.0,
+        metadata=_doc("Milliseconds a search on the request path waits for its query's vector from the packaged "
+                      "model (embeddings_pages=candidates); past it the search is lexical (an embeddings_url is "
+                      "bounded by embeddings_timeout instead).", min=1.0),
     )
     embeddings_model: str = field(
         default="", metadata=_doc("Embedding model name sent and stored with the vectors (empty: 'default').")

@@ -164,6 +164,8 @@ async def erase(services: Services, tenant: str, conversation_id: str) -> dict[s
     context = services.context
     # Queued writes and per-process caches first: nothing written behind may bring the conversation back.
     await context.forget(conversation_id)
+    if services.response_chain is not None:
+        await services.response_chain.flush()
     owners = getattr(services.store, "owners", None)
     body: dict[str, Any] = {"id": conversation_id}
     if owners is not None:

@@ -1,10 +1,13 @@
-"""Prompt layout (DESIGN 5): one leading system message (B1 + B2a + B4), B6 verbatim, volatile blocks in the
-last user message."""
+"""Prompt layout (DESIGN 5): the client's system message (B1) alone first, so that it and the tools a chat template
+renders after it stay a byte-identical prefix across epochs; the proxy's blocks that change at epochs (B2a profile,
+B4 summary and contents page) lead the first active message (B6, verbatim otherwise); volatile blocks in the last
+user message."""
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from .condense import condense_message, condense_messages
@@ -32,11 +35,25 @@ def system_message_text(messages: Sequence[dict[str, Any]]) -> str:
 
 
 def render_system_text(b1: str, profile: str, summary: str, contents: str) -> str | None:
-    """B1 + B2a (profile) + B4 (summary, contents page); None when all are empty (no system message). The
-    profile and summary are model-written from client text: quoted (proxy.engine.markup)."""
-    parts = [b1, quote(profile), "## Conversation summary\n" + quote(summary) if summary else "", contents]
+    """B1 + B2a (profile) + B4 (summary, contents page): what the prompt holds of them (their tokens, and what
+    changed); None when all are empty. The profile and summary are model-written from client text: quoted
+    (proxy.engine.markup)."""
+    parts = [b1, memory_block(profile, summary, contents)]
     text = "\n\n".join(p for p in parts if p)
     return text or None
+
+
+def memory_text(profile: str, summary: str, contents: str) -> str:
+    """B2a + B4 as the proxy renders them ("" when all are empty)."""
+    parts = [quote(profile), "## Conversation summary\n" + quote(summary) if summary else "", contents]
+    return "\n\n".join(p for p in parts if p)
+
+
+@lru_cache(maxsize=256)  # every turn renders it; it changes at epochs (the state's own strings: hashed once)
+def memory_block(profile: str, summary: str, contents: str) -> str:
+    """B2a + B4 delimited as the proxy's own block, to lead the first active message ("" when all are empty)."""
+    text = memory_text(profile, summary, contents)
+    return f"{VOLATILE_OPEN}\n{text}\n{VOLATILE_CLOSE}" if text else ""
 
 
 def volatile_block(task_state: str, intent: str, memory: str) -> str:
@@ -58,16 +75,56 @@ def volatile_block(task_state: str, intent: str, memory: str) -> str:
 def with_volatile(message: dict[str, Any], block: str) -> dict[str, Any]:
     """A copy of the user message with the volatile block appended after the client's text, in which look-alikes
     of the block's tags are escaped (the block the model reads in this message is the proxy's alone)."""
+    return with_blocks(message, "", block)
+
+
+def with_blocks(message: dict[str, Any], before: str, after: str) -> dict[str, Any]:
+    """A copy of the user message with the proxy's blocks before and after the client's text, in which look-alikes
+    of the blocks' tags are escaped (the blocks the model reads in this message are the proxy's alone)."""
     content = message.get("content")
+    lead = [{"type": "text", "text": before}] if before else []
+    tail = [{"type": "text", "text": after}] if after else []
     if isinstance(content, list):
         parts = [
-            {**p, "text": escape_tags(p["text"])} if isinstance(p, dict) and isinstance(p.get("text"), str) else p
+            {**p, "text": _escaped(p["text"])} if isinstance(p, dict) and isinstance(p.get("text"), str) else p
             for p in content
         ]
-        return {**message, "content": [*parts, {"type": "text", "text": block}]}
-    if isinstance(content, str) and content:
-        return {**message, "content": escape_tags(content) + "\n\n" + block}
-    return {**message, "content": block}
+        return {**message, "content": [*lead, *parts, *tail]}
+    texts = [before, _escaped(content) if isinstance(content, str) else "", after]
+    return {**message, "content": "\n\n".join(t for t in texts if t)}
+
+
+_ESCAPED_CACHE_CHARS = 32_768
+
+
+@lru_cache(maxsize=1024)
+def _escaped_cached(text: str) -> str:
+    return escape_tags(text)
+
+
+def _escaped(text: str) -> str:
+    """escape_tags, remembered for texts up to 32k characters: the message that carries the memory block does so
+    every turn until the next epoch (at most 32 MB held)."""
+    return _escaped_cached(text) if len(text) <= _ESCAPED_CACHE_CHARS else escape_tags(text)
+
+
+def without_memory_block(message: dict[str, Any]) -> dict[str, Any]:
+    """The message as the client sent it, when it carries the memory block at its start (a prompt's first active
+    message): the block taken off (look-alikes of its tags in the client's text stay escaped)."""
+    content = message.get("content")
+    if isinstance(content, str) and content.startswith(VOLATILE_OPEN):
+        end = content.find(VOLATILE_CLOSE)
+        if end >= 0:
+            return {**message, "content": content[end + len(VOLATILE_CLOSE):].removeprefix("\n\n")}
+    elif isinstance(content, list) and content and isinstance(content[0], dict) and \
+            str(content[0].get("text", "")).startswith(VOLATILE_OPEN):
+        return {**message, "content": content[1:]}
+    return message
+
+
+def leads_in_place(message: dict[str, Any]) -> bool:
+    """Whether the first active message can carry the memory block (a user message), else it gets one of its own."""
+    return message.get("role") == "user"
 
 
 def render_active(
@@ -79,10 +136,12 @@ def render_active(
     volatile: Mapping[int, str],
     image_texts: Mapping[str, str] | None = None,
     previews: Mapping[int, dict[str, Any]] | None = None,
+    lead: str = "",
 ) -> list[dict[str, Any]]:
     """B6: entries [start, len(messages)) verbatim, condensed where flagged (images decayed to `image_texts`
     when given), offloaded ones by their `previews`, hidden groups spliced in place, volatile blocks appended to
-    the entries `volatile` maps."""
+    the entries `volatile` maps; `lead` (the memory block) before the first entry's text when it is a user
+    message, else as a user message of its own before it (`leads_in_place`)."""
     cond = condensed[bisect.bisect_left(condensed, start) :]
     cond_set = set(cond)
     by_after: dict[int, list[HiddenGroup]] = {}
@@ -95,6 +154,15 @@ def render_active(
     if previews:
         points.update(previews)
     out: list[dict[str, Any]] = []
+    if lead and start < len(messages):
+        if leads_in_place(messages[start]):
+            points.add(start)
+        else:
+            out.append({"role": "user", "content": lead})
+            lead = ""
+    elif lead:
+        out.append({"role": "user", "content": lead})
+        lead = ""
     pos = start
     for p in sorted(points):
         if p > pos:
@@ -105,8 +173,9 @@ def render_active(
         elif p in cond_set:
             msg = condense_message(msg, tool_chars, image_texts) or msg
         block = volatile.get(p)
-        if block:
-            msg = with_volatile(msg, block)
+        before = lead if p == start else ""
+        if block or before:
+            msg = with_blocks(msg, before, block or "")
         out.append(msg)
         for g in by_after.get(p, ()):
             # copies: the state's own dicts must not be reachable for changes through the upstream messages

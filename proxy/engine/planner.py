@@ -16,7 +16,8 @@ from .config import EngineConfig
 from .contents import render_contents
 from .fingerprint import advance_prefix, encode_messages, entry_digest
 from .layout import (
-    entry_position, frozen_volatile, render_active, render_system_text, system_message_text, volatile_block,
+    entry_position, frozen_volatile, leads_in_place, memory_block, render_active, render_system_text,
+    system_message_text, volatile_block,
 )
 from .offload_state import active_previews, offload_on_arrival, restore_active
 from .paging import append_entry, truncate
@@ -197,6 +198,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     b1_digest = _digest(b1)
     recall_tool = cfg.recall_tool_name if cfg.recall_enabled else None
     previous_system = s.system_text if state is not None else None
+    previous_b1_digest = s.b1_digest if state is not None else None
     if state is None:
         s.profile, s.summary = turn.profile, turn.summary
     if contents_dirty:
@@ -266,25 +268,32 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
     volatile_entry = last_user if last_user >= start else -1
     if volatile and volatile_entry < 0:
         events.append({"type": "context.volatile_dropped", "reason": "latest user message is archived"})
-    system_count = 0 if s.system_text is None else 1
+    # The client's system message (B1) alone first: it and the tools the chat template renders after it stay a
+    # byte-identical prefix across epochs. The proxy's blocks that change at epochs (B2a, B4) lead the first active
+    # message (in it when it is a user message, else a user message of its own: `head` counts it).
+    system_count = 1 if b1 else 0
     rendered_volatile = frozen_volatile(s.hidden, start)
     if volatile_entry >= 0:
         rendered_volatile[volatile_entry] = volatile
-    # Even after an epoch the prompt passes the budget (its fixed part and newest turn alone do): the caller sends it
-    # with a smaller answer while one fits in the window (EngineConfig.fits), else refuses the turn; never unmanaged.
+    lead = memory_block(s.profile, s.summary, s.contents_text)
+    head = system_count + (1 if lead and (start >= len(msgs) or not leads_in_place(msgs[start])) else 0)
     over_budget = est > budget
     if over_budget:
         events.append({"type": "context.over_budget", "estimated_tokens": est, "budget_tokens": budget})
-    upstream = [] if s.system_text is None else [{"role": "system", "content": s.system_text}]
+    # Even after an epoch the prompt passes the budget (its fixed part and newest turn alone do): the caller sends it
+    # with a smaller answer while one fits in the window (EngineConfig.fits), else refuses the turn; never unmanaged.
+    upstream = [{"role": "system", "content": b1}] if system_count else []
     previews = active_previews(s, msgs, start, cfg.condense_tool_chars) if s.offloads else None
     upstream.extend(render_active(msgs, start, s.condensed, s.hidden, cfg.condense_tool_chars,
-                                  rendered_volatile, s.image_texts, previews))
+                                  rendered_volatile, s.image_texts, previews, lead))
     blocks: list[tuple[str, int, int]] = []
     if system_count:
         blocks.append(("system", 0, 1))
     blocks.append(("B6", system_count, len(upstream)))
+    if lead:
+        blocks.append(("B4", system_count, system_count + 1))
     if volatile and volatile_entry >= start:
-        tail = entry_position(volatile_entry, start, s.hidden, system_count)
+        tail = entry_position(volatile_entry, start, s.hidden, head)
         blocks.append(("tail", tail, tail + 1))
 
     # -- 6. what stayed byte-identical since the previous request (drives the cold-cache check)
@@ -297,21 +306,26 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
             changed_at.append(old_entry)
         if volatile_entry >= 0 and volatile_text and volatile_entry != old_entry:
             changed_at.append(volatile_entry)
-    if state is None or state.last_upstream_count == 0 or s.system_text != previous_system:
+    if state is None or state.last_upstream_count == 0:
         stable = 0
-    elif s.first_active_page != first_active_before or state.active_start_entry() != start:
-        stable = system_count
+    elif (s.system_text != previous_system or s.first_active_page != first_active_before
+          or state.active_start_entry() != start):
+        # the proxy's blocks or the first active page changed: the client's system message (and tools) stayed
+        stable = system_count if b1_digest == previous_b1_digest else 0
     else:
         stable = state.last_upstream_count
         for entry in changed_at:
             if entry >= start:
-                stable = min(stable, entry_position(entry, start, s.hidden, system_count))
-        stable = min(stable, _first_new_hidden_position(s, state.turn, start, system_count))
+                stable = min(stable, entry_position(entry, start, s.hidden, head))
+        stable = min(stable, _first_new_hidden_position(s, state.turn, start, head))
         stable = min(stable, len(upstream))
-    stable_entries_end = start + max(0, stable - system_count)  # approximate: ignores hidden messages
-    s.expected_cached_tokens = (
-        0 if stable == 0 else s.system_tokens + sum(s.tokens[start:min(stable_entries_end, len(s.tokens))])
-    )
+    if stable == 0:
+        s.expected_cached_tokens = 0
+    elif stable <= head:  # the client's system message alone
+        s.expected_cached_tokens = _system_tokens(b1 or None, counter)
+    else:
+        stable_entries_end = start + stable - head  # approximate: ignores hidden messages
+        s.expected_cached_tokens = s.system_tokens + sum(s.tokens[start:min(stable_entries_end, len(s.tokens))])
 
     # -- 7. bookkeeping for the next request
     s.messages_kind, s.messages_length, s.messages_digest = raw_kind, array_end, array_digest

@@ -1,16 +1,17 @@
-"""The vector half of the recall search, spent where it pays: the candidates of a search, embedded when it runs.
+"""The vector half of the recall search, spent where it pays: the candidates of a search re-ordered by the vectors
+that exist.
 
 The default (``embeddings_pages = candidates``). A search asks BM25 for its candidates first; this embeds the query
-and those candidate pages whose vectors it does not hold yet, and gives each candidate's cosine with the query, so
-that the fusion (proxy.recall.fusion) re-orders what BM25 found. Nothing is embedded when a page is archived: in a
-long chat most archived pages are never searched, and embedding every one of them in the background was half of the
-managed proxy's CPU (measured: docs/memory.md). A page's vector is kept by the digest of its text in a bounded map
-(``cache_max_bytes``), so a page is embedded once while it stays a candidate of later searches, in any conversation.
+alone (within ``query_deadline_s``) and gives the cosine with the query of each candidate whose vector it holds, so
+that the fusion (proxy.recall.fusion) re-orders what BM25 found; a candidate without a vector keeps its lexical rank.
+No page is embedded on the request path: the views of the pages a turn archived are embedded after it, in the
+background (``prefetch``, proxy.recall.background_vectors), and a search's candidates still without a vector are
+queued there first. A vector is kept by the digest of its page's text in a bounded map (``cache_max_bytes``), so a
+page is embedded once, in any conversation.
 
-The cost of one search is bounded: each candidate's text is cut to ``page_chars`` characters (pieces spread over
-all of it) and at most ``search_chars`` characters of candidate text are embedded per search, best lexical
-candidates first; a candidate left without a vector keeps only its lexical rank in the fusion. Vectors are not
-stored: they are derived data, embedded again after a restart when a search needs them.
+Each candidate's text is cut to ``page_chars`` characters (pieces spread over all of it); a search queues at most
+``search_chars`` characters of its candidates' text, best lexical candidates first. Vectors are not stored: they are
+derived data, embedded again after a restart (in the background, when a search finds the page).
 """
 
 from __future__ import annotations
@@ -18,16 +19,23 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import asyncio
+import logging
+
 import numpy as np
 
 from proxy.caches import BoundedLru
+from proxy.recall.background_vectors import MAX_VIEWS, BackgroundEmbedding
 from proxy.recall.local_embedder import chunk_text
 from proxy.recall.vector_index import Embedder, VectorSearchFailed
 
-__all__ = ["CandidateVectors", "PAGE_CHARS", "SEARCH_CHARS", "page_sample", "within_budget"]
+log = logging.getLogger("memci.recall")
+
+__all__ = ["CandidateVectors", "PAGE_CHARS", "QUERY_DEADLINE_S", "SEARCH_CHARS", "page_sample"]
 
 PAGE_CHARS = 2400  # of one candidate page (2 of the local model's chunks: its start and its end when longer)
-SEARCH_CHARS = 24_000  # of candidate text embedded by one search (20 chunks: 0.2-0.4 s of CPU with the default model)
+SEARCH_CHARS = 24_000  # of candidate text one search queues for embedding (20 chunks)
+QUERY_DEADLINE_S = 0.05  # the query's vector or a lexical search (the default model takes 2-5 ms)
 
 
 def page_sample(text: str, limit: int = PAGE_CHARS, piece: int = 1200) -> str:
@@ -38,58 +46,48 @@ def page_sample(text: str, limit: int = PAGE_CHARS, piece: int = 1200) -> str:
     return "\n".join(chunk_text(text, piece, max(1, limit // piece)))
 
 
-def within_budget(lengths: Sequence[tuple[Any, int]], search_chars: int = SEARCH_CHARS) -> list[Any]:
-    """The candidates (id, characters to embed), best first, that one search embeds: taken in order while characters
-    are left (the one that crosses the bound included)."""
-    chosen, room = [], search_chars
-    for doc_id, length in lengths:
-        if room <= 0:
-            break
-        chosen.append(doc_id)
-        room -= length
-    return chosen
-
-
 class CandidateVectors:
-    """``await cosines(query, candidates, text_of)``: (label, cosine) of the candidates, in their order."""
+    """``await cosines(query, candidates, text_of)``: (label, cosine) of the candidates that have a vector, in their
+    order; ``prefetch(views, text_of)`` after a turn that archived pages."""
 
     candidates_only = True
 
     def __init__(self, embedder: Embedder, cache_max_bytes: int = 64 * 2**20, page_chars: int = PAGE_CHARS,
-                 search_chars: int = SEARCH_CHARS, metrics: Any = None) -> None:
+                 search_chars: int = SEARCH_CHARS, metrics: Any = None, query_deadline_s: float = QUERY_DEADLINE_S,
+                 max_lag_s: float = 5.0, max_views: int = MAX_VIEWS) -> None:
         self.embedder = embedder
         self.page_chars = page_chars
         self.search_chars = search_chars
+        self.query_deadline_s = query_deadline_s
         self.metrics = metrics
         self._by_digest: BoundedLru[str, np.ndarray] = BoundedLru(
             "candidate_vectors", 1 << 20, cache_max_bytes, size_of=lambda k, v: 96 + len(k) + v.nbytes)
+        self.background = BackgroundEmbedding(
+            self.embedder.embed, self._keep, lambda digest: self._by_digest.peek(digest) is not None,
+            max_views=max_views, max_lag_s=max_lag_s, metrics=metrics)
+        self._reading: set[asyncio.Task[None]] = set()
+        self._remembered: BoundedLru[str, dict[str, None]] = BoundedLru(  # conversation -> labels indexed
+            "candidate_vectors_remembered", 1024, 8 * 2**20, size_of=lambda k, v: 64 + len(k) + 64 * len(v))
+
+    def _keep(self, digest: str, vector: Sequence[float]) -> None:
+        self._by_digest.put(digest, np.asarray(vector, dtype=np.float32))
 
     async def cosines(self, query: str, candidates: Sequence[tuple[str, str]],
                       text_of: Callable[[str], Awaitable[str]]) -> list[tuple[str, float]]:
         """``candidates``: (label, digest of the page's text), best lexical first; ``text_of(label)``: its text.
+        Only the query is embedded here; candidates without a vector are queued for the background.
         Raises VectorSearchFailed (the caller stays lexical)."""
         query_vector = await self._query_vector(query)
         known: dict[str, np.ndarray] = {}
-        missing: list[tuple[str, str, str]] = []  # label, digest, text
-        room = self.search_chars
+        missing: list[tuple[str, str]] = []
         for label, digest in candidates:
             vector = self._by_digest.get(digest)
-            if vector is not None:
+            if vector is None:
+                missing.append((label, digest))
+            else:
                 known[label] = vector
-                continue
-            if room <= 0:
-                continue
-            text = page_sample(await text_of(label), self.page_chars)
-            room -= len(text)
-            missing.append((label, digest, text))
         if missing:
-            got = await self._embed([text for _, _, text in missing])
-            for (label, digest, _), vector in zip(missing, got, strict=True):
-                row = np.asarray(vector, dtype=np.float32)
-                self._by_digest.put(digest, row)
-                known[label] = row
-        if self.metrics is not None:
-            self.metrics.search_pages_embedded.inc(len(missing))
+            self._read_later(missing, text_of, soon=True)
         q = np.asarray(query_vector, dtype=np.float32)
         qn = float(np.linalg.norm(q))
         out = []
@@ -101,38 +99,79 @@ class CandidateVectors:
             out.append((label, float(vector @ q) / norm if norm else 0.0))
         return out
 
+    def prefetch(self, views: Sequence[tuple[str, str]], text_of: Callable[[str], Awaitable[str]]) -> None:
+        """Views (label, digest) of pages just archived: embedded in the background."""
+        missing = [(label, digest) for label, digest in views if self._by_digest.peek(digest) is None]
+        if missing:
+            self._read_later(missing, text_of, soon=False)
+
+    def _read_later(self, views: list[tuple[str, str]], text_of: Callable[[str], Awaitable[str]], soon: bool) -> None:
+        """The views' texts read in a task of their own (the search does not wait), then queued (``search_chars`` of
+        a search's candidates at most)."""
+        room = self.search_chars if soon else None
+
+        async def read() -> None:
+            nonlocal room
+            texts = []
+            try:
+                for label, digest in views:
+                    if room is not None and room <= 0:
+                        break
+                    text = page_sample(await text_of(label), self.page_chars)
+                    if room is not None:
+                        room -= len(text)
+                    texts.append((digest, text))
+            except Exception:
+                log.exception("could not read pages to embed")
+            self.background.submit(texts, soon=soon)
+
+        task = asyncio.get_running_loop().create_task(read())
+        self._reading.add(task)
+        task.add_done_callback(self._reading.discard)
+
     async def _query_vector(self, query: str) -> Sequence[float]:
         embed_query = getattr(self.embedder, "embed_query", None)
         if embed_query is not None:
-            vector = await embed_query(query)
+            running = asyncio.ensure_future(embed_query(query))
         else:
-            got = await self.embedder.embed([query])
-            vector = got[0] if got else None
+            running = asyncio.ensure_future(self.embedder.embed([query]))
+        try:  # past the deadline the search goes lexical; the vector is still cached when it comes (shielded)
+            got = await asyncio.wait_for(asyncio.shield(running), self.query_deadline_s)
+        except TimeoutError:
+            raise VectorSearchFailed("deadline") from None
+        vector = got if embed_query is not None else (got[0] if got else None)
         if vector is None:
             raise VectorSearchFailed(self.embedder.last_failure or "embeddings")
         return vector
 
-    async def _embed(self, texts: list[str]) -> list[list[float]]:
-        embed = getattr(self.embedder, "embed_search", None) or self.embedder.embed
-        got = await embed(texts)
-        if got is None or len(got) != len(texts):
-            raise VectorSearchFailed(self.embedder.last_failure or "embeddings")
-        return got
-
-    # What the turn path calls on the vector half: nothing to do when only candidates are embedded.
     def remember(self, conversation_id: str, pages: dict[str, str]) -> None:
-        pass
+        """Pages (label -> text) that entered the lexical index: their views are embedded after the turn
+        (``take_remembered``, then ``prefetch``)."""
+        if pages:
+            labels = self._remembered.get(conversation_id) or {}
+            labels.update(dict.fromkeys(pages))
+            self._remembered.put(conversation_id, labels)
+
+    def take_remembered(self, conversation_id: str) -> list[str]:
+        return list(self._remembered.pop(conversation_id) or ())
 
     async def prepare(self, tenant: str, conversation_id: str) -> None:
         pass
 
     def mark_busy(self) -> None:
-        pass
+        self.background.mark_busy()
 
     def forget(self, conversation_id: str) -> None:
-        pass
+        self._remembered.pop(conversation_id)
+
+    async def drain(self) -> None:
+        """Until the views queued are embedded (tests, evaluations)."""
+        while self._reading:
+            await asyncio.gather(*list(self._reading), return_exceptions=True)
+        await self.background.drain()
 
     async def close(self) -> None:
+        await self.background.close()
         close = getattr(self.embedder, "close", None)
         if close is not None:
             await close()

@@ -59,6 +59,14 @@ class EmbeddingBacklog:
     def forget(self, conversation_id: str) -> None:
         self._since.pop(conversation_id, None)
 
+    def forget_one(self, conversation_id: str, number: str) -> None:
+        """A page no longer waiting, not embedded (dropped from a bounded backlog): no lag observed."""
+        waiting = self._since.get(conversation_id)
+        if waiting is not None:
+            waiting.pop(number, None)
+            if not waiting:
+                del self._since[conversation_id]
+
     def pages(self) -> int:
         return sum(len(waiting) for waiting in self._since.values())
 

@@ -6,7 +6,7 @@ import asyncio
 import datetime as _dt
 import time
 from dataclasses import dataclass, field, replace
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from proxy.engine import ACTIVE, ConversationState, PageRecord, TokenCounter, page_entry_range, page_hidden_messages
@@ -169,8 +169,8 @@ class RecallResolver:
 
     @property
     def embeds_archived_pages(self) -> bool:
-        """Whether archived pages are embedded after the turn that archived them (embeddings_pages=archive)."""
-        return self.vectors is not None and not getattr(self.vectors, "candidates_only", False)
+        """Whether archived pages are embedded after the turn that archived them (in the background)."""
+        return self.vectors is not None
 
     async def search(
         self, ctx: RecallContext, query: str, k: int, use_vectors: bool = True, muted: frozenset[str] = frozenset(),
@@ -228,14 +228,23 @@ class RecallResolver:
 
     async def _candidate_cosines(self, ctx: RecallContext, query: str, lexical: list[tuple[str, float]]
                                  ) -> list[tuple[str, float]]:
-        """Cosines of the lexical candidates, each that of its best view (proxy.recall.ranking.candidate_views:
-        embedded now when not known by digest, CandidateVectors)."""
+        """Cosines of the lexical candidates that have a vector, each that of its best view
+        (proxy.recall.ranking.candidate_views; views without a vector are embedded in the background,
+        CandidateVectors)."""
         assert isinstance(self.vectors, CandidateVectors)
+        keys, pairs, text_of = self._views(ctx, [label for label, _ in lexical])
+        cosines = await self.vectors.cosines(query, pairs, text_of)
+        return best_views((keys[key], cosine) for key, cosine in cosines)
+
+    def _views(self, ctx: RecallContext, labels: list[str]) -> tuple[
+            dict[str, tuple[str, str]], list[tuple[str, str]], Callable[[str], Awaitable[str]]]:
+        """The pages' views as the vector half embeds them: key -> (label, view), (key, digest of its text) and
+        ``text_of(key)``."""
         digests = {PAGE: self.indexes.digests(ctx.conversation_id),
                    USER: self.indexes.user_digests(ctx.conversation_id)}
         users, pages = digests[USER], digests[PAGE]
         # a page of user words only has one view
-        views = candidate_views((label for label, _ in lexical if label in pages),
+        views = candidate_views((label for label in labels if label in pages),
                                 lambda label: users.get(label, pages[label]) != pages[label])
         keys = {_view_key(label, view): (label, view) for label, view in views}
         read: dict[str, list[dict[str, Any]] | None] = {}
@@ -249,9 +258,7 @@ class RecallResolver:
                 return ""
             return (user_text if view == USER else vector_text)(full, ctx.image_descriptions)  # as indexed
 
-        pairs = [(key, digests[view][label]) for key, (label, view) in keys.items()]
-        cosines = await self.vectors.cosines(query, pairs, text_of)
-        return best_views((keys[key], cosine) for key, cosine in cosines)
+        return keys, [(key, digests[view][label]) for key, (label, view) in keys.items()], text_of
 
     async def _page_messages(self, ctx: RecallContext, label: str) -> list[dict[str, Any]] | None:
         """The page's own messages, as indexed: without its hidden recall rounds (None: no such page)."""
@@ -282,7 +289,10 @@ class RecallResolver:
         """Index the pages archived since the last call, lexically and (in the background) as vectors: run after
         the turn that archived them, so that the next search has only the query to embed."""
         await self.archive_index(ctx)
-        if self.vectors is not None:
+        if isinstance(self.vectors, CandidateVectors):
+            _keys, views, text_of = self._views(ctx, self.vectors.take_remembered(ctx.conversation_id))
+            self.vectors.prefetch(views, text_of)
+        elif self.vectors is not None:
             await self.vectors.prepare(ctx.tenant, ctx.conversation_id)
 
     async def close(self) -> None:

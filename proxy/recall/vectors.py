@@ -27,6 +27,7 @@ def build_page_vectors(
     cache_max_bytes: int = 64 * 2**20,
     max_lag_s: float = 5.0,
     pages: str = "candidates",
+    query_deadline_s: float = 0.05,
 ) -> Any:
     """The vector half of the search, or None (lexical only) when neither an endpoint nor the local model is set.
 
@@ -34,17 +35,21 @@ def build_page_vectors(
     (the first of ``upstream_url``'s comma-separated URLs); it takes precedence over ``local_model``, the
     packaged model's name (proxy.recall.packaged_models.MODELS; empty or "off": none; an unknown name: a model
     that is absent, so the search is lexical and counted so). ``pages``: "candidates" (a search embeds its lexical
-    candidates: proxy.recall.candidate_vectors.CandidateVectors) or "archive" (every archived page: PageVectors)."""
+    candidates: proxy.recall.candidate_vectors.CandidateVectors) or "archive" (every archived page: PageVectors);
+    ``query_deadline_s``: how long a search waits for its query's vector (candidates; then it is lexical; with an
+    embeddings server, at least ``timeout_s``)."""
     def vectors(embedder: Any) -> Any:
         if pages == "candidates":
-            return CandidateVectors(embedder, cache_max_bytes=cache_max_bytes, metrics=metrics)
+            return CandidateVectors(embedder, cache_max_bytes=cache_max_bytes, metrics=metrics,
+                                    query_deadline_s=query_deadline_s, max_lag_s=max_lag_s)
         return PageVectors(store, embedder, inline_pages=inline_pages, cache_max_bytes=cache_max_bytes,
                            max_lag_s=max_lag_s, metrics=metrics)
 
     url = embeddings_url.strip()
     if url.lower() == "upstream":
         url = upstream_url.split(",")[0].strip()
-    if url:
+    if url:  # a query's vector from a server is bounded by the client's own timeout
+        query_deadline_s = max(query_deadline_s, timeout_s)
         return vectors(EmbeddingsClient(url, model=model, timeout_s=timeout_s, api_key=api_key))
     name = local_model.strip().lower()
     if name in ("", "off", "none"):

@@ -80,7 +80,8 @@ class TurnService:
                                      s.embeddings_api_key, s.embeddings_timeout, local_model=s.embeddings_local,
                                      local_weights=s.embeddings_local_weights, metrics=metrics,
                                      cache_max_bytes=s.embeddings_cache_mb * 2**20,
-                                     max_lag_s=s.embeddings_max_lag_s, pages=s.embeddings_pages)
+                                     max_lag_s=s.embeddings_max_lag_s, pages=s.embeddings_pages,
+                                     query_deadline_s=s.embeddings_query_deadline_ms / 1000)
         self.resolver = RecallResolver(
             store.repo, self.counter, s.recall_max_tokens, vectors=vectors, metrics=metrics,
             lexical_weight=s.recall_lexical_weight, vector_weight=s.recall_vector_weight, min_cosine=s.recall_min_cosine,

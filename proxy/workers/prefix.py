@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.engine.layout import without_memory_block
 from proxy.recall.pagetext import message_text
 
 # Fields of the client's request that shape the answer's delivery or decoding, not the rendered prompt: the job sets
@@ -104,9 +105,12 @@ def job_body(base: dict[str, Any], instruction: str, max_tokens: int,
 
 def _key(message: dict[str, Any]) -> str:
     """A message as a base holds it: a tool result by its call id (a prompt may carry it whole, as the preview of an
-    offloaded output, or condensed), any other message by its text."""
+    offloaded output, or condensed), any other message by its text (the first active message's without the memory
+    block that leads it)."""
     call_id = message.get("tool_call_id") if message.get("role") == "tool" else None
-    return f"tool result {call_id}" if isinstance(call_id, str) and call_id else message_text(message)
+    if isinstance(call_id, str) and call_id:
+        return f"tool result {call_id}"
+    return message_text(without_memory_block(message))
 
 
 def _digest(message: dict[str, Any]) -> bytes:

@@ -122,7 +122,7 @@ def test_fifty_turns_with_images(proxy, emulator, client_for):
 
     # the contents page describes archived images; recalling page 1 returns the description and the reference
     description = expected_description(emulator)
-    system = last_chat_request(emulator)["messages"][0]["content"]
+    system = json.dumps(last_chat_request(emulator)["messages"][:2])  # the contents page leads the first active message
     assert "[image: " + description[:20] in system
     messages.append({"role": "user", "content": 'Show page 1 again. [[call:recall {"pages": [1]}]]'})
     r = client.chat.completions.create(model="m", messages=messages, max_tokens=MAX_TOKENS)

@@ -59,8 +59,8 @@ def test_300_turns_stay_under_budget_with_a_contents_page(managed, emulator_8k, 
     assert epochs >= 3
     sent = emulator_8k.requests(1)[0]["body"]["messages"]
     assert sent[0]["role"] == "system"
-    assert sent[0]["content"].startswith("You are a patient tutor.")
-    assert "## Contents of archived pages" in sent[0]["content"]
+    assert sent[0]["content"] == "You are a patient tutor."  # the client's system prompt alone: cached across epochs
+    assert sent[1]["content"].startswith("<memci-context>\n## Contents of archived pages")
     assert sent[-1]["content"] == messages[-2]["content"]  # the client's own words, unchanged
     hit_rate = cached_sum / prompt_sum
     assert hit_rate >= 0.95, hit_rate

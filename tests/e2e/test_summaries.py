@@ -54,7 +54,8 @@ def test_summary_reaches_the_prompt_only_at_epochs(proxy_with_memory, emulator_4
         raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=200)
         answer = raw.parse().choices[0].message.content
         messages.append({"role": "assistant", "content": answer})
-        system = _chat_request(emulator_4k, text)["messages"][0]["content"]
+        # the proxy's blocks (summary, contents page) lead the message after the client's system prompt
+        system = json.dumps(_chat_request(emulator_4k, text)["messages"][1]["content"])
         systems.append((raw.headers["x-memci-epoch"] == "true", system))
         if sum(SUMMARY_HEADING in s for _, s in systems) >= 3 and systems[-1][0]:
             break

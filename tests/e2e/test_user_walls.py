@@ -72,15 +72,24 @@ def alice_turn(i: int) -> str:
             f"{filler(i)}")
 
 
+def head_text(messages: list[dict]) -> str:
+    """What leads a prompt: the leading system message and the proxy's block (profile, summary, contents page) that
+    leads the message after it, as JSON text."""
+    out = ""
+    rest = messages
+    if rest and rest[0].get("role") == "system":
+        out, rest = json.dumps(rest[0].get("content"), ensure_ascii=False), rest[1:]
+    after = json.dumps(rest[0].get("content") if rest else "", ensure_ascii=False)
+    return out + (after.split("</memci-context>")[0] if after.startswith('"<memci-context>') else "")
+
+
 def system_texts(log: UpstreamLog, marker: str) -> list[str]:
-    """The leading system message of every upstream request whose body holds ``marker``."""
+    """What leads every upstream request whose body holds ``marker`` (head_text)."""
     out = []
     for item in log.collect():
         body = item.get("body") or {}
         if marker in json.dumps(body, ensure_ascii=False):
-            first = (body.get("messages") or [{}])[0]
-            if first.get("role") == "system":
-                out.append(json.dumps(first.get("content"), ensure_ascii=False))
+            out.append(head_text(body.get("messages") or []))
     return out
 
 
@@ -92,10 +101,11 @@ def leaks(log: UpstreamLog, marker: str) -> list[str]:
 
 
 def last_request_ending_with(emulator: Any, text: str) -> dict[str, Any]:
-    """The newest chat request the upstream got whose last message is ``text`` (the memory jobs' are not)."""
+    """The newest chat request the upstream got whose last message ends with ``text`` (the memory jobs' do not)."""
     for item in reversed(emulator.requests(20)):
         messages = (item.get("body") or {}).get("messages") or []
-        if messages and messages[-1].get("content") == text:
+        last = messages[-1].get("content") if messages else None
+        if isinstance(last, str) and last.endswith(text):  # (a new conversation's message leads with the profile)
             return item["body"]
     raise AssertionError(f"no upstream request ends with {text[:40]!r}")
 
@@ -168,13 +178,13 @@ def test_a_users_profile_follows_her_across_her_conversations_only(pair, client_
     for message in alice.messages[1:6:2]:
         bob.say(message["content"])
         sent = last_request_ending_with(pair.emulator, message["content"])
-        assert "zebracanary" not in json.dumps(sent["messages"][0], ensure_ascii=False)
+        assert "zebracanary" not in head_text(sent["messages"])
     assert bob.conversation_id != alice.conversation_id
 
     # the other APIs name the user their own way: Responses `user`, Messages `metadata.user_id`
     def responses_system(user: str, marker: str) -> str:
         client.responses.create(model="m", input=f"{marker}: hello.", user=user, max_output_tokens=64)
-        return json.dumps(last_request_ending_with(pair.emulator, f"{marker}: hello.")["messages"][0])
+        return head_text(last_request_ending_with(pair.emulator, f"{marker}: hello.")["messages"])
 
     assert "zebracanary" in responses_system("alice", "responsesalice")
     assert "zebracanary" not in responses_system("bob", "responsesbob")
@@ -185,5 +195,5 @@ def test_a_users_profile_follows_her_across_her_conversations_only(pair, client_
         messages_client.messages.create(model="m", max_tokens=64, metadata={"user_id": user},
                                         system="You are a helpful assistant.",
                                         messages=[{"role": "user", "content": text}])
-        assert ("zebracanary" in json.dumps(last_request_ending_with(pair.emulator, text)["messages"][0])) is known
+        assert ("zebracanary" in head_text(last_request_ending_with(pair.emulator, text)["messages"])) is known
     messages_client.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.engine import ACTIVE, ConversationState, EngineConfig, Plan, condense_message, page_entry_range
+from proxy.engine.layout import memory_block
 from proxy.engine.output_preview import output_text, split_lines
 
 
@@ -63,12 +64,31 @@ def check_no_loss(plan: Plan, messages: list[dict[str, Any]], config: EngineConf
         record = next(p for p in state.pages if p.start <= i < p.end)
         assert record.status != ACTIVE
         assert page_entry_range(state, record.label) == (record.start, record.end)
-    b6 = plan.messages[1:] if state.system_text is not None else plan.messages
+    b6 = plan.messages[1:] if any(b[0] == "system" for b in plan.blocks) else plan.messages
+    # the proxy's blocks that change at epochs lead the first active message, or are a user message of their own
+    lead = memory_block(state.profile, state.summary, state.contents_text)
+    assert any(b[0] == "B4" for b in plan.blocks) == bool(lead)
+    in_place = bool(lead)
+    if lead and b6 and b6[0] == {"role": "user", "content": lead} and (
+            start >= len(messages) or messages[start].get("role") != "user"):
+        b6, in_place = b6[1:], False
     client_part = [m for m in b6 if not m.get("_hidden")]  # hidden messages carry a marker in the tests
     assert len(client_part) == len(messages) - start, (len(client_part), len(messages), start)
     tail = next((b for b in plan.blocks if b[0] == "tail"), None)
     for offset, sent in enumerate(client_part):
         original = messages[start + offset]
+        if offset == 0 and in_place:  # the memory block first, then the message as it would be without it
+            assert original.get("role") == "user", (sent, original)
+            content = sent["content"]
+            if isinstance(content, list):
+                assert content[0] == {"type": "text", "text": lead}
+                rest: Any = content[1:]
+            else:
+                assert content.startswith(lead)
+                rest = content[len(lead):].removeprefix("\n\n")
+            sent = {**sent, "content": rest}
+            if rest in ("", []) and not original.get("content"):
+                continue
         if sent == original:
             continue
         condensed = condense_message(original, config.condense_tool_chars) or original

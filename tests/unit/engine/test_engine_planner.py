@@ -52,18 +52,20 @@ def grow(config: EngineConfig, turns: int, state=None, words: int = 60, **turn_k
     return plans
 
 
-def test_layout_single_system_message_then_conversation_verbatim() -> None:
+def test_layout_client_system_message_alone_then_the_memory_block_leading_the_conversation() -> None:
     msgs = [{"role": "user", "content": "hi", "x-extra": {"keep": True}}]
     before = copy.deepcopy(msgs)
     cfg = EngineConfig(context_window=10_000)
     p = plan(None, TurnInput(system=[{"role": "developer", "content": "Be brief."},
                                      {"role": "system", "content": [{"type": "text", "text": "Use SI units."}]}],
                              messages=msgs, profile="Profile: likes tea.", summary="Talked about tea."), cfg, C)
-    assert p.messages[0] == {"role": "system", "content": "Be brief.\n\nUse SI units.\n\nProfile: likes tea.\n\n"
-                                                          "## Conversation summary\nTalked about tea."}
-    assert p.messages[1] is msgs[0]
+    assert p.messages[0] == {"role": "system", "content": "Be brief.\n\nUse SI units."}
+    assert p.messages[1] == {"role": "user", "x-extra": {"keep": True}, "content": (
+        "<memci-context>\nProfile: likes tea.\n\n## Conversation summary\nTalked about tea.\n</memci-context>\n\nhi")}
     assert msgs == before
-    assert p.blocks == [("system", 0, 1), ("B6", 1, 2)]
+    assert p.blocks == [("system", 0, 1), ("B6", 1, 2), ("B4", 1, 2)]
+    plain = plan(None, TurnInput(system=SYSTEM, messages=msgs), cfg, C)
+    assert plain.messages[1] is msgs[0]  # nothing of the proxy's: the conversation verbatim
     assert [e[0] for e in p.new_entries] == [0] and p.new_entries[0][2] == p.state.entry_hash_list()[0]
 
 
@@ -123,12 +125,15 @@ def test_prompt_is_append_only_between_epochs_and_epochs_bring_it_under_the_low_
             assert cur.stable_prefix_messages == len(prev.messages)
         else:
             assert cur.estimated_tokens <= cfg.low_watermark * cur.budget
-            assert cur.archived and cur.stable_prefix_messages == 0
+            # the client's system message stays (and the tools a template renders after it)
+            assert cur.archived and cur.stable_prefix_messages == 1
+            assert cur.messages[0] == prev.messages[0] == {"role": "system", "content": SYSTEM[0]["content"]}
+            assert cur.state.expected_cached_tokens == C.count_message(cur.messages[0])
             event = next(e for e in cur.events if e["type"] == "context.compressed")
             assert event["budget_tokens"] == cur.budget and event["archived"] == cur.archived
             assert event["compressed_count"] == len(cur.messages) < event["original_count"]
-    assert "[Page 1] 2025-11-22, 2 messages" in epochs[0].messages[0]["content"]
-    assert "`recall` tool" in epochs[0].messages[0]["content"]
+    assert "[Page 1] 2025-11-22, 2 messages" in epochs[0].messages[1]["content"]
+    assert "`recall` tool" in epochs[0].messages[1]["content"]
     assert archived_pages(epochs[0].state)[0] == "1"
 
 
@@ -146,11 +151,11 @@ def test_profile_and_summary_wait_for_an_epoch() -> None:
     msgs = chat(1)[:1]
     p1 = plan(None, TurnInput(system=SYSTEM, messages=msgs, profile="P1"), cfg, C)
     p2 = plan(p1.state, TurnInput(system=SYSTEM, messages=msgs + chat(2)[1:3], profile="P2"), cfg, C)
-    assert "P1" in p2.messages[0]["content"] and "P2" not in p2.messages[0]["content"]
+    assert "P1" in p2.messages[1]["content"] and "P2" not in p2.messages[1]["content"]
     # the client's own system prompt is followed at once
     p3 = plan(p2.state, TurnInput(system=[{"role": "system", "content": "New rules."}],
                                   messages=msgs + chat(2)[1:3], profile="P2"), cfg, C)
-    assert p3.messages[0]["content"].startswith("New rules.\n\nP1")
+    assert p3.messages[0]["content"] == "New rules." and "P1" in p3.messages[1]["content"]
     assert p3.stable_prefix_messages == 0
 
 
@@ -312,7 +317,7 @@ def test_contents_page_is_bounded_by_lru_eviction() -> None:
     plans = grow(cfg, 80, words=120)
     final = plans[-1]
     assert any(rule == "lru" for p in plans for _label, rule in p.evicted)
-    contents = final.messages[0]["content"].split("## Contents of archived pages", 1)[1]
+    contents = final.messages[1]["content"].split("## Contents of archived pages", 1)[1].split("</memci-context>")[0]
     assert C.count_text(contents) <= 300 + 20
 
 

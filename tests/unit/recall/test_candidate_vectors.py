@@ -1,7 +1,9 @@
-"""The default vector half (embeddings_pages=candidates): a search embeds its lexical candidates, by digest."""
+"""The default vector half (embeddings_pages=candidates): a search embeds its query alone and re-orders its lexical
+candidates by the vectors that exist; pages are embedded in the background, by digest."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -25,19 +27,53 @@ def _embedded_pages(embedder: TopicEmbedder) -> list[str]:
     return [t for call in embedder.calls for t in call if t.startswith("user:")]
 
 
-async def test_only_the_lexical_candidates_are_embedded_and_only_once() -> None:
+async def _search(resolver: RecallResolver, ctx: RecallContext, query: str, k: int) -> list[tuple[str, float]]:
+    """A search, then the background embedding it queued."""
+    hits = await resolver.search(ctx, query, k)
+    await resolver.vectors.drain()  # type: ignore[union-attr]
+    return hits
+
+
+async def test_a_search_embeds_its_query_alone_and_queues_its_candidates_for_the_background() -> None:
     embedder = TopicEmbedder()
     resolver = _resolver(embedder)
     ctx = _context(PAGES)
-    await resolver.prepare(ctx)  # after a turn: nothing is embedded when pages are archived
-    assert embedder.calls == []
     hits = await resolver.search(ctx, "train delays report", 3)
     assert {label for label, _ in hits} == {"1", "4"}  # the pages that hold a query word
-    assert sorted(_embedded_pages(embedder)) == sorted(f"user: {PAGES[n]}" for n in (1, 4))
+    assert _embedded_pages(embedder) == [] and len(embedder.calls) == 1  # the query alone on the request path
+    await resolver.vectors.drain()  # type: ignore[union-attr]
+    assert sorted(_embedded_pages(embedder)) == sorted(f"user: {PAGES[n]}" for n in (1, 4))  # in the background
     embedder.calls.clear()
-    await resolver.search(ctx, "the train to Lyon", 3)
+    await _search(resolver, ctx, "the train to Lyon", 3)
     assert _embedded_pages(embedder) == []  # known by digest: the query alone is embedded
     assert len(embedder.calls) == 1
+
+
+async def test_pages_archived_by_a_turn_are_embedded_after_it_in_the_background() -> None:
+    embedder = TopicEmbedder()
+    resolver = _resolver(embedder)
+    ctx = _context(PAGES)
+    assert resolver.embeds_archived_pages
+    await resolver.prepare(ctx)  # after the turn that archived them
+    await resolver.vectors.drain()  # type: ignore[union-attr]
+    assert sorted(_embedded_pages(embedder)) == sorted(f"user: {text}" for text in PAGES.values())
+    embedder.calls.clear()
+    await resolver.search(ctx, "train delays report", 3)
+    assert len(embedder.calls) == 1 and _embedded_pages(embedder) == []
+
+
+async def test_the_query_has_a_deadline_past_which_the_search_is_lexical() -> None:
+    class SlowQueries(TopicEmbedder):
+        async def embed_query(self, text: str) -> list[float] | None:
+            await asyncio.sleep(0.2)
+            return (await self.embed([text]) or [None])[0]
+
+    metrics = FakeMetrics()
+    resolver = _resolver(SlowQueries(), metrics, query_deadline_s=0.01)
+    lexical = RecallResolver(None, EstimateCounter(), 2048, metrics=FakeMetrics())
+    ctx = _context(PAGES)
+    assert await resolver.search(ctx, "train report", 3) == await lexical.search(ctx, "train report", 3)
+    assert metrics.count("deadline") == 1
 
 
 async def test_vectors_reorder_the_candidates_below_the_top_lexical_hits() -> None:
@@ -49,6 +85,7 @@ async def test_vectors_reorder_the_candidates_below_the_top_lexical_hits() -> No
     lexical = RecallResolver(None, EstimateCounter(), 2048, metrics=FakeMetrics())
     ctx = _context(pages)
     plain = [label for label, _ in await lexical.search(ctx, "report cat", 6)]
+    assert [label for label, _ in await _search(resolver, ctx, "report cat", 6)] == plain  # no vectors yet
     fused = [label for label, _ in await resolver.search(ctx, "report cat", 6)]
     assert fused[:2] == plain[:2]  # the anchor
     assert set(fused) == set(plain)  # only what BM25 found
@@ -59,21 +96,21 @@ async def test_vectors_reorder_the_candidates_below_the_top_lexical_hits() -> No
 async def test_a_changed_page_is_embedded_again() -> None:
     embedder = TopicEmbedder()
     resolver = _resolver(embedder)
-    await resolver.search(_context(PAGES), "train", 2)
+    await _search(resolver, _context(PAGES), "train", 2)
     changed = dict(PAGES)
     changed[1] = "We booked the train to Paris instead."
     other = _resolver(embedder)
     other.vectors._by_digest = resolver.vectors._by_digest  # type: ignore[union-attr]  # one process's cache
     embedder.calls.clear()
-    await other.search(_context(changed), "train", 2)
+    await _search(other, _context(changed), "train", 2)
     assert _embedded_pages(embedder) == [f"user: {changed[1]}"]
 
 
-async def test_the_embedded_text_per_search_is_bounded() -> None:
+async def test_the_text_a_search_queues_is_bounded() -> None:
     embedder = TopicEmbedder()
     pages = {n: f"{'report' if n <= 8 else 'memo'} number {n} " + "word " * 200 for n in range(1, 17)}
     resolver = _resolver(embedder, page_chars=500, search_chars=1200)
-    hits = await resolver.search(_context(pages), "report", 5)
+    hits = await _search(resolver, _context(pages), "report", 5)
     embedded = _embedded_pages(embedder)
     assert len(embedded) == 3 and all(len(t) <= 500 for t in embedded)  # 500 + 500 + 500 >= 1200: three pages
     assert len(hits) == 5  # the others keep their lexical rank
@@ -89,8 +126,8 @@ async def test_a_failing_model_leaves_the_search_lexical_and_counted() -> None:
     assert metrics.count("timeout") == 1
 
 
-async def test_only_archive_mode_embeds_pages_after_the_turn() -> None:
-    assert not _resolver(TopicEmbedder()).embeds_archived_pages
+async def test_both_modes_embed_pages_after_the_turn() -> None:
+    assert _resolver(TopicEmbedder()).embeds_archived_pages
     archive = RecallResolver(None, EstimateCounter(), 2048, vectors=PageVectors(MemoryVectorStore(), TopicEmbedder()))
     assert archive.embeds_archived_pages
     assert not RecallResolver(None, EstimateCounter(), 2048).embeds_archived_pages
@@ -116,7 +153,7 @@ async def test_the_user_words_of_the_candidates_are_embedded_first_and_their_bes
     records = [PageRecord(number=n + 1, part=1, start=2 * n, end=2 * n + 2, tokens=20, status=ARCHIVED)
                for n in range(len(exchanges))]
     ctx = RecallContext("t1", "c1", ConversationState(pages=records), messages)
-    hits = await resolver.search(ctx, "kitten sofa", 3)
+    hits = await _search(resolver, ctx, "kitten sofa", 3)
     assert {label for label, _ in hits} == {"1", "2", "3"}
     embedded = [t for call in embedder.calls for t in call if t.startswith("user:")]
     users = [t for t in embedded if "assistant:" not in t]
@@ -128,3 +165,12 @@ async def test_the_user_words_of_the_candidates_are_embedded_first_and_their_bes
     assert cosines["1"] == pytest.approx(cosine_similarity(user_view, query))  # its best view: the user's words
     assert cosine_similarity(page_view, query) < 0.5 < cosines["1"]  # the whole page is about trains
     assert cosines["1"] > cosines["3"]
+
+
+def test_an_embeddings_servers_query_is_bounded_by_its_timeout_the_packaged_models_by_the_deadline() -> None:
+    from proxy.recall.vectors import build_page_vectors
+
+    served = build_page_vectors(None, "http://127.0.0.1:9/v1", timeout_s=5.0, query_deadline_s=0.05)  # type: ignore[arg-type]
+    assert served.query_deadline_s == 5.0
+    local = build_page_vectors(None, "", local_model="use-multilingual-v3", query_deadline_s=0.05)  # type: ignore[arg-type]
+    assert local.query_deadline_s == 0.05

@@ -241,3 +241,15 @@ def test_a_page_archived_right_after_its_turn_is_summarised_on_the_base_and_its_
     stale = SummaryBase({"model": "m", "messages": [*messages, {"role": "user", "content": "later"}]}, "", 1.0)
     assert not stale.holds(two) and stale.answer_after(two) is None
     assert base.answer_after([two[0]]) is None and base.answer_after([*one, two[0]]) is None
+
+
+def test_a_page_whose_first_message_carries_the_memory_block_is_held_by_the_prompt() -> None:
+    from proxy.engine.layout import memory_block, with_blocks
+    from proxy.workers.prefix import covers
+
+    page = [{"role": "user", "content": "what about <b>billing</b>?"}, {"role": "assistant", "content": "Soon."}]
+    lead = memory_block("", "They talked.", "## Contents of archived pages\n[Page 1] ...")
+    prompt = [{"role": "system", "content": "Be brief."}, with_blocks(page[0], lead, ""), page[1]]
+    assert covers(prompt, page)
+    listed = [{**page[0], "content": [{"type": "text", "text": "what about billing?"}]}, page[1]]
+    assert covers([prompt[0], with_blocks(listed[0], lead, ""), page[1]], listed)
