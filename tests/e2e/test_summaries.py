@@ -35,11 +35,12 @@ def proxy_with_memory(pair):
 
 
 def _chat_request(emulator: EmulatorProcess, text: str) -> dict:
-    """The last request the proxy sent for the client's turn (summariser calls are skipped)."""
+    """The last request the proxy sent for the client's turn (summariser calls are skipped). The turn's message may
+    also carry the proxy's blocks at its start (when it is the first active message)."""
     for item in reversed(emulator.requests(50)):
         messages = item["body"]["messages"]
         last = messages[-1].get("content")
-        if isinstance(last, str) and last.startswith(text):
+        if isinstance(last, str) and last.endswith(text) and not _is_prefix_job(item):
             return item["body"]
     raise AssertionError(f"no upstream request for {text!r}")
 
