@@ -317,7 +317,7 @@ class TurnService:
                            "X-Memci-Conversation-Id": turn.conversation_id,
                            **page_headers(turn.conversation_id, turn.state),
                            "X-Memci-Epoch": "true" if turn.plan.epoch else "false",
-                       }, upstream_headers=upstream_headers(s, turn.conversation_id))
+                       }, upstream_headers=upstream_headers(s, turn.conversation_id), internal_text=True)
         data = with_prompt_cache_key(call.data, turn.conversation_id, s.prompt_cache_key)
         if not self.recall_enabled:
             sent = {**data, "messages": turn.plan.messages}
@@ -532,7 +532,7 @@ class TurnService:
         if body is not call.body:
             self.metrics.trimmed_requests.inc()
         return await self.exchange.send(Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, body,
-                                                 call.started, call.stream))
+                                                 call.started, call.stream, internal_text=True))
 
     def _count_plan(self, p: Plan, before: ConversationState | None) -> dict[str, int]:
         """Metrics of a plan; returns its accounting (estimated upstream tokens): shed by an epoch, prefilled after
