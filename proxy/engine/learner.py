@@ -18,10 +18,10 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from .memo import SizedMemo
 from .tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD, EstimateCounter, TokenCounter, message_texts
 
 FEATURES = ("text", "exact", "images", "tools", "messages", "bias")
@@ -35,6 +35,7 @@ BOUNDS = ((0.25, 4.0), (0.25, 4.0), (1.0, 8192.0), (0.25, 4.0), (0.0, 64.0), (0.
 MIN_OBSERVATIONS = 2
 SETTLED_AFTER = 20  # observations after which a model learns from every `SETTLED_EVERY`-th answer only
 SETTLED_EVERY = 8
+LEARNER_BYTES = 4096  # about what one CountLearner holds (a 6x6 matrix of floats and a few more), rounded up
 MARGIN_BASE = 0.03  # the least safety margin on a learned count
 MARGIN_MAX = 0.5
 UNDER_DECAY = 0.9  # the remembered worst under-estimate fades by 10% per observation
@@ -187,20 +188,19 @@ class LearnedCounter:
 
 
 class ModelCounts:
-    """A `CountLearner` per model, the least recently used forgotten past `max_models` (bounded per process)."""
+    """A `CountLearner` per model, the least recently used forgotten past `max_models` or past their bytes (the
+    model's name is the client's: a learner's bytes are its name's plus LEARNER_BYTES; bounded per process)."""
 
     def __init__(self, max_models: int = 64) -> None:
         self.max_models = max(1, max_models)
-        self._models: OrderedDict[str, CountLearner] = OrderedDict()
+        self._models: SizedMemo[str, CountLearner] = SizedMemo(
+            self.max_models, self.max_models * (LEARNER_BYTES + 256), lambda model, _learner: len(model) + LEARNER_BYTES)
 
     def __len__(self) -> int:
         return len(self._models)
 
     def get(self, model: str) -> CountLearner | None:
-        learner = self._models.get(model)
-        if learner is not None:
-            self._models.move_to_end(model)
-        return learner
+        return self._models.get(model)
 
     def wants(self, model: str) -> bool:
         """Whether to learn from this answer: every one at first, every `SETTLED_EVERY`-th once settled (reading
@@ -219,8 +219,6 @@ class ModelCounts:
     def observe(self, model: str, features: Features, reported: int) -> float | None:
         learner = self._models.get(model)
         if learner is None:
-            learner = self._models[model] = CountLearner()
-            while len(self._models) > self.max_models:
-                self._models.popitem(last=False)
-        self._models.move_to_end(model)
+            learner = CountLearner()
+            self._models.put(model, learner)
         return learner.observe(features, reported)

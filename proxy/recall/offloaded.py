@@ -4,6 +4,7 @@ the lines that match a search inside it; always within the room the answer has."
 from __future__ import annotations
 
 from proxy.engine import TokenCounter
+from proxy.engine.markup import quote
 from proxy.engine.offload import OffloadRecord, split_lines
 from proxy.recall.text import tokenize
 
@@ -24,7 +25,8 @@ def _fit(lines: list[str], first: int, last: int, cap: int, counter: TokenCounte
 
 
 def read_lines(record: OffloadRecord, text: str, first: int, last: int, cap: int, counter: TokenCounter) -> str:
-    """Lines `first..last` of the output, byte for byte between a header line and (when cut) a footer line."""
+    """Lines `first..last` of the output between a header line and (when cut) a footer line, byte for byte but
+    quoted (proxy.engine.markup: a line that looks like a page header or a tag of the proxy's is escaped)."""
     lines = split_lines(text)
     total = len(lines)
     if first > total:
@@ -34,7 +36,7 @@ def read_lines(record: OffloadRecord, text: str, first: int, last: int, cap: int
     end = _fit(lines, first, last, max(16, cap - MARGIN_TOKENS), counter)
     head = (f"[Page {record.number}, lines {first:,}-{end:,} of {total:,}, exactly as they were "
             f"{'sent' if record.kind == 'document' else 'returned'}:]")
-    body = "\n".join(lines[first - 1 : end])
+    body = quote("\n".join(lines[first - 1 : end]))
     if end < last:
         return (f"{head}\n{body}\n[… the answer has no room for more: lines {end + 1:,}-{last:,} not shown; ask for "
                 f"lines=\"{end + 1}-{last}\" next.]")
@@ -56,7 +58,7 @@ def search_lines(record: OffloadRecord, text: str, query: str, cap: int, counter
         if score > 0:
             scored.append((score, n))
     if not scored:
-        return (f"[Page {record.number}] ({len(lines):,} lines): no line matches {query!r}. Read it by lines "
+        return (f"[Page {record.number}] ({len(lines):,} lines): no line matches {quote(repr(query))}. Read it by lines "
                 f"(lines=\"1-60\") or search with other words.")
     scored.sort(key=lambda item: (-item[0], item[1]))
     budget = max(16, cap - MARGIN_TOKENS)
@@ -70,10 +72,10 @@ def search_lines(record: OffloadRecord, text: str, query: str, cap: int, counter
         chosen.append(n)
         used += cost
     chosen.sort()
-    out = [f"[Page {record.number}] ({len(lines):,} lines): {len(scored):,} lines match {query!r}; "
+    out = [f"[Page {record.number}] ({len(lines):,} lines): {len(scored):,} lines match {quote(repr(query))}; "
            f"{len(chosen):,} shown (line number: text). Read around one with lines=\"a-b\"."]
     for n in chosen:
         line = lines[n - 1]
         shown = line if len(line) <= SEARCH_LINE_CHARS else line[:SEARCH_LINE_CHARS] + f"…[+{len(line) - SEARCH_LINE_CHARS} chars]"
-        out.append(f"{n}: {shown}")
+        out.append(f"{n}: {quote(shown)}")
     return "\n".join(out)
