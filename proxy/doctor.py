@@ -20,7 +20,8 @@ import httpx
 
 from proxy.engine.config import EngineConfig
 from proxy.settings import Settings
-from proxy.upstream import route_check
+from proxy.upstream import route_check, tokenize
+from proxy.upstream.engine_id import PROBES, Engine, engine_of, root_of
 
 FALLBACK_WINDOW = 32768  # as proxy.turn.window
 # Long enough to fill a few cache blocks (vLLM caches whole 16-token blocks), short enough to cost nothing.
@@ -45,6 +46,8 @@ class Report:
 class UpstreamFacts:
     models: list[str] = field(default_factory=list)
     max_model_len: int | None = None
+    engine: Engine | None = None
+    tokenizer: bool = False  # the upstream counts text at /tokenize (the proxy's counts are then exact)
 
 
 def check_upstream(settings: Settings, report: Report, api_key: str = "", model: str = "",
@@ -98,11 +101,13 @@ def _check_one_upstream(client: httpx.Client, url: str, report: Report, model: s
             break
     length = f"max_model_len {facts.max_model_len}" if facts.max_model_len else "no max_model_len reported"
     report.add("ok", f"upstream {url}: models {', '.join(facts.models) or '(none listed)'}; {length}")
+    facts.engine = _identify(client, url, report)
 
     chosen = model or (facts.models[0] if facts.models else "")
     if not chosen:
         report.add("FAIL", f"upstream {url}: no model to probe (pass --model)")
         return facts
+    facts.tokenizer = _counts_exactly(client, url, chosen, report)
     body = {"model": chosen, "messages": [{"role": "user", "content": PROBE_TEXT}], "max_tokens": 1}
     usages = []
     for _ in range(2):  # the second request repeats the first: its prefix is cached if caching works
@@ -120,6 +125,45 @@ def _check_one_upstream(client: httpx.Client, url: str, report: Report, model: s
                            "cached_tokens: hit-rate metrics stay empty and cold caches go unnoticed (SGLang: "
                            "--enable-cache-report)")
     return facts
+
+
+def _identify(client: httpx.Client, url: str, report: Report) -> Engine | None:
+    """The engine's name, version and prefix cache (proxy.upstream.engine_id), with its warnings."""
+    root = root_of(url)
+    for path in PROBES:
+        try:
+            response = client.get(root + path)
+        except httpx.HTTPError:
+            continue
+        engine = engine_of(path, response.status_code, response.content)
+        if engine is not None:
+            report.add("ok", f"upstream {url}: engine {engine.describe()}")
+            for warning in engine.warnings:
+                report.add("warn", f"upstream {url}: {warning}")
+            return engine
+    report.add("ok", f"upstream {url}: engine not known by name (taken for one with a radix prefix cache; set "
+                     "upstream_cache=single_slot for a llama.cpp-like server keeping one prompt per slot)")
+    return None
+
+
+def _counts_exactly(client: httpx.Client, url: str, model: str, report: Report) -> bool:
+    """Whether the upstream counts text at `/tokenize` (SGLang, vLLM) or llama-cpp-python's `/extras/tokenize/count`,
+    as the proxy's counts then ask it (proxy.upstream.tokenize)."""
+    root = root_of(url)
+    for path, body in (("/tokenize", {"model": model, "prompt": PROBE_TEXT}),
+                       (tokenize.EXTRAS, {"input": PROBE_TEXT})):
+        try:
+            response = client.post(root + path, json=body)
+        except httpx.HTTPError:
+            continue
+        count = tokenize.count_of(_json(response)) if response.status_code == 200 else None
+        if count:
+            report.add("ok", f"upstream {url}: counts tokens at {path} ({count} tokens in the probe): the proxy's "
+                             "counts are the engine's own")
+            return True
+    report.add("ok", f"upstream {url}: no tokenizer endpoint; the proxy estimates counts and corrects them with "
+                     "the usage each answer reports")
+    return False
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

@@ -102,6 +102,14 @@ class Metrics:
             "pre-epoch prompt plus one instruction, cached upstream) or plain (the pages' text alone: no kept prompt "
             "held them, e.g. after a restart or on another replica).", ["kind"], registry=r,
         )
+        self.job_prompt_tokens = Counter(
+            "memci_memory_job_prompt_tokens", "Prompt tokens the upstream reported for the memory workers' summary and "
+            "profile jobs.", registry=r,
+        )
+        self.job_cached_tokens = Counter(
+            "memci_memory_job_cached_tokens", "Cached prompt tokens the upstream reported for the memory workers' jobs "
+            "(a prefix job reuses the conversation's cached prompt: over memci_memory_job_prompt_tokens).", registry=r,
+        )
         self.evictions = Counter("memci_evictions", "Contents entries evicted, by rule.", ["rule"], registry=r)
         self.tokens_saved = Counter(
             "memci_tokens_saved", "Estimated prompt tokens not sent compared with pass-through.", registry=r
@@ -261,16 +269,27 @@ class Metrics:
         if not isinstance(usage, dict):
             return
         usage_meter.record(usage)  # the request's own count (virtual keys' budgets)
-        prompt = usage.get("prompt_tokens")
-        if isinstance(prompt, int) and prompt > 0:
-            self.prompt_tokens.inc(prompt)
-        completion = usage.get("completion_tokens")
-        if isinstance(completion, int) and completion > 0:
-            self.completion_tokens.inc(completion)
-        details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        if isinstance(cached, int) and cached > 0:
-            self.cached_tokens.inc(cached)
+        prompt, completion, cached = _usage_counts(usage)
+        self.prompt_tokens.inc(prompt)
+        self.completion_tokens.inc(completion)
+        self.cached_tokens.inc(cached)
+
+    def observe_job_usage(self, usage: object) -> None:
+        """A memory job's usage: counted apart from the turns' (it is no client's request)."""
+        if isinstance(usage, dict):
+            prompt, _, cached = _usage_counts(usage)
+            self.job_prompt_tokens.inc(prompt)
+            self.job_cached_tokens.inc(cached)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _usage_counts(usage: dict) -> tuple[int, int, int]:
+    """(prompt, completion, cached) tokens of an OpenAI usage object; anything missing or malformed counts 0."""
+    def count(value: object) -> int:
+        return value if isinstance(value, int) and value > 0 else 0
+
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return count(usage.get("prompt_tokens")), count(usage.get("completion_tokens")), count(cached)

@@ -15,39 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
-import msgspec
-
+from proxy.upstream.engine_id import RADIX, SINGLE_SLOT, engine_of, root_of
 from proxy.upstream.port import Upstream
 
 log = logging.getLogger("memci.upstream")
-RADIX, SINGLE_SLOT = "radix", "single_slot"
+__all__ = ["RADIX", "SINGLE_SLOT", "CacheKind", "kind_of"]
 RETRY_S = 600.0
 
 
-def _root(upstream: Upstream) -> str:
-    base = str(upstream.url("")).rstrip("/")
-    return base[: -len("/v1")] if base.endswith("/v1") else base
-
-
 def kind_of(path: str, status: int, body: bytes) -> str | None:
-    """The cache kind one probe's answer shows (None: this probe does not tell)."""
-    if status != 200:
-        return None
-    try:
-        data: Any = msgspec.json.decode(body)
-    except (msgspec.DecodeError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    if path == "/openapi.json":
-        info = data.get("info")
-        title = info.get("title") if isinstance(info, dict) else None
-        return SINGLE_SLOT if isinstance(title, str) and "llama.cpp" in title else None
-    if path == "/props":
-        return SINGLE_SLOT if isinstance(data.get("default_generation_settings"), dict) else None
-    return None
+    """The cache kind one probe's answer shows (None: this probe does not tell): a one-slot engine, by
+    proxy.upstream.engine_id's reading of it."""
+    engine = engine_of(path, status, body)
+    return SINGLE_SLOT if engine is not None and engine.cache == SINGLE_SLOT else None
 
 
 class CacheKind:
@@ -78,7 +59,7 @@ class CacheKind:
         reached = False
         for path in ("/props", "/openapi.json"):
             try:
-                response, _ = await self.upstream.send("GET", _root(self.upstream) + path, {}, None)
+                response, _ = await self.upstream.send("GET", root_of(str(self.upstream.url(""))) + path, {}, None)
                 body = await self.upstream.read_body(response)
             except Exception:
                 continue

@@ -33,6 +33,7 @@ import xxhash
 
 from proxy.caches import BoundedLru
 from proxy.engine.tokens import MESSAGE_OVERHEAD, IMAGE_TOKENS, EstimateCounter, TokenCounter, message_texts
+from proxy.upstream.engine_id import root_of
 from proxy.upstream.port import Upstream
 
 log = logging.getLogger("memci.tokenize")
@@ -52,10 +53,7 @@ NOT_FOUND = (404, 405)
 
 def tokenize_url(upstream: Upstream, path: str = "/tokenize") -> str:
     """`/tokenize` (or `path`) at the upstream's root: the OpenAI base URL without its trailing `/v1`."""
-    base = str(upstream.url("")).rstrip("/")
-    if base.endswith("/v1"):
-        base = base[: -len("/v1")]
-    return base + path
+    return root_of(str(upstream.url(""))) + path
 
 
 class UpstreamTokenCounter:
@@ -223,7 +221,7 @@ class UpstreamTokenCounter:
                 self._off(f"status {status}")
                 return None
             data = msgspec.json.decode(content)
-            count = _counts(data, len(prompt)) if many else _count(data)
+            count = _counts(data, len(prompt)) if many else count_of(data)
             if count is None and many:  # an answer of another shape: one text per request from now on
                 self._lists = False
                 return None
@@ -256,7 +254,7 @@ class UpstreamTokenCounter:
             await asyncio.gather(*self._inflight.values(), return_exceptions=True)
 
 
-def _count(data: Any) -> int | None:
+def count_of(data: Any) -> int | None:
     """The count of one text in a /tokenize answer: `count`, else the length of `tokens`."""
     if not isinstance(data, dict):
         return None

@@ -9,6 +9,7 @@ contents lines keep serving. When no model name is configured, the first model o
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import aiohttp
@@ -67,8 +68,10 @@ class ModelSummarizer:
         api_key: str = "",
         timeout_s: float = 60.0,
         session: aiohttp.ClientSession | None = None,
+        on_usage: Callable[[Any], None] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.on_usage = on_usage  # called with each answer's `usage` (the memory jobs' token metrics)
         self.model = model
         self.timeout_s = timeout_s
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -129,6 +132,8 @@ class ModelSummarizer:
                 payload = await response.json(content_type=None)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             raise SummaryFailed(f"summariser unreachable: {type(exc).__name__}") from exc
+        if self.on_usage is not None and isinstance(payload, dict):
+            self.on_usage(payload.get("usage"))
         try:
             message = payload["choices"][0]["message"]
             content = message.get("content")

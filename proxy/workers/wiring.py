@@ -22,6 +22,7 @@ def build_memory_worker(settings: Any, repo: Any, metrics: Any = None) -> Memory
         model=getattr(settings, "summary_model", ""),
         api_key=getattr(settings, "summary_model_api_key", "") or getattr(settings, "upstream_api_key", ""),
         timeout_s=float(getattr(settings, "summary_timeout_s", 60.0)),
+        on_usage=None if metrics is None else metrics.observe_job_usage,
     )
     queue: JobQueue
     if getattr(settings, "redis_url", ""):

@@ -64,7 +64,35 @@ class LocalServer:
         return self.url + "/v1"
 
 
-class ProxyProcess(LocalServer):
+class LoggedServer(LocalServer):
+    """A server run as a process in its own session, its output (stdout and stderr) appended to `log_path`."""
+
+    log_path: Path
+
+    def spawn(self, command: list[str], ready_url: str, timeout: float, what: str, **popen: object) -> None:
+        """Start `command` and wait until `ready_url` answers 200; stopped, with its log's end raised, if not."""
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     **popen)  # type: ignore[call-overload]
+        try:
+            wait_http(ready_url, self.proc, timeout)
+        except Exception:
+            self.stop()
+            raise RuntimeError(f"{what} did not start:\n{self.log()[-3000:]}") from None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None:
+            stop_group(self.proc, sig)
+            self.proc = None
+
+
+class ProxyProcess(LoggedServer):
     def __init__(self, upstream_url: str, home: Path, env: dict[str, str] | None = None, port: int | None = None):
         self.port = port or free_port()
         self.upstream_url = upstream_url
@@ -82,28 +110,12 @@ class ProxyProcess(LocalServer):
                     "MEMCI_MEMORY_WORKERS": "false", "MEMCI_EMBEDDINGS_LOCAL": "off"})
         env.update(self.extra_env)
         self.home.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "proxy.cli", "serve", "--port", str(self.port), "--upstream", self.upstream_url],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        try:
-            wait_http(self.url + "/health", self.proc, timeout)
-        except Exception:
-            self.stop()
-            raise RuntimeError(f"proxy did not start:\n{self.log()}") from None
+        self.spawn([sys.executable, "-m", "proxy.cli", "serve", "--port", str(self.port), "--upstream",
+                    self.upstream_url], self.url + "/health", timeout, "proxy", cwd=REPO, env=env)
         return self
 
     def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-5000:]
-        except OSError:
-            return ""
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None:
-            stop_group(self.proc, sig)
-            self.proc = None
+        return super().log()[-5000:]
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)

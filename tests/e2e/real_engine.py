@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.e2e.proxyproc import REPO, LocalServer, free_port, stop_group, wait_http
+from tests.e2e.proxyproc import REPO, LoggedServer, free_port
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUILD_TIMEOUT_S = 1800  # the first build compiles llama.cpp (about 6-10 minutes on 2 cores)
@@ -36,7 +36,7 @@ def build(script: Path) -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-class RealEngine(LocalServer):
+class RealEngine(LoggedServer):
     """llama-cpp-python's server as a process; its log (stdout and stderr) in `log_path`."""
 
     def __init__(self, directory: Path, log_path: Path, n_ctx: int = 2048, alias: str = "smollm2") -> None:
@@ -49,30 +49,12 @@ class RealEngine(LocalServer):
 
     def start(self, timeout: float = 120.0) -> "RealEngine":
         d = self.directory
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
+        self.spawn(
             [str(d / "venv" / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(d / MODEL_FILE),
              "--model_alias", self.alias, "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
              "--n_threads", "1", "--n_threads_batch", "2", "--seed", "7"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        try:
-            wait_http(self.url + "/v1/models", self.proc, timeout)
-        except Exception:
-            self.stop()
-            raise RuntimeError(f"the real engine did not start:\n{self.log()[-3000:]}") from None
+            self.url + "/v1/models", timeout, "the real engine")
         return self
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_group(self.proc)
-            self.proc = None
 
 
 _HIT = re.compile(r"Llama\.generate: (\d+) prefix-match hit, remaining (\d+) prompt tokens")

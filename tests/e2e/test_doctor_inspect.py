@@ -31,6 +31,8 @@ def test_doctor_passes_and_explains_against_the_emulator(pair, tmp_path) -> None
     out = result.stdout
     assert "max_model_len 4096" in out
     assert "reports cached_tokens" in out
+    assert "engine the memci-proxy emulator, a radix prefix cache" in out
+    assert "counts tokens at /tokenize" in out
     assert "context window 4,096 tokens (the upstream's max_model_len)" in out
     assert "prompt budget" in out and "compaction epoch when the prompt passes" in out
     assert out.rstrip().endswith("doctor: all checks passed")

@@ -23,20 +23,12 @@ import openai
 import pytest
 
 from tests.e2e.proxyproc import ProxyProcess
+from tests.e2e.scripted_chat import FACTS, LOOK_UP, LOOK_UP_TURN, TOPICS, metric
 from tests.e2e.real_engine import RealEngine, build, build_script, ceiling, engine_reuse, reuse_ratio
 
 N_CTX = 2048
 MAX_TOKENS = 24  # ~50 tokens/s generated with one thread: a 60-turn chat in about two minutes
 ADMIN = "admin-real"
-TOPICS = ["maple trees", "the moon", "bread baking", "sailing", "chess openings", "volcanoes", "honey bees",
-          "old lighthouses", "jazz drummers", "desert foxes", "paper making", "glaciers", "coffee roasting",
-          "kite flying", "tide pools", "bicycle gears", "owls", "clay pottery", "rainbows", "the printing press"]
-FACTS = {2: "Please remember this: my gym locker code is 4817.",
-         3: "Also, my sister Ines lives in Lisbon and teaches violin."}
-LOOK_UP_TURN = 40
-LOOK_UP = "Do you remember my gym locker code?"
-
-
 def user_text(turn: int) -> str:
     if turn in FACTS:
         return FACTS[turn]
@@ -69,14 +61,6 @@ def proxy(engine):
     yield p
     p.stop()
     shutil.rmtree(home, ignore_errors=True)
-
-
-def metric(text: str, name: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def test_sixty_turns_with_a_pushed_recall_round(engine, proxy):

@@ -186,7 +186,8 @@ async def test_summary_on_the_kept_prompt_is_cached_and_a_failure_is_retried_pla
     from proxy.workers.prefix import JOB_MARKER, SummaryBase
 
     metrics = Metrics()
-    summarizer = ModelSummarizer(emulator_url, model="emu-summariser", timeout_s=10)
+    summarizer = ModelSummarizer(emulator_url, model="emu-summariser", timeout_s=10,
+                                 on_usage=metrics.observe_job_usage)
     worker = MemoryWorker(repo, summarizer, InProcessJobQueue(), MemoryConfig(cache_ttl_s=0), clock=lambda: T0,
                           metrics=metrics)
     root = emulator_url.removesuffix("/v1")
@@ -207,6 +208,11 @@ async def test_summary_on_the_kept_prompt_is_cached_and_a_failure_is_retried_pla
             assert job["body"]["messages"][-1]["content"].startswith(JOB_MARKER)
             assert job["cached_tokens"] >= 0.8 * job["prompt_tokens"]
             assert job["prompt_tokens"] - job["cached_tokens"] < 200  # the instruction and the template around it
+        # the jobs' own token counts, apart from the turns'
+        sample = metrics.registry.get_sample_value
+        assert sample("memci_memory_job_prompt_tokens_total") == sum(job["prompt_tokens"] for job in jobs)
+        assert sample("memci_memory_job_cached_tokens_total") == sum(job["cached_tokens"] for job in jobs)
+        assert sample("memci_upstream_prompt_tokens_total") == 0
         row = await repo.get_summary(TENANT, "c7", "conversation")
         assert row.status == "done" and row.last_seq == 3 and row.text
 
