@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
+import msgspec
 from litestar import Request, Response
 from litestar.response import Stream
 
 from proxy.api.services import Services
 from proxy.upstream.exchange import Answer
 from proxy.wire.unpaired import to_wire
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def stored_text_json(content: Any, headers: Mapping[str, str] | None = None) -> Response:
+    """A JSON answer holding conversation text read back from the store: its lone surrogates written as the client
+    wrote them (proxy.wire.unpaired), like the answers of the managed APIs."""
+    return Response(content=to_wire(_encode(content)), media_type="application/json", headers=dict(headers or {}))
 
 
 def services_of(request: Request) -> Services:

@@ -129,3 +129,23 @@ def test_the_responses_object_echoes_instructions_as_written(http):
              {"model": "m", "max_output_tokens": 20, "input": "hi", "instructions": LONE})
     assert r.status_code == 200, r.text[:300]
     assert r.json()["instructions"] == LONE
+
+
+def test_the_history_and_the_export_give_the_text_back_as_written(http):
+    key = {"Authorization": "Bearer sk-lone-export"}
+    r = post(http, "/v1/chat/completions", key,
+             {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": LONE}]})
+    assert r.status_code == 200, r.text[:300]
+    conversation = r.headers["x-memci-conversation-id"]
+    for path in (f"/memci/conversations/{conversation}", f"/memci/conversations/{conversation}/export"):
+        got = http.get(path, headers=key)
+        assert got.status_code == 200, got.text[:300]
+        assert LONE in _strings(got.json()), path
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [s for v in value for s in _strings(v)] if isinstance(value, list) else []
