@@ -33,3 +33,21 @@ def test_ordinary_bodies_are_left_alone():
     assert msgspec.json.decode(to_internal(body)) == json.loads(body)
     plain = b'{"a": "b"}'
     assert to_internal(plain) is plain and to_wire(plain) is plain
+
+
+async def test_an_upstream_stream_is_rewritten_whole_escapes_at_a_time():
+    """An escape cut between two reads of the upstream's stream is rewritten as if it had come in one piece."""
+    from proxy.upstream.unpaired_answer import InternalTextResponse
+
+    events = b'data: {"choices": [{"delta": {"content": "a\\ud800 b"}}]}\n\ndata: [DONE]\n\n'
+
+    class Content:
+        async def iter_any(self):
+            for i in range(0, len(events), 7):  # "\ud800" falls across two pieces
+                yield events[i:i + 7]
+
+    class Response:
+        status, headers, content = 200, {}, Content()
+
+    got = b"".join([piece async for piece in InternalTextResponse(Response()).content.iter_any()])
+    assert got == to_internal(events) and got != events
