@@ -18,6 +18,7 @@ from proxy.api.auth import AuthMiddleware, Authenticator
 from proxy.api.error_shapes import error_body_for
 from proxy.api.keys import KEY_ROUTES
 from proxy.api.limits import Limits, LimitsMiddleware
+from proxy.confusables import install as install_look_alikes
 from proxy.api.conversations import CONVERSATION_ROUTES
 from proxy.api.users import USER_ROUTES
 from proxy.api.messages import MESSAGES_ROUTES
@@ -73,6 +74,7 @@ def tune_garbage_collector(gen0_threshold: int) -> None:
 
 def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or load_settings()
+    install_look_alikes()  # the engine's markup escaping folds Unicode confusables (proxy.confusables)
     metrics = Metrics()
     upstream = UpstreamClient(settings, metrics.registry)
     services = Services(settings=settings, metrics=metrics, upstream=upstream, exchange=Exchange(upstream, metrics),

@@ -156,15 +156,30 @@ class BoundedLru(Generic[K, V]):
 
 
 class LruCacheStats:
-    """Stats of a ``functools.lru_cache``-wrapped function (entries only; hits do not count as evictions)."""
+    """Stats of a ``functools.lru_cache``-wrapped function whose keys and values are bounded in length (at most
+    ``max_item_bytes`` each, key and value together), so its entry bound is a byte bound too (hits do not count as
+    evictions)."""
 
-    def __init__(self, function: Any) -> None:
+    def __init__(self, function: Any, max_item_bytes: int) -> None:
         self.function = function
+        self.max_item_bytes = max_item_bytes
 
     def cache_stats(self) -> CacheStats:
         info = self.function.cache_info()
         evicted = max(0, info.misses - info.currsize) if info.maxsize else 0
-        return CacheStats(info.currsize, -1, info.maxsize or 0, 0, evicted)
+        return CacheStats(info.currsize, info.currsize * self.max_item_bytes, info.maxsize or 0,
+                          (info.maxsize or 0) * self.max_item_bytes, evicted)
+
+
+class MemoStats:
+    """Stats of a proxy.engine.memo.SizedMemo (bounded in entries and bytes)."""
+
+    def __init__(self, memo: Any) -> None:
+        self.memo = memo
+
+    def cache_stats(self) -> CacheStats:
+        m = self.memo
+        return CacheStats(len(m), m.bytes, m.max_entries, m.max_bytes, m.evictions)
 
 
 class _FunctionStats:
@@ -193,8 +208,13 @@ def register_function(name: str, fn: Callable[[], CacheStats]) -> None:
     register(name, _FunctionStats(fn), keep=True)
 
 
-def register_lru_cache(name: str, function: Any) -> None:
-    register(name, LruCacheStats(function), keep=True)
+def register_lru_cache(name: str, function: Any, max_item_bytes: int) -> None:
+    register(name, LruCacheStats(function, max_item_bytes), keep=True)
+
+
+def register_memo(name: str, memo: Any) -> None:
+    """Report a SizedMemo (a ``proxy.engine.memo.memoised`` function's ``memo``, or one held by a module)."""
+    register(name, MemoStats(memo), keep=True)
 
 
 def snapshot() -> dict[str, CacheStats]:

@@ -70,6 +70,13 @@ def same_digest(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
 
+def _cached_key_bytes(digest: str, cached: tuple[VirtualKey | None, float]) -> int:
+    key = cached[0]
+    texts = 0 if key is None else sum(len(t) for t in (key.id, key.tenant, key.tenant_name, key.upstream_key,
+                                                        key.key_hash, key.end_user))
+    return len(digest) + texts + 400
+
+
 @dataclass(frozen=True)
 class VirtualKey:
     """What a request authenticated by a virtual key carries (the limits and budget of its key)."""
@@ -164,7 +171,8 @@ class KeyRegistry:
         self._redis: Any = None
         self._redis_ok = False
         self._version: bytes | None = None
-        self._cache: BoundedLru[str, tuple[VirtualKey | None, float]] = BoundedLru("virtual_keys", CACHE_ENTRIES)
+        self._cache: BoundedLru[str, tuple[VirtualKey | None, float]] = BoundedLru(
+            "virtual_keys", CACHE_ENTRIES, CACHE_ENTRIES * 1024, size_of=_cached_key_bytes)
         self._poller: asyncio.Task[None] | None = None
         self._writes: set[asyncio.Task[None]] = set()
 

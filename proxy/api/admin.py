@@ -5,7 +5,7 @@ from __future__ import annotations
 from litestar import Request, Response, get
 
 from proxy.api.auth import bore_a_key, is_admin_request
-from proxy.api.forwarding import services_of
+from proxy.api.forwarding import services_of, stored_text_json
 from proxy.api.services import Services
 from proxy.engine.markup import quote
 from proxy.engine.state import STATUS_NAMES as STATUS_NAMES_BY_CODE
@@ -66,7 +66,7 @@ async def last_prompt(request: Request, conversation_id: str) -> Response:
         "accounting": remembered.accounting if remembered else None,
         "pages": pages,
     }
-    return Response(content=body)
+    return stored_text_json(body)  # the prompt as the upstream got it
 
 
 def describe_blocks(remembered, state) -> list[dict]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from litestar import Request, Response, delete, get
 
-from proxy.api.forwarding import services_of
+from proxy.api.forwarding import services_of, stored_text_json
 from proxy.blobs.store import description_blob_name, image_blob_name
 from proxy.api.services import Services
 from proxy.api.tenants import caller_tenant
@@ -116,7 +116,7 @@ async def conversation_history(request: Request, conversation_id: str) -> Respon
     for m in messages:
         if m["seq"] in offloaded:
             m["offloaded_as"] = offloaded[m["seq"]]
-    return Response(content={
+    return stored_text_json({
         "conversation": _info_json(info), "pages": [_page_json(p) for p in pages], "offloads": offloads,
         "messages": messages,
         "next_after": messages[-1]["seq"] if len(messages) == limit else None,
@@ -127,8 +127,8 @@ async def conversation_history(request: Request, conversation_id: str) -> Respon
 async def export_conversation(request: Request, conversation_id: str) -> Response:
     """Everything stored about one conversation, as one JSON document."""
     services, tenant = await caller(request)
-    return Response(content=await export_of(services, tenant, conversation_id),
-                    headers={"Content-Disposition": f'attachment; filename="{conversation_id}.json"'})
+    return stored_text_json(await export_of(services, tenant, conversation_id),
+                            headers={"Content-Disposition": f'attachment; filename="{conversation_id}.json"'})
 
 
 async def export_of(services: Services, tenant: str, conversation_id: str) -> dict[str, Any]:

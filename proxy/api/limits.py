@@ -62,7 +62,8 @@ class LocalBuckets:
 
     def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.rate, self.burst, self.clock = rate, burst, clock
-        self._buckets: BoundedLru[str, tuple[float, float]] = BoundedLru("limit_buckets", _MAX_LOCAL_TENANTS)
+        self._buckets: BoundedLru[str, tuple[float, float]] = BoundedLru(
+            "limit_buckets", _MAX_LOCAL_TENANTS, _MAX_LOCAL_TENANTS * 256, size_of=lambda tenant, _v: len(tenant) + 160)
 
     def take(self, tenant: str, rate: float | None = None, burst: float | None = None) -> tuple[bool, float]:
         rate = self.rate if rate is None else rate

@@ -21,6 +21,7 @@ from proxy.api.messages_stream import message_events
 from proxy.upstream.exchange import Answer
 from proxy.wire.chunks import completion_of_body
 from proxy.wire.errors import ProxyError
+from proxy.wire.unpaired import to_internal
 from proxy.wire.validate import parse_json_object
 
 _encode = msgspec.json.Encoder().encode
@@ -55,7 +56,7 @@ async def create_message(request: Request) -> Response:
     try:
         services = services_of(request)
         body = await request.body()
-        data = parse_json_object(body)
+        data = parse_json_object(to_internal(body))  # lone surrogates as text the proxy can hold (proxy.wire.unpaired)
         stream = data.get("stream") is True
         if services.context is None:
             return respond(await forward_as_sent(request, "/messages", body, stream, started))
@@ -77,7 +78,7 @@ async def count_tokens(request: Request) -> Response:
     try:
         services = services_of(request)
         body = await request.body()
-        data = parse_json_object(body)
+        data = parse_json_object(to_internal(body))
         if services.context is None:
             return respond(_anthropic_errors(await forward_as_sent(request, "/messages/count_tokens", body, False)))
         # the prompt the turn would send (pages archived, outputs offloaded, the recall tool), not the client's

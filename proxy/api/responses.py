@@ -20,6 +20,7 @@ from proxy.turn.identity import tenant_of
 from proxy.upstream.exchange import Answer
 from proxy.wire.chunks import completion_of_body
 from proxy.wire.errors import bad_request
+from proxy.wire.unpaired import to_internal
 from proxy.wire.validate import parse_json_object
 
 _encode = msgspec.json.Encoder().encode
@@ -38,7 +39,7 @@ async def create_response(request: Request) -> Response:
     started = time.perf_counter()
     services = services_of(request)
     body = await request.body()
-    data = parse_json_object(body)
+    data = parse_json_object(to_internal(body))  # lone surrogates as text the proxy can hold (proxy.wire.unpaired)
     stream = data.get("stream") is True
     if services.context is None:
         return respond(await forward_as_sent(request, "/responses", body, stream, started))

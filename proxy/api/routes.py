@@ -16,6 +16,7 @@ from proxy.upstream.exchange import Outgoing
 from proxy.upstream.route_check import PATH as ROUTE_PATH
 from proxy.upstream.route_check import ready as route_ready
 from proxy.wire.errors import ProxyError
+from proxy.wire.unpaired import to_internal
 from proxy.wire.validate import parse_chat_body, parse_json_object, require_utf8, validate_chat_request
 
 _FORWARD_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -26,8 +27,9 @@ async def chat_completions(request: Request) -> Response:
     """Errors are ProxyErrors, answered by the app's exception handler."""
     started = time.perf_counter()
     services = services_of(request)
-    body = await request.body()
+    sent = await request.body()
     managed = services.context is not None
+    body = to_internal(sent)  # lone surrogates as text the proxy can hold; the upstream gets them back as sent
     data, fields = parse_chat_body(body) if managed else (parse_json_object(body), None)
     validate_chat_request(data)
     limits = request.app.state.limits
@@ -36,6 +38,8 @@ async def chat_completions(request: Request) -> Response:
     tenant = tenant_of(request.headers)
     if stream:
         await admit_stream(request.scope, limits, tenant)
+    if not managed:
+        body = sent  # forwarded as it came
     if services.settings.cache_salt_per_tenant:
         body, data = with_cache_salt(body, data, tenant)
     if managed:

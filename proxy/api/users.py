@@ -13,6 +13,7 @@ from typing import Any
 from litestar import Request, Response, delete, get
 
 from proxy.api.conversations import caller, erase, export_of
+from proxy.api.forwarding import stored_text_json
 from proxy.api.services import Services
 from proxy.api.tenants import bound_key_refused
 from proxy.turn.end_user import MAX_USER_ID_CHARS, bound_user, user_key
@@ -52,8 +53,8 @@ async def export_user(request: Request, user_id: str) -> Response:
     services, tenant, key = await _user(request, user_id)
     conversations = [await export_of(services, tenant, c["id"]) for c in await _conversations(services, tenant, key)]
     facts = await services.store.repo.profile_facts(tenant, "", key, limit=10_000)
-    return Response(content={"user": key, "profile": facts, "conversations": conversations},
-                    headers={"Content-Disposition": f'attachment; filename="{key}.json"'})
+    return stored_text_json({"user": key, "profile": facts, "conversations": conversations},
+                            headers={"Content-Disposition": f'attachment; filename="{key}.json"'})
 
 
 @delete("/memci/users/{user_id:str}", status_code=200)

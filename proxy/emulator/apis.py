@@ -10,13 +10,12 @@ import json
 from collections import OrderedDict
 from typing import Any
 
-import msgspec
+from proxy.emulator.jsontext import encode as _encode
 
 from proxy.emulator.chat import ChatPlan, ChoicePlan
 from proxy.emulator.errors import bad_request
 from proxy.emulator.tokenizer import Tokenizer
 
-_encode = msgspec.json.Encoder().encode
 _STORED_RESPONSES = 2000
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 from itertools import zip_longest
 from typing import Any
 
-import msgspec
+from proxy.emulator.jsontext import encode as _encode
 
 from proxy.emulator.chat import SYSTEM_FINGERPRINT, ChatPlan, ChoicePlan
 from proxy.emulator.tokenizer import Tokenizer
 
-_encode = msgspec.json.Encoder().encode
 DONE_EVENT = b"data: [DONE]\n\n"
 MALFORMED_EVENT = b'data: {"id": "chatcmpl-malformed", "choices": [{"delta": {"content": "unterminated\n\n'
 

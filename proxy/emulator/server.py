@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -12,6 +13,7 @@ from urllib.parse import parse_qs
 import msgspec
 
 from proxy.emulator import apis
+from proxy.emulator.jsontext import encode as _encode
 from proxy.emulator.chat import ChatPlan, plan_chat, script_source
 from proxy.emulator.completions import completion_body, completion_stream_events, plan_completion
 from proxy.emulator.config import EmulatorConfig
@@ -28,7 +30,6 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 logger = logging.getLogger("proxy.emulator")
 
-_encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.decode
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -64,7 +65,10 @@ def _decode_body(raw: bytes) -> Any:
     try:
         return _decode(raw)
     except msgspec.DecodeError as error:
-        raise bad_request(f"malformed JSON body: {error}") from None
+        try:  # JSON allows a lone surrogate escape ("\ud800"), which msgspec refuses and real servers accept
+            return json.loads(raw)
+        except ValueError:
+            raise bad_request(f"malformed JSON body: {error}") from None
 
 
 class EmulatorApp:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import xxhash
 
 from .markup import quote
+from .memo import SizedMemo
 
 REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 THINKING_PART_TYPES = ("thinking", "reasoning", "redacted_thinking")
@@ -65,8 +65,8 @@ def parse_data_uri(uri: str) -> tuple[str, bytes] | None:
     return media_type, data
 
 
-_DATA_REFS: OrderedDict[tuple[int, bytes], ImageRef | None] = OrderedDict()
-_DATA_REFS_SIZE = 4096
+_DATA_REFS: SizedMemo[tuple[int, bytes], ImageRef | None] = SizedMemo(4096, 4 * 1024 * 1024, lambda _key, ref: 120 + (
+    0 if ref is None else len(ref.key) + len(ref.media_type) + len(ref.url)))
 
 
 def _data_uri_ref(uri: str) -> ImageRef | None:
@@ -74,17 +74,14 @@ def _data_uri_ref(uri: str) -> ImageRef | None:
     image rendered again each turn is not decoded and hashed again."""
     fingerprint = (len(uri), xxhash.xxh3_128_digest(uri.encode("utf-8", "surrogatepass")))
     if fingerprint in _DATA_REFS:
-        _DATA_REFS.move_to_end(fingerprint)
-        return _DATA_REFS[fingerprint]
+        return _DATA_REFS.get(fingerprint)
     parsed = parse_data_uri(uri)
     ref = None
     if parsed is not None:
         media_type, data = parsed
         key = hashlib.sha256(data).hexdigest()
         ref = ImageRef(key, media_type, len(data), "data", BLOB_URL_PREFIX + key)
-    _DATA_REFS[fingerprint] = ref
-    while len(_DATA_REFS) > _DATA_REFS_SIZE:
-        _DATA_REFS.popitem(last=False)
+    _DATA_REFS.put(fingerprint, ref)
     return ref
 
 

@@ -43,16 +43,18 @@ def _call_text(call: Any, limit: int) -> str:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict):
         return "called a tool"
-    return f"called {quote(str(fn.get('name') or '?'))}({quote(_one_line(str(fn.get('arguments') or '')[: 8 * limit]))})"
+    return f"called {_one_line(str(fn.get('name') or '?'))}({_one_line(str(fn.get('arguments') or '')[: 8 * limit])})"
 
 
 def summary_line(message: dict[str, Any], limit: int, image_descriptions: Mapping[str, str] | None = None) -> str:
     """`role: text` cut to `limit` characters; tool calls as `called name(args)`. With `image_descriptions`
     images show as `[image: <description>]` after the first third of the text (the description is the recall
-    anchor of a screenshot), else as `[image_url]` in place."""
+    anchor of a screenshot), else as `[image_url]` in place. Everything in the line but its shape comes from the
+    client (text, tool names, arguments, a tool message's name, descriptions of its images): the line is quoted
+    as a whole, last (proxy.engine.markup)."""
     role = str(message.get("role") or "?")
     images = message_images(message) if image_descriptions is not None else []
-    text = quote(_one_line(_content_text(message.get("content"), skip_images=bool(images))[: 8 * limit]))
+    text = _one_line(_content_text(message.get("content"), skip_images=bool(images))[: 8 * limit])
     if images:
         described = " ".join(image_text(ref, image_descriptions, with_reference=False) for ref in images)
         text = f"{_cut(text, max(8, limit // 3))} {described}" if text else described  # only the start can show
@@ -61,8 +63,8 @@ def summary_line(message: dict[str, Any], limit: int, image_descriptions: Mappin
         called = "; ".join(_call_text(c, limit) for c in calls)
         text = f"{text} | {called}" if text else called
     if role == "tool" and message.get("name"):
-        role = f"tool {message['name']}"
-    return _cut(f"{role}: {text or '(empty)'}", limit)
+        role = f"tool {_one_line(str(message['name'])[: 8 * limit])}"
+    return quote(_cut(f"{role}: {text or '(empty)'}", limit))
 
 
 def page_entry_body(

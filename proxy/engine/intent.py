@@ -33,8 +33,12 @@ import bisect
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
+
+from .memo import memoised
+
+# What each memo of a text's entities and words may hold (keys and values): texts are whole messages.
+ENTITY_MEMO_BYTES = 16 * 1024 * 1024
 
 __all__ = [
     "LEVEL_MODEL",
@@ -249,7 +253,7 @@ def _make_entity(words: list[str], definite: bool, proper: bool) -> _Entity | No
     return _Entity(key, surface, head, plural, proper, len(content))
 
 
-@lru_cache(maxsize=4096)
+@memoised(4096, ENTITY_MEMO_BYTES)
 def english_entities(text: str) -> tuple[_Entity, ...]:
     """Noun-phrase candidates of ``text``, in order (memoised: history messages recur turn after turn)."""
     tokens = [m.group() for m in _TOKEN.finditer(text)]
@@ -292,7 +296,7 @@ def english_entities(text: str) -> tuple[_Entity, ...]:
     return tuple(entities)
 
 
-@lru_cache(maxsize=4096)
+@memoised(4096, ENTITY_MEMO_BYTES)
 def chinese_entities(text: str) -> tuple[_Entity, ...]:
     entities = []
     for run in _CJK_RUN.findall(text):
@@ -363,7 +367,7 @@ class _Salience:
         return self.entity[best] if best is not None else None
 
 
-@lru_cache(maxsize=1024)
+@memoised(1024, ENTITY_MEMO_BYTES // 2)
 def _word_set(text: str) -> frozenset[str]:
     return frozenset(_singular(w) for w in re.findall(r"[a-z0-9\-]+", text.lower()))
 

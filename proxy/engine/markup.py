@@ -13,10 +13,17 @@ and intent blocks, summaries and profile facts), ``quote`` neutralises look-alik
   before the ``#``.
 
 Look-alikes are found on a folded view of the text, so no spelling the model would read as the markup gets
-through: every character NFKC-normalised and case-folded (a full-width ``＜`` is ``<``, a no-break space is a
-space), format characters (zero-width spaces, joiners, soft hyphens, direction marks) dropped, and any run of
-whitespace or control characters taken as a gap, allowed between every part (``<\nmemci - context>``,
-``[Page\u00a08]``). The escapes are then applied to the original characters. Text that a renderer normalises
+through: every character NFKC-normalised, mapped to the ASCII character it can be mistaken for (Unicode's
+confusables table, received as a ``LookAlikes`` adapter: Cyrillic ``а`` is ``a``, ``‹`` is ``<``) and case-folded
+(a full-width ``＜`` is ``<``, a no-break space is a space); characters that show nothing on their own dropped
+(format characters such as zero-width spaces, joiners, direction marks; combining marks such as U+034F or the
+variation selectors U+FE00..U+FE0F); blank letters (U+3164 HANGUL FILLER, U+2800 BRAILLE PATTERN BLANK: every
+character named ``... FILLER`` or ``... BLANK``), whitespace and control characters taken as a gap, allowed between
+every part (``<\nmemci - context>``, ``[Page\u00a08]``). The escapes are then applied to the original characters.
+
+The engine imports nothing outside the standard library, so the confusables table comes from outside: the
+composition root hands ``use_look_alikes`` an adapter (``proxy.confusables``, over the maintained
+``confusable-homoglyphs`` package) once at start-up. Until then only the NFKC part of the folding applies. Text that a renderer normalises
 (whitespace collapsed, cut to an excerpt) is quoted after that normalisation, so escaping is always the last
 step.
 
@@ -31,7 +38,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from functools import lru_cache
+from typing import Protocol
+
+from .memo import memoised
 
 VOLATILE_TAGS = ("memci-context", "task-state", "intent", "memory")
 
@@ -51,19 +60,54 @@ _ASCII_FOLD = str.maketrans({**{chr(c): " " for c in range(32)}, "\x7f": " ",
                              **{c: "\n" for c in _LINE_BREAKS if c.isascii()}})
 _MARKS = "<[#"
 _NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
+_INVISIBLE = ("Cf", "Mn", "Me")  # format characters and combining marks: nothing of their own to see
+_BLANK_NAMES = (" FILLER", " BLANK")
 
 
-@lru_cache(maxsize=8192)
+class LookAlikes(Protocol):
+    """Unicode's confusables, as the engine needs them (an adapter outside the engine provides them)."""
+
+    def ascii_of(self, char: str) -> str:
+        """The ASCII character ``char`` can be mistaken for; "" when none."""
+
+    def spellings_of(self, ascii_char: str) -> str:
+        """Every character ``ascii_of`` maps to ``ascii_char``."""
+
+
+class _NoLookAlikes:
+    def ascii_of(self, char: str) -> str:
+        return ""
+
+    def spellings_of(self, ascii_char: str) -> str:
+        return ""
+
+
+_look_alikes: LookAlikes = _NoLookAlikes()
+_MARK_SPELLINGS = re.compile("[<\\[#]")  # any character that folds to one of _MARKS
+
+
+def use_look_alikes(look_alikes: LookAlikes) -> None:
+    """Fold with ``look_alikes`` from now on (called once by the composition root, before any prompt is built:
+    every process of a deployment folds the same way, so the same text renders the same bytes)."""
+    global _look_alikes, _MARK_SPELLINGS
+    _look_alikes = look_alikes
+    spellings = "".join(look_alikes.spellings_of(m) for m in _MARKS)
+    _MARK_SPELLINGS = re.compile("[" + re.escape(_MARKS + spellings) + "]")
+    _fold_char.cache_clear()
+
+
+@memoised(8192, 2 * 1024 * 1024)  # keys are single characters; values their short folds
 def _fold_char(c: str) -> str:
     """What the model reads a character as, for finding look-alikes."""
     if c in _LINE_BREAKS:
         return "\n"
     category = unicodedata.category(c)
-    if category == "Cf":
+    if category in _INVISIBLE:
         return ""
-    if c.isspace() or category[0] in "CZ":
+    if c.isspace() or category[0] in "CZ" or unicodedata.name(c, "").endswith(_BLANK_NAMES):
         return " "
-    folded = unicodedata.normalize("NFKC", c).casefold()
+    normal = unicodedata.normalize("NFKC", c)
+    folded = "".join(_look_alikes.ascii_of(n) or n for n in normal).casefold()
     return "".join(" " if f.isspace() else f for f in folded)
 
 
@@ -100,7 +144,7 @@ def _may_hold_markup(text: str) -> bool:
     if text.isascii():
         return False
     normal = unicodedata.normalize("NFKC", text)
-    return "<" in normal or "[" in normal or "#" in normal
+    return "<" in normal or "[" in normal or "#" in normal or _MARK_SPELLINGS.search(normal) is not None
 
 
 def _escape(text: str, patterns: tuple[re.Pattern[str], ...]) -> str:

@@ -9,12 +9,14 @@ inside it). The full text stays in the client's history and in the store (the en
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+
+from .markup import quote
+from .memo import SizedMemo
 
 TOOL = "tool"
 DOCUMENT = "document"
@@ -92,7 +94,9 @@ def offload_kind(message: dict[str, Any], limits: OffloadLimits) -> tuple[str, i
 
 
 def _fit(line: str) -> str:
-    return line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + f"…[+{len(line) - LINE_CHARS} chars]"
+    """One line of the output as the preview shows it: cut, then quoted (proxy.engine.markup): the preview is the
+    proxy's block, and a line that looks like a page header or a tag of the proxy's must not read as one."""
+    return quote(line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + f"…[+{len(line) - LINE_CHARS} chars]")
 
 
 def _cost(line: str) -> int:
@@ -175,15 +179,14 @@ def build_preview(text: str, number: int, kind: str, chars: int, tokens: int) ->
 def stub_text(record: OffloadRecord, head: str, chars: int) -> str:
     """What an offloaded output condenses to at an epoch: where it is, and the start of its first line."""
     label = "Tool output" if record.kind == TOOL else "Pasted document"
-    first = head[:chars] + ("…" if len(head) > chars else "")
+    first = quote(head[:chars] + ("…" if len(head) > chars else ""))
     return (f"[{label} stored as page {record.number} ({_number(record.lines)} lines); read it with recall "
             f"page={record.number} and lines=\"a-b\" or query=\"...\".] {first}")
 
 
 # Previews of this process, keyed by the entry's digest and what shapes the preview: a preview is rendered on every
 # turn while its entry is active, and computing it reads the whole output.
-_PREVIEWS: OrderedDict[tuple[bytes, int, int, bool, int], str] = OrderedDict()
-_PREVIEWS_SIZE = 2048
+_PREVIEWS: SizedMemo[tuple[bytes, int, int, bool, int], str] = SizedMemo(2048, 16 * 1024 * 1024)
 
 
 def preview_message(
@@ -198,11 +201,7 @@ def preview_message(
             text = stub_text(record, full.split("\n", 1)[0], condense_chars)
         else:
             text = build_preview(full, record.number, record.kind, record.preview_chars, record.tokens)
-        _PREVIEWS[key] = text
-        while len(_PREVIEWS) > _PREVIEWS_SIZE:
-            _PREVIEWS.popitem(last=False)
-    else:
-        _PREVIEWS.move_to_end(key)
+        _PREVIEWS.put(key, text)
     out = {k: v for k, v in message.items() if k != "content"}
     out["content"] = text
     return out

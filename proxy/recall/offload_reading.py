@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proxy.engine import TokenCounter
+from proxy.engine.markup import quote
 from proxy.engine.output_preview import OffloadRecord, split_lines
 from proxy.recall.text import tokenize
 
@@ -86,9 +87,9 @@ def read_lines(record: OffloadRecord, text: str, first: int, last: int, cap: int
 
         keep = _chars_within(line, _room(cap, framed(len(line)), counter), counter)
         head, footer = framed(keep)
-        return f"{head}\n{line[:keep]}\n{footer}"
+        return f"{head}\n{quote(line[:keep])}\n{footer}"
     head = f"[Page {record.number}, lines {first:,}-{end:,} of {total:,}, exactly as they were {_returned(record)}:]"
-    body = "\n".join(lines[first - 1 : end])
+    body = quote("\n".join(lines[first - 1 : end]))
     if end < last:
         return (f"{head}\n{body}\n[… the answer has no room for more: lines {end + 1:,}-{last:,} not shown; ask for "
                 f"lines=\"{end + 1}-{last}\" next.]")
@@ -114,8 +115,8 @@ def read_chars(record: OffloadRecord, text: str, first: int, last: int, cap: int
     keep = _chars_within(piece, _room(cap, framed(len(piece)), counter), counter)
     head, footer = framed(keep)
     if keep < len(piece):
-        return f"{head}\n{piece[:keep]}\n{footer}"
-    return f"{head}\n{piece}"
+        return f"{head}\n{quote(piece[:keep])}\n{footer}"
+    return f"{head}\n{quote(piece)}"
 
 
 def _around(line: str, lowered: str, phrase: str, terms: set[str]) -> tuple[int, int]:
@@ -144,7 +145,7 @@ def search_lines(record: OffloadRecord, text: str, query: str, cap: int, counter
         if score > 0:
             scored.append((score, n))
     if not scored:
-        return (f"[Page {record.number}] ({len(lines):,} lines): no line matches {query!r}. Read it by lines "
+        return (f"[Page {record.number}] ({len(lines):,} lines): no line matches {quote(repr(query))}. Read it by lines "
                 f"(lines=\"1-60\") or search with other words.")
     scored.sort(key=lambda item: (-item[0], item[1]))
     budget = max(16, cap - MARGIN_TOKENS)
@@ -158,7 +159,7 @@ def search_lines(record: OffloadRecord, text: str, query: str, cap: int, counter
         chosen.append(n)
         used += cost
     chosen.sort()
-    out = [f"[Page {record.number}] ({len(lines):,} lines): {len(scored):,} lines match {query!r}; "
+    out = [f"[Page {record.number}] ({len(lines):,} lines): {len(scored):,} lines match {quote(repr(query))}; "
            f"{len(chosen):,} shown (line number: text). Read around one with lines=\"a-b\" (a long line by its "
            "characters: chars=\"a-b\")."]
     starts = [0]
@@ -167,11 +168,11 @@ def search_lines(record: OffloadRecord, text: str, query: str, cap: int, counter
     for n in chosen:
         line = lines[n - 1]
         if len(line) <= SEARCH_LINE_CHARS:
-            out.append(f"{n}: {line}")
+            out.append(f"{n}: {quote(line)}")
             continue
         start, end = _around(line, line.lower(), phrase, terms)
         at = starts[n - 1]
         shown = ("…" if start else "") + line[start:end] + ("…" if end < len(line) else "")
         out.append(f"{n} (characters {at + start + 1:,}-{at + end:,} of the output; the line has {len(line):,}): "
-                   f"{shown}")
+                   f"{quote(shown)}")
     return "\n".join(out)

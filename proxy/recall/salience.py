@@ -24,10 +24,10 @@ from __future__ import annotations
 import heapq
 import math
 import re
-from functools import lru_cache
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from proxy.engine.memo import memoised
 from proxy.recall.bm25 import BM25Index, DocId
 from proxy.recall.counting import counts
 from proxy.recall.text import content_terms, term_runs
@@ -277,7 +277,7 @@ def in_text(lowered: str) -> Callable[[str], bool]:
     return known
 
 
-@lru_cache(maxsize=4096)
+@memoised(4096, 8 * 2**20)
 def _term_pattern(term: str) -> re.Pattern[str]:
     if _cjk(term):
         return re.compile(re.escape(term))

@@ -24,19 +24,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 import xxhash
 
-from proxy.caches import BoundedLru, CacheStats, register
+from proxy.caches import BoundedLru
 from proxy.recall.embedding_backlog import EmbeddingBacklog
 from proxy.store.ports import PageVectorStore
 
 log = logging.getLogger("memci.recall")
 ARRIVED_MAX_BYTES = 64 * 2**20  # page texts waiting to be embedded, per process
+# Conversations' stored digests and page texts still to embed (taken from the arrived ones), per process.
+CONVERSATIONS_MAX_BYTES = 64 * 2**20
 
 __all__ = ["Embedder", "PageVectors", "VectorSearchFailed", "text_digest"]
 
@@ -115,6 +116,10 @@ _DIGEST_VERSIONS = itertools.count()
 class _Conversation:
     __slots__ = ("digests", "version", "pending", "backlog_task")
 
+    def nbytes(self) -> int:
+        return 256 + sum(len(n) + len(d) + 128 for n, d in self.digests.items()) + sum(
+            len(n) + len(t) + 128 for n, t in self.pending.items())
+
     def __init__(self, digests: dict[str, str]) -> None:
         self.digests = digests  # page number -> digest of the stored vector's text
         self.version = next(_DIGEST_VERSIONS)  # a new number at each change of the digests, unique in the process
@@ -141,7 +146,9 @@ class PageVectors:
         self.inline_pages = max(0, inline_pages)
         self.create_index = create_index
         self.capacity = capacity
-        self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
+        self._conversations: BoundedLru[str, _Conversation] = BoundedLru(
+            "page_vectors_conversations", capacity, CONVERSATIONS_MAX_BYTES, size_of=lambda _k, c: c.nbytes(),
+            on_drop=self._dropped)
         self._indexed_dims: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.backlog = EmbeddingBacklog(max_lag_s=max_lag_s, lag=getattr(metrics, "page_embedding_lag", None))
@@ -152,7 +159,6 @@ class PageVectors:
         self._arrived: BoundedLru[str, dict[str, str]] = BoundedLru(
             "page_vectors_arrived", capacity, ARRIVED_MAX_BYTES,
             size_of=lambda k, pages: 64 + len(k) + sum(len(n) + len(t) + 64 for n, t in pages.items()))
-        register("page_vectors_conversations", self)  # reports through cache_stats
         self._local: BoundedLru[str, _LocalVectors] = BoundedLru(
             "page_vectors_local", capacity, cache_max_bytes, size_of=lambda _k, v: v.nbytes())
         self._by_digest: BoundedLru[str, Sequence[float]] = BoundedLru(
@@ -182,6 +188,7 @@ class PageVectors:
                 self.backlog.arrived(conversation_id, [number])
             elif conversation.pending.pop(number, None) is not None:
                 self.backlog.embedded(conversation_id, [number])
+        self._conversations.resize(conversation_id)  # its pending texts count in the cache's bytes
 
     async def nearest(self, tenant: str, conversation_id: str, query: str, k: int) -> list[tuple[str, float]]:
         """(page number, cosine) of the conversation's pages nearest to ``query``, best first. Pages remembered
@@ -222,14 +229,15 @@ class PageVectors:
             except Exception:
                 log.exception("could not read stored page vectors")
                 raise VectorSearchFailed("store") from None
-            conversation = self._conversations.setdefault(conversation_id, _Conversation(digests))
-        self._conversations.move_to_end(conversation_id)
-        while len(self._conversations) > self.capacity:
-            dropped_id, dropped = self._conversations.popitem(last=False)
-            self.backlog.forget(dropped_id)
-            if dropped.backlog_task is not None:
-                dropped.backlog_task.cancel()
+            conversation = self._conversations.get(conversation_id) or _Conversation(digests)
+            self._conversations.put(conversation_id, conversation)
         return conversation
+
+    def _dropped(self, conversation_id: str, conversation: _Conversation) -> None:
+        """A conversation left the cache (its bounds, or ``forget``): its waiting pages are no longer tracked."""
+        self.backlog.forget(conversation_id)
+        if conversation.backlog_task is not None:
+            conversation.backlog_task.cancel()
 
     async def _store(
         self,
@@ -315,13 +323,8 @@ class PageVectors:
         if close is not None:
             await close()
 
-    def cache_stats(self) -> CacheStats:
-        return CacheStats(len(self._conversations), -1, self.capacity, 0, 0)
-
     def forget(self, conversation_id: str) -> None:
         self._arrived.pop(conversation_id)
         self._local.pop(conversation_id)
         self.backlog.forget(conversation_id)
-        dropped = self._conversations.pop(conversation_id, None)
-        if dropped is not None and dropped.backlog_task is not None:
-            dropped.backlog_task.cancel()
+        self._conversations.pop(conversation_id)  # its backlog task cancelled (_dropped)

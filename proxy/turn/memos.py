@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-from proxy.caches import CacheStats, register_function, register_lru_cache
-from proxy.engine import condense, intent
-from proxy.recall import text
+from proxy.caches import register_lru_cache, register_memo
+from proxy.engine import condense, intent, markup, offload
+from proxy.recall import salience, text
 
 _memos_registered = False
+# A search term is cut to MAX_TERM_CHARS characters: a stem or term memo's item (key, value, the map's slots) holds
+# at most this many bytes, so their entry bounds are byte bounds.
+TERM_ITEM_BYTES = 4 * text.MAX_TERM_CHARS + 256
 
 
 def register_process_memos() -> None:
-    """Report the module-level memos (bounded in entries; their keys are bounded in length where they are
-    filled): the image-reference memo, the intent rules' entity memos, the search stemmer's memo."""
+    """Report the module-level memos (each bounded in entries and in bytes): the image-reference memo, offload
+    previews, the intent rules' entity and word memos, the markup folding's, the search's term patterns, the
+    search stemmer's and term memos."""
     global _memos_registered
     if _memos_registered:
         return
     _memos_registered = True
-    register_function("image_refs", lambda: CacheStats(len(condense._DATA_REFS), -1, condense._DATA_REFS_SIZE, 0, 0))
-    register_lru_cache("intent_english_entities", intent.english_entities)
-    register_lru_cache("intent_chinese_entities", intent.chinese_entities)
-    register_lru_cache("intent_word_sets", intent._word_set)
-    register_lru_cache("search_stems", text.stem)
+    register_memo("image_refs", condense._DATA_REFS)
+    register_memo("offload_previews", offload._PREVIEWS)
+    register_memo("intent_english_entities", intent.english_entities.memo)
+    register_memo("intent_chinese_entities", intent.chinese_entities.memo)
+    register_memo("intent_word_sets", intent._word_set.memo)
+    register_memo("markup_folds", markup._fold_char.memo)
+    register_memo("search_term_patterns", salience._term_pattern.memo)
+    register_lru_cache("search_stems", text.stem, TERM_ITEM_BYTES)
+    register_lru_cache("search_terms", text._term, TERM_ITEM_BYTES)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from proxy.caches import BoundedLru
 from proxy.engine.state import EVICTED, ConversationState
 
-_EVICTED = BoundedLru("page_state_counts", 20_000, size_of=lambda _k, _v: 0)
+# (conversation id, epoch, pages out of the prompt) -> evicted pages among them
+_EVICTED: BoundedLru[tuple[str, int, int], int] = BoundedLru("page_state_counts", 20_000, 20_000 * 256,
+                                                             size_of=lambda key, _v: len(key[0]) + 200)
 
 
 def page_headers(conversation_id: str, state: ConversationState) -> dict[str, str]:

@@ -331,7 +331,7 @@ class TurnService:
         }
         out = Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, None, call.started, call.stream,
                        route_key=turn.conversation_id, extra_headers=headers,
-                       upstream_headers=upstream_headers(s, turn.conversation_id))
+                       upstream_headers=upstream_headers(s, turn.conversation_id), internal_text=True)
         data = with_prompt_cache_key(call.data, turn.conversation_id, s.prompt_cache_key)
         if not self.recall_enabled:
             sent = fit_answer(turn, headers, {**data, "messages": turn.plan.messages}, 0, self.metrics)
@@ -549,7 +549,7 @@ class TurnService:
         if body is not call.body:
             self.metrics.trimmed_requests.inc()
         return await self.exchange.send(Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, body,
-                                                 call.started, call.stream))
+                                                 call.started, call.stream, internal_text=True))
 
     def _count_plan(self, p: Plan, before: ConversationState | None) -> dict[str, int]:
         """Metrics of a plan; returns its accounting (estimated upstream tokens): shed by an epoch, prefilled after

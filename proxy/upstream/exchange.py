@@ -33,6 +33,8 @@ from proxy.upstream.port import Upstream, UpstreamResponse
 from proxy.upstream.relay import relay_sse, usage_of_json
 from proxy.wire.errors import ProxyError
 from proxy.wire.sse import DONE, encode_data
+from proxy.upstream.unpaired_answer import InternalTextResponse
+from proxy.wire.unpaired import to_wire
 
 _T = TypeVar("_T")
 _encode = msgspec.json.Encoder().encode
@@ -56,6 +58,8 @@ class Outgoing:
     route_key: str | None = None  # keeps a conversation on one upstream worker
     extra_headers: Mapping[str, str] | None = None  # added to the answer (X-Memci-*)
     upstream_headers: Mapping[str, str] | None = None  # added to the request upstream (session affinity)
+    # The body's text was rewritten on arrival (proxy.wire.unpaired.to_internal): restored on every send upstream.
+    internal_text: bool = False
 
 
 @dataclass(slots=True)
@@ -67,6 +71,8 @@ class Answer:
     media_type: str | None
     body: bytes = b""
     events: AsyncIterator[bytes] | None = None
+    # The body or events hold text in the proxy's internal form (proxy.wire.unpaired): restored for the client.
+    internal_text: bool = False
 
 
 class RecallRounds(Protocol):
@@ -97,6 +103,20 @@ class Exchange:
         return headers
 
     async def send(self, out: Outgoing, on_usage: Callable[[dict], None] | None = None) -> Answer:
+        answer = await self._send_plain(out, on_usage)
+        answer.internal_text = out.internal_text
+        return answer
+
+    async def send_with_recall(self, out: Outgoing, body: dict[str, Any], rounds: RecallRounds,
+                               shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Answer:
+        """The recall loop: ``body`` is the first round (recall tool injected, see recall.loop.prepare_rounds);
+        ``out.body``, when set, is its encoding. ``shape``, when given, renders every later round's body for this
+        upstream (``proxy.turn.shapes``; the first round's is rendered already)."""
+        answer = await self._send_rounds(out, body, rounds, shape)
+        answer.internal_text = out.internal_text
+        return answer
+
+    async def _send_plain(self, out: Outgoing, on_usage: Callable[[dict], None] | None = None) -> Answer:
         """Zero recall rounds: status, headers and body as the upstream sent them; SSE relayed event by event."""
         m = self.metrics
         url = self.client.url(out.path, out.query, out.route_key)
@@ -131,11 +151,8 @@ class Exchange:
         self._done(out, response.status)
         return Answer(response.status, headers, content_type or None, content)
 
-    async def send_with_recall(self, out: Outgoing, body: dict[str, Any], rounds: RecallRounds,
-                               shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Answer:
-        """The recall loop: ``body`` is the first round (recall tool injected, see recall.loop.prepare_rounds);
-        ``out.body``, when set, is its encoding. ``shape``, when given, renders every later round's body for this
-        upstream (``proxy.turn.shapes``; the first round's is rendered already)."""
+    async def _send_rounds(self, out: Outgoing, body: dict[str, Any], rounds: RecallRounds,
+                           shape: Callable[[dict[str, Any]], dict[str, Any]] | None) -> Answer:
         m = self.metrics
         cfg, record = rounds.config, rounds.record
         client = self.client
@@ -179,7 +196,10 @@ class Exchange:
     # --------------------------------------------------------------------------------------------------------
     async def _send(self, out: Outgoing, method: str, url: str, headers: Mapping[str, str], body: bytes | None
                     ) -> tuple[UpstreamResponse, float]:
-        return await self._reported(out, self.client.send(method, url, headers, body))
+        if not out.internal_text:
+            return await self._reported(out, self.client.send(method, url, headers, body))
+        response, waited = await self._reported(out, self.client.send(method, url, headers, body and to_wire(body)))
+        return InternalTextResponse(response), waited
 
     async def _read(self, out: Outgoing, response: UpstreamResponse) -> bytes:
         return await self._reported(out, self.client.read_body(response))

@@ -41,6 +41,7 @@ RETRY_AFTER_S = 600.0
 MIN_CHARS = 16  # the least `min_chars`: shorter texts are never worth a request
 MAX_CONCURRENT = 8
 MAX_BATCH = 64  # texts per request when the upstream takes lists
+COUNT_ITEM_BYTES = 160  # one cached count: two ints and the map's slot
 RATIO_DECAY = 0.98  # the exact/estimate ratio follows about the last 50 texts counted
 REFUSES_LISTS = (400, 422)  # vLLM's answer to a list of prompts: one text per request from then on
 _encode = msgspec.json.Encoder().encode
@@ -70,7 +71,9 @@ class UpstreamTokenCounter:
         self.metrics = metrics
         self.clock = clock
         self.model = ""
-        self._cache: BoundedLru[int, int] = BoundedLru("upstream_token_counts", self.max_entries)
+        self._cache: BoundedLru[int, int] = BoundedLru(  # a text's 64-bit hash -> its count: fixed-size items
+            "upstream_token_counts", self.max_entries, self.max_entries * COUNT_ITEM_BYTES,
+            size_of=lambda _k, _v: COUNT_ITEM_BYTES)
         self._inflight: dict[int, asyncio.Task[None]] = {}
         self._off_until = 0.0
         self._gate = asyncio.Semaphore(MAX_CONCURRENT)

@@ -90,8 +90,9 @@ class ImageDescriber:
             "image_descriptions", capacity, max_bytes, size_of=lambda k, v: len(k[0]) + len(k[1]) + len(v) + 160)
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._describe_after_load: dict[tuple[str, str], tuple[ImageRef, str]] = {}  # only while a load runs
-        self._given_up: BoundedLru[tuple[str, str], bool] = BoundedLru("image_descriptions_given_up",
-                                                                        GIVEN_UP_ENTRIES)
+        self._given_up: BoundedLru[tuple[str, str], bool] = BoundedLru(
+            "image_descriptions_given_up", GIVEN_UP_ENTRIES, GIVEN_UP_ENTRIES * 256,
+            size_of=lambda k, _v: len(k[0]) + len(k[1]) + 160)
         self._semaphore = asyncio.Semaphore(max(1, concurrency))
         self.stats = DescriberStats()
 

@@ -1,6 +1,7 @@
-"""The README's own steps, run from its code blocks as a new user runs them, from a fresh copy of the repository:
-install and serve, the emulator, doctor, the SDK snippet's first answer, and inspect's view of what the proxy
-sent upstream. Only the ports are substituted (and the conversation id that the snippet prints, where the README
+"""The README's own steps, run from its code blocks in the README's order as a new user runs them, from a fresh copy
+of the repository: install, the emulator and the proxy in front of it, doctor, the SDK snippet's first answer, and
+inspect's view of what the proxy sent upstream; no step fails and none needs undoing (nothing is started against an
+upstream that does not exist yet). Only the ports are substituted (and the conversation id that the snippet prints, where the README
 says to paste it); pip runs offline (tests/e2e/fresh_install.py)."""
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from tests.e2e.fresh_install import OFFLINE_PIP, copy_source, new_venv, python3_
 from tests.e2e.proxyproc import REPO, free_port
 
 BLOCK = re.compile(r"<!-- readme-test: (?P<name>[\w-]+) -->\s*```(?P<lang>\w+)\n(?P<code>.*?)```", re.S)
-STEPS = ["install-and-serve", "emulator-and-serve", "doctor", "sdk", "inspect"]
+STEPS = ["install", "emulator-and-serve", "doctor", "sdk", "inspect"]
+SH_BLOCK = re.compile(r"```sh\n(?P<code>.*?)```", re.S)
+# Commands that need an upstream (or a proxy in front of one) to be running.
+NEEDS_UPSTREAM = re.compile(r"memci-proxy (?:serve|doctor|inspect)\b|OpenAI\(base_url=")
 
 
 def readme_blocks() -> dict[str, tuple[str, str]]:
@@ -32,7 +36,22 @@ def test_the_readme_marks_every_step_it_runs() -> None:
     blocks = readme_blocks()
     assert list(blocks) == STEPS, "the README's tested blocks, in the order a new user runs them"
     assert {lang for lang, _ in blocks.values()} == {"sh", "python"}
-    assert "pip install ." in blocks["install-and-serve"][1] and "-e ." not in blocks["install-and-serve"][1]
+    assert "pip install ." in blocks["install"][1] and "-e ." not in blocks["install"][1]
+
+
+def test_the_quick_start_starts_the_emulator_before_anything_needs_an_upstream() -> None:
+    """From the README's first line on, no command needs an upstream before the emulator's block starts one, and
+    that block starts the emulator before the proxy; installing starts nothing."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    emulator = text.index("memci-proxy emulate")
+    first_need = NEEDS_UPSTREAM.search(text)
+    assert first_need is not None and first_need.start() > emulator, text[: first_need.start()][-300:]
+    lines = readme_blocks()["emulator-and-serve"][1].strip().splitlines()
+    assert "memci-proxy emulate" in lines[0] and lines[0].rstrip().endswith("&")
+    assert "memci-proxy serve --upstream http://127.0.0.1:30000/v1" in lines[-1]
+    assert not re.search(r"memci-proxy (?:serve|emulate)", readme_blocks()["install"][1])
+    first_sh = SH_BLOCK.search(text)
+    assert first_sh is not None and first_sh["code"] == readme_blocks()["install"][1]
 
 
 AGENT_SETUP = re.compile(r"<!-- agent-setup: (?P<name>[\w-]+) -->\s*```(?P<lang>\w+)\n(?P<code>.*?)```", re.S)
@@ -83,10 +102,9 @@ def run_the_readme(work: Path) -> None:
         return subprocess.run(["bash", "-c", blocks[name]], cwd=clone, env={**env, **(extra or {})},
                               capture_output=True, text=True, timeout=timeout)
 
-    # 1. install and serve (nothing answers upstream yet: the proxy serves all the same)
-    with running(["bash", "-c", blocks["install-and-serve"]], clone, env, work / "install.log",
-                 [proxy_url + "/health"], timeout=600):
-        pass
+    # 1. install: nothing is started
+    install = sh("install", timeout=600)
+    assert install.returncode == 0, (install.stdout + install.stderr)[-3000:]
     assert (clone / ".venv" / "bin" / "memci-proxy").exists()
 
     # 2. the emulator and the proxy with an admin key

@@ -297,3 +297,52 @@ def test_after_the_fuzz_a_conversation_holding_nul_archives_and_recalls_it(api, 
     with httpx.Client(base_url=proxy.url, timeout=60) as http:
         archive_and_recall(api(http, f"sk-fuzz-nul-{api.__name__}"), emulator_8k, 4)
     assert "could not store" not in proxy.log() and "unhandled error" not in proxy.log()
+
+
+# --- text no store can hold, as a property over the three APIs ---------------------------------------------------
+PROPERTY_EXAMPLES = env_int("MEMCI_FUZZ_PROPERTY_EXAMPLES", 60)
+unstorable = st.text(alphabet=st.one_of(st.characters(), st.sampled_from(["\x00", "\ud800", "\udfff", "\ufdd0", "u",
+                                                                          "d", "8", "\\", '"'])),
+                     min_size=1, max_size=40).map(lambda t: t + " [[len:3]]")
+
+
+def _upstream_text(message: dict) -> str:
+    content = message["content"]
+    return content if isinstance(content, str) else "".join(part.get("text", "") for part in content)
+
+
+def test_any_text_goes_upstream_exactly_as_sent_on_every_api(proxy, emulator_8k):
+    """Property: whatever a message holds (NUL, lone surrogates, the store's own escape character, backslashes), on
+    chat completions, Responses and Messages the upstream gets the client's text exactly, count_tokens counts it,
+    and nothing answers a 5xx or logs a traceback."""
+    client = httpx.Client(base_url=proxy.url, timeout=30)
+    log_start = proxy.log_path.stat().st_size
+    calls = {
+        "/v1/chat/completions": lambda t: {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": t}]},
+        "/v1/responses": lambda t: {"model": "m", "max_output_tokens": 8, "input": t, "instructions": t},
+        "/v1/messages": lambda t: {"model": "m", "max_tokens": 8, "system": t,
+                                   "messages": [{"role": "user", "content": [{"type": "text", "text": t}]}]},
+    }
+
+    @settings(max_examples=PROPERTY_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(text=unstorable, stream=st.booleans())
+    def one(text: str, stream: bool) -> None:
+        headers = {"Authorization": "Bearer sk-prop", "x-api-key": "sk-prop", "Content-Type": "application/json"}
+        for path, body in calls.items():
+            r = client.post(path, content=json.dumps({**body(text), "stream": stream}).encode(), headers=headers)
+            assert r.status_code == 200, (path, r.text[:300])
+            if not stream:
+                r.json()
+            assert _upstream_text(emulator_8k.requests(1)[0]["body"]["messages"][-1]) == text, path
+        r = client.post("/v1/messages/count_tokens", headers=headers,
+                        content=json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]}).encode())
+        assert r.status_code == 200 and r.json()["input_tokens"] > 0, r.text[:300]
+
+    try:
+        one()
+    finally:
+        client.close()
+    with proxy.log_path.open("rb") as f:
+        f.seek(log_start)
+        log = f.read().decode(errors="replace")
+    assert "unhandled error" not in log and "Traceback" not in log, log[-3000:]

@@ -1,7 +1,8 @@
 """Look-alikes of the proxy's markup (property-based): whatever spelling a client uses (NFKC variants such as
-full-width or mathematical letters, any case, any whitespace, control or format characters between the parts),
-the text the proxy renders from it holds none of the markup as a model reads it: after NFKC, with format
-characters dropped and whitespace collapsed. Checked on every renderer that quotes client text, including the
+full-width or mathematical letters, Unicode's confusables such as Cyrillic letters, any case, any whitespace,
+control, format or combining characters or blank letters between the parts), the text the proxy renders from it
+holds none of the markup as a model reads it: after NFKC and the confusables table, with format characters and
+combining marks dropped, blank letters and whitespace collapsed. Checked on every renderer that quotes client text, including the
 ones that normalise whitespace or cut an excerpt (escaping must come after that)."""
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ import re
 import sys
 import unicodedata
 
+import pytest
+from confusable_homoglyphs.confusables import confusables_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from proxy.confusables import install
 
 from proxy.engine.contents import summary_line
 from proxy.engine.markup import escape_tags, quote
@@ -30,12 +35,21 @@ def _lookalike_table() -> dict[str, list[str]]:
             table[folded].append(c)
     for c in "abcdefghijklmnopqrstuvwxyz":
         table[c].append(c.upper())
+    for c, glyphs in confusables_data.items():  # Unicode's confusables of each character (Cyrillic а for a, ...)
+        ascii_glyphs = [g["c"] for g in glyphs if len(g["c"]) == 1 and g["c"].isascii()]
+        if not c.isascii() and ascii_glyphs and ascii_glyphs[0].casefold() in wanted:
+            table[ascii_glyphs[0].casefold()].append(c)
     return table
+
+
+@pytest.fixture(scope="module", autouse=True)
+def look_alikes():
+    install()  # as the composition root does
 
 
 LOOK = _lookalike_table()
 GAPS = (" \t\n\r\x0b\x0c\x00\x01\x1b\x1f\x7f\x85\xa0\xad\u1680\u180e\u2000\u2007\u200a\u200b\u200c\u200d\u200e"
-        "\u2028\u2029\u202f\u205f\u2060\u3000\ufeff")
+        "\u2028\u2029\u202f\u205f\u2060\u3000\ufeff\u034f\ufe00\ufe0f\u3164\u2800\u115f\uffa0")
 FORMS = [
     ["<", "memci", "-", "context", ">"], ["<", "/", "memci", "-", "context", ">"], ["<", "task", "-", "state", ">"],
     ["<", "intent", ">"], ["<", "/", "memory", ">"], ["[", "page", "8", "]"], ["[", "page", "12.2", "]"],
@@ -70,10 +84,20 @@ _SEEN_BRACKET = re.compile(r"(?<!\\)\[" + _GAP + r"(?:page(?![a-z])|image" + _GA
 _SEEN_HEADING = re.compile(r"^[ \t\xa0]{0,3}#{1,6}[ \t\xa0]", re.MULTILINE)
 
 
+def _ascii_of(c: str) -> str:
+    glyphs = [g["c"] for g in confusables_data.get(c, ()) if len(g["c"]) == 1 and g["c"].isascii()]
+    return glyphs[0] if glyphs and not c.isascii() else c
+
+
 def seen(text: str) -> str:
-    """The text as a model reads it: NFKC, case-folded, format characters dropped."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    return "".join(c for c in folded if unicodedata.category(c) != "Cf")
+    """The text as a model reads it: NFKC, confusables to ASCII, case-folded, format characters and combining marks
+    dropped, blank letters as spaces."""
+    out = []
+    for c in unicodedata.normalize("NFKC", text):
+        if unicodedata.category(c) in ("Cf", "Mn", "Me"):
+            continue
+        out.append(" " if unicodedata.name(c, "").endswith((" FILLER", " BLANK")) else _ascii_of(c))
+    return "".join(out).casefold()
 
 
 def holds_markup(text: str, headings: bool = True) -> bool:
