@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from typing import Any
 
 from .condense import condense_message, condense_messages
 from .markup import escape_tags, quote
+from .memo import memoised
 from .state import HiddenGroup
 
 VOLATILE_OPEN = "<memci-context>"
@@ -49,10 +49,15 @@ def memory_text(profile: str, summary: str, contents: str) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-@lru_cache(maxsize=256)  # every turn renders it; it changes at epochs (the state's own strings: hashed once)
 def memory_block(profile: str, summary: str, contents: str) -> str:
-    """B2a + B4 delimited as the proxy's own block, to lead the first active message ("" when all are empty)."""
-    text = memory_text(profile, summary, contents)
+    """B2a + B4 delimited as the proxy's own block, to lead the first active message ("" when all are empty).
+    Remembered: every turn renders it; it changes at epochs."""
+    return _memory_block((profile, summary, contents))
+
+
+@memoised(256, 16 * 1024 * 1024)
+def _memory_block(parts: tuple[str, str, str]) -> str:
+    text = memory_text(*parts)
     return f"{VOLATILE_OPEN}\n{text}\n{VOLATILE_CLOSE}" if text else ""
 
 
@@ -97,7 +102,7 @@ def with_blocks(message: dict[str, Any], before: str, after: str) -> dict[str, A
 _ESCAPED_CACHE_CHARS = 32_768
 
 
-@lru_cache(maxsize=1024)
+@memoised(1024, 32 * 1024 * 1024)
 def _escaped_cached(text: str) -> str:
     return escape_tags(text)
 

@@ -15,6 +15,9 @@ ROOT = Path(__file__).resolve().parents[2] / "proxy"
 SOURCES = sorted(p for p in ROOT.rglob("*.py") if "emulator" not in p.parts)
 # The LRU implementations themselves.
 IMPLEMENTATIONS = {"proxy/caches.py", "proxy/engine/memo.py"}
+# Queues (not caches) of texts each cut to a page sample (proxy.recall.candidate_vectors.PAGE_CHARS), at most
+# max_views of them: their entry bound is a byte bound.
+SAMPLE_QUEUES = {"proxy/recall/background_vectors.py"}
 # functools.lru_cache memos whose keys and values are cut to a bounded length (their entry bound is a byte bound),
 # reported with that per-item bound (proxy.turn.memos).
 LENGTH_BOUNDED_LRU = {"proxy/recall/text.py:stem", "proxy/recall/text.py:_term"}
@@ -60,7 +63,7 @@ def test_no_cache_outside_the_bounded_implementations():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 if any(_name(d) in ("lru_cache", "cache") for d in node.decorator_list):
                     memos.append(f"{path}:{node.name}")
-            if isinstance(node, ast.Call) and _name(node) == "OrderedDict" and path not in IMPLEMENTATIONS:
+            if isinstance(node, ast.Call) and _name(node) == "OrderedDict" and path not in IMPLEMENTATIONS | SAMPLE_QUEUES:
                 ordered.append(f"{path}:{node.lineno}")
     assert set(memos) == LENGTH_BOUNDED_LRU
     assert ordered == []
@@ -77,8 +80,9 @@ def test_every_module_memo_reports_a_byte_bound():
     snapshot = caches.snapshot()
     print("module memos:", memoised, sorted(snapshot))
     module_memos = {"image_refs", "offload_previews", "intent_english_entities", "intent_chinese_entities",
-                    "intent_word_sets", "markup_folds", "search_term_patterns", "search_stems", "search_terms"}
-    assert len(memoised) == 5  # the five decorated ones among them
+                    "intent_word_sets", "markup_folds", "search_term_patterns", "search_stems", "search_terms",
+                    "memory_blocks", "escaped_lead_messages"}
+    assert len(memoised) == 7  # the seven decorated ones among them
     for name in module_memos:
         stats = snapshot[name]
         assert stats.max_bytes > 0 and stats.bytes >= 0, (name, stats)

@@ -19,9 +19,9 @@ from confusable_homoglyphs.confusables import confusables_data
 from proxy.confusables import install
 from proxy.engine import EstimateCounter
 from proxy.engine.contents import page_entry_body
-from proxy.engine.offload import OffloadRecord, build_preview, stub_text
+from proxy.engine.output_preview import OffloadRecord, build_preview, stub_text
 from proxy.recall.memory import memory_line
-from proxy.recall.offloaded import read_lines, search_lines
+from proxy.recall.offload_reading import read_lines, search_lines
 from proxy.recall.pagetext import excerpt, render_page
 
 FORGERIES = [
