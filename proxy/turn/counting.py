@@ -122,9 +122,11 @@ class TurnCounts:
             return self.shared
         return fit_counter(state.counts, model, self.shared)
 
-    async def prompt_tokens(self, model: str, messages: list[dict[str, Any]], tools_json: str) -> int:
-        """A whole prompt's count as a turn's first plan counts it (an API's token-counting endpoint)."""
-        counter = await self.counter_for(model, [], messages, 0)
+    async def prompt_tokens(self, model: str, messages: list[dict[str, Any]], tools_json: str,
+                            state: ConversationState | None = None) -> int:
+        """A whole prompt's count as a turn's first plan counts it, with the costs the conversation learned (an API's
+        token-counting endpoint)."""
+        counter = await self.counter_for(model, [], messages, 0, state)
         return sum(counter.count_message(m) for m in messages) + self.tools_tokens(counter, tools_json)
 
     def answered(self, body: bytes) -> None:

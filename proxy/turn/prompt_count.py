@@ -27,19 +27,21 @@ async def managed_prompt_tokens(service: Any, call: ChatCall) -> int:
     state = None
     if found.how != "new":
         state = (await service.states.load(call.tenant, found.conversation_id)).state
-        if state is not None and found.how == "prefix" and found.known_prefix < state.entry_count and not continues(
-                state, messages, call.raw_messages):
-            state = None  # an edit: a fork, planned from nothing
+        # An edit (a message differing from the stored one) would fork: planned from nothing. A count whose messages
+        # are all known (the history without a new turn, shorter than the stored entries) is planned from the state.
+        if (state is not None and found.how == "prefix" and found.known_prefix < min(state.entry_count, len(messages))
+                and not continues(state, messages, call.raw_messages)):
+            state = None
     data = call.data
     tools = list(data.get("tools") or [])
     if service.recall_enabled:
         tools.append(recall_tool(service.settings.recall_tool_name))
     tools_json = _encode(tools).decode() if tools else ""
     model = data.get("model") if isinstance(data.get("model"), str) else ""
-    counter = await service.counts.counter_for(model, system, messages, found.known_prefix)
+    counter = await service.counts.counter_for(model, system, messages, found.known_prefix, state)
     config = service._config(await service.window.tokens())
     turn = TurnInput(system=system, messages=messages, tools_tokens=service.counts.tools_tokens(counter, tools_json),
                      max_tokens=requested_tokens(data), now=time.time(), raw_messages=call.raw_messages,
                      offload=call.offload_mode != "off")
     planned = plan(state, turn, config, counter)
-    return await service.counts.prompt_tokens(model, planned.messages, tools_json)
+    return await service.counts.prompt_tokens(model, planned.messages, tools_json, state)

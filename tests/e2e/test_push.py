@@ -94,7 +94,7 @@ def test_a_fact_from_turn_3_reaches_turn_100_and_the_next_turn_stays_cached(pair
 
     view = httpx.get(f"{proxy.url}/memci/conversations/{conversation}/prompt",
                      headers={"Authorization": "Bearer admin-push"}, timeout=10).json()
-    assert set(view["accounting"]) == {"tokens_shed", "tokens_prefilled", "tokens_pushed"}
+    assert {"tokens_shed", "tokens_prefilled", "tokens_pushed"} <= set(view["accounting"])
     text = httpx.get(f"{proxy.url}/metrics", timeout=10).text
     assert 'memci_recall_pushes_total{outcome="pushed"} 2.0' in text
     assert 'memci_recall_pushes_total{outcome="no_match"}' in text  # every user turn is weighed
