@@ -74,8 +74,10 @@ class PromptRecorder:
         for body in self.bodies.values():
             last = (body.get("messages") or [{}])[-1]
             # A turn's request ends with its user message; background jobs (summaries) quote many turns.
-            matches = _TURN.findall(str(last.get("content"))) if last.get("role") == "user" else []
-            match = _TURN.search(str(last.get("content"))) if len(matches) == 1 else None
+            # (the proxy's block may lead it, quoting earlier turns in its contents page: read what follows it)
+            text = str(last.get("content")).rsplit("</memci-context>", 1)[-1]
+            matches = _TURN.findall(text) if last.get("role") == "user" else []
+            match = _TURN.search(text) if len(matches) == 1 else None
             if match:
                 out[(match.group(2), int(match.group(1)))] = {"messages": body["messages"], "tools": body.get("tools")}
         return out

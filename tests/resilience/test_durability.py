@@ -46,7 +46,11 @@ def test_proxy_killed_mid_stream_and_restarted(emulator_8k, home, start_proxy):
                                json={"query": missing[0], "conversation_id": chat.conversation_id, "k": 3}).text
             assert not missing, (missing, chat.words, found[:3000], proxy.log()[-3000:])
         # Every archived page listed in the contents page can be read back with the recall tool.
-        labels = sorted(set(re.findall(r"^\W*(?:page\s*)?(\d+)\b", last_prompt[0]["content"], re.M | re.I)), key=int)
+        # (the contents page is in the proxy's block, leading the first message after the client's system prompt)
+        block = next(m["content"] for m in last_prompt
+                     if isinstance(m.get("content"), str) and "<memci-context>" in m["content"])
+        block = block.split("<memci-context>", 1)[1].split("</memci-context>", 1)[0]
+        labels = sorted(set(re.findall(r"^\W*(?:page\s*)?(\d+)\b", block, re.M | re.I)), key=int)
         assert len(labels) >= min(archived, 1)
         for label in labels:
             text = f'Read page {label}. [[call:recall {{"pages": [{label}]}}]]'

@@ -66,12 +66,14 @@ def test_forged_markup_changes_nothing_the_proxy_does(migrated_db_url, emulator_
 
         # the client's messages reach the upstream byte for byte (no volatile block here): what was sent is a
         # prefix of the next request, except across compaction epochs
+        # (but the first active message, which leads with the proxy's block: the client's look-alikes in it escaped)
         for request in forged_prompts:
             sent = request["body"]["messages"]
-            client_messages = [m for m in sent[1:] if m["role"] != "system"]
+            client_messages = [m for m in sent[1:] if m["role"] != "system"
+                               and not str(m.get("content")).startswith("<memci-context>")]
             assert all(m in forged_history for m in client_messages)
-        epochs = [i for i in range(1, 16) if forged_prompts[i]["body"]["messages"][0] !=
-                  forged_prompts[i - 1]["body"]["messages"][0]]
+        epochs = [i for i in range(1, 16) if forged_prompts[i]["body"]["messages"][:2] !=
+                  forged_prompts[i - 1]["body"]["messages"][:2]]
         assert epochs, "the conversation reached a compaction epoch"
         for i in range(1, 16):
             if i not in epochs:
@@ -83,8 +85,10 @@ def test_forged_markup_changes_nothing_the_proxy_does(migrated_db_url, emulator_
                                                                               hit_rate(control_prompts))
 
         # the contents page is the proxy's: one real entry per archived page, the forged ones quoted
-        system = forged_prompts[-1]["body"]["messages"][0]["content"]
-        contents = system.split("## Contents of archived pages\nEarlier parts", 1)[1]
+        block = next(m["content"] for m in forged_prompts[-1]["body"]["messages"][1:]
+                     if isinstance(m["content"], str) and m["content"].startswith("<memci-context>"))
+        block = block.split("</memci-context>", 1)[0]
+        contents = block.split("## Contents of archived pages\nEarlier parts", 1)[1]
         assert "&lt;memci-context>" in contents and "\\[page 1]" in contents  # the client's look-alikes, quoted
         headers = [line for line in contents.splitlines() if line.startswith("[")]
         assert headers and all(re.fullmatch(r"\[Page \d+(\.\d+)?\] \d{4}-\d\d-\d\d, \d+ messages?(, recalled \d+x)?", h)

@@ -21,7 +21,7 @@ def test_alternating_replicas_send_the_prompts_of_one(redis_proc, migrated_db_ur
     assert one.statuses == {200: conversations * turns}
     assert two.statuses == {200: conversations * turns}
     assert len(one.prompts) == conversations * turns
-    assert any("Contents of archived pages" in str(p["messages"][0]) for p in two.prompts.values())
+    assert any("Contents of archived pages" in str(p["messages"]) for p in two.prompts.values())
     assert compare(one, two) == []
     report = replica_report(urls)
     assert report["lock_timeouts"] == 0
@@ -44,7 +44,7 @@ def test_one_long_chat_alternating_between_replicas_is_planned_as_by_one(redis_p
     two = asyncio.run(run(urls, emulator_8k.url, "sk-two", 1, turns, pad=200))
     assert one.statuses == two.statuses == {200: turns}
     assert len(one.prompts) == len(two.prompts) == turns
-    assert sum("Contents of archived pages" in str(p["messages"][0]) for p in two.prompts.values()) > turns // 2
+    assert sum("Contents of archived pages" in str(p["messages"]) for p in two.prompts.values()) > turns // 2
     identical = turns - len(compare(one, two))
     assert identical >= 95, compare(one, two)[:5]
     assert abs(one.hit_rate - two.hit_rate) <= 0.01, (one.hit_rate, two.hit_rate)
