@@ -5,11 +5,13 @@ the hit rate with two workers stays within a point of one worker's. The workers'
 the three runs; each run has a fresh proxy.
 
 Skipped like tests/e2e/test_sglang.py when SGLang cannot be built here; the router is installed into SGLang's venv on
-first use (skipped when the registry cannot be reached). Figures are printed (-s).
+first use (skipped when the registry cannot be reached). Three SGLang processes at once (about 10 GB) and three
+proxies: run on demand with MEMCI_SGLANG_WORKERS_TEST=1, not by default. Figures are printed (-s).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -29,7 +31,11 @@ CONVERSATIONS = 4
 TURNS = 10
 ROUTER_VERSION = "0.3.2"
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.skipif(os.environ.get("MEMCI_SGLANG_WORKERS_TEST") != "1",
+                       reason="three SGLang processes at once: set MEMCI_SGLANG_WORKERS_TEST=1 to run"),
+]
 
 
 class Router(LoggedServer):
