@@ -136,6 +136,7 @@ def test_two_workers_keep_each_conversation_cached(workers):
         print(f"\nSGLang, {name}: hit {hit(chats):.4f}; " + "; ".join(c.summary() for c in chats[:1]))
     for chats in figures.values():
         assert not any(c.errors for c in chats), [c.errors for c in chats]
-    assert all(routed_batches), routed_batches  # the proxy spread the conversations over both workers
+    # (which worker a conversation goes to is a hash of its id: four conversations all land on one worker one time in
+    # eight, so the spread is printed, not asserted)
     assert hit(routed) >= hit(one) - 0.01, (hit(routed), hit(one))
     assert hit(behind_router) >= hit(one) - 0.01, (hit(behind_router), hit(one))
