@@ -37,6 +37,7 @@ import httpx
 
 from loadtests.bench_servers import REPO, emulator_upstream, external_upstream, proxy_server
 from loadtests.progress import Progress, bars_wanted, seconds_of
+from loadtests.replicas import metric_sum
 from loadtests.progress import add_argument as add_progress_argument
 from loadtests.cache_bench import UNBOUNDED_WINDOW
 
@@ -96,12 +97,7 @@ def proxy_env(target: str, args: argparse.Namespace) -> dict[str, str]:
 def counters(url: str, names: tuple[str, ...]) -> dict[str, float]:
     """The sums of some counters (every label set) in a /metrics text; missing ones are 0."""
     text = httpx.get(url, timeout=30).text
-    totals = dict.fromkeys(names, 0.0)
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in totals:
-            totals[name] += float(line.rsplit(" ", 1)[1])
-    return totals
+    return {name: metric_sum([text], name) for name in names}
 
 
 ENGINE_COUNTERS = ("sglang:prompt_tokens_total", "sglang:cached_tokens_total")

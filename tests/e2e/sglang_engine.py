@@ -5,7 +5,7 @@ another copy) and cached in `~/.cache/memci-real-sglang` (`MEMCI_REAL_SGLANG_DIR
 What it gives that the emulator and the one-slot llama.cpp server cannot: the engine the proxy's layout is designed
 for, a real radix tree that keeps many prefixes at once, its own count of reused tokens per request
 (`usage.prompt_tokens_details.cached_tokens`) and per prefill batch (its log: "#new-token: N, #cached-token: M", read
-by `radix_reuse`), its `/tokenize`, and its refusals past the context.
+by `prefill_batches`), its `/tokenize`, and its refusals past the context.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from tests.e2e.proxyproc import REPO, LoggedServer, free_port
-from tests.e2e.real_engine import build
+from tests.e2e.real_engine import Prefill, build
 
 MODEL = "smollm2"
 
@@ -73,21 +72,7 @@ class SGLangServer(LoggedServer):
 _BATCH = re.compile(r"Prefill batch.*?#new-token: (\d+), #cached-token: (\d+)")
 
 
-@dataclass(frozen=True)
-class Batch:
-    """One prefill batch of SGLang's scheduler: prompt tokens found in the radix tree, and computed anew."""
-
-    cached: int
-    new: int
-
-
-def prefill_batches(log: str) -> list[Batch]:
-    """SGLang's prefill batches, in order, from its own log."""
-    return [Batch(int(m.group(2)), int(m.group(1))) for m in _BATCH.finditer(log)]
-
-
-def radix_reuse(batches: list[Batch]) -> float:
-    """The token-weighted share of prompt tokens SGLang took from its radix tree."""
-    cached = sum(b.cached for b in batches)
-    total = cached + sum(b.new for b in batches)
-    return cached / total if total else 0.0
+def prefill_batches(log: str) -> list[Prefill]:
+    """SGLang's prefill batches, in order, from its own log: prompt tokens found in the radix tree (reused), and
+    computed anew (evaluated); `reuse_ratio` gives their token-weighted share."""
+    return [Prefill(int(m.group(2)), int(m.group(1))) for m in _BATCH.finditer(log)]

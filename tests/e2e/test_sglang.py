@@ -29,9 +29,9 @@ import openai
 import pytest
 
 from tests.e2e.proxyproc import ProxyProcess
-from tests.e2e.real_engine import ceiling
+from tests.e2e.real_engine import ceiling, reuse_ratio
 from tests.e2e.scripted_chat import FACTS, LOOK_UP, TOPICS, metric
-from tests.e2e.sglang_engine import MODEL, SGLangServer, build_or_skip, prefill_batches, radix_reuse
+from tests.e2e.sglang_engine import MODEL, SGLangServer, build_or_skip, prefill_batches
 
 CONTEXT = 4096
 MAX_TOKENS = 24
@@ -153,7 +153,7 @@ def test_sixty_turns_with_a_pushed_recall_round(sglang, proxy):
     client.close()
     text = httpx.get(f"{proxy.url}/metrics", timeout=10).text
     batches = prefill_batches(sglang.log()[start:])
-    reuse = radix_reuse(batches)
+    reuse = reuse_ratio(batches)
     best, d, h = chat.ceiling()
     print(f"\nSGLang, context {CONTEXT}: {chat.summary()}; SGLang's prefill batches {len(batches)}, radix reuse "
           f"{reuse:.4f} ({reuse / best:.4f} of the ceiling); summary calls "
