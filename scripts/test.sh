@@ -12,6 +12,8 @@ if ! command -v redis-server >/dev/null 2>&1; then
     echo "redis-server not found: tests that need a real Redis will be skipped (set REDIS_URL to use one)"
   fi
 fi
+# The real engines' first builds (6 to 15 minutes) start now, in the background, beside the install and the unit tests.
+bash scripts/prebuild-engines.sh
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi

@@ -72,6 +72,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", "ignore:XDG_RUNTIME_DIR is not set:UserWarning")
 
 
+# The order the suite runs in: the fast levels first, and the tests on the real engines last, so that the engines'
+# first builds (started in the background by scripts/prebuild-engines.sh) run beside everything else.
+_LEVELS = ("unit", "integration", "resilience", "e2e")
+_ENGINE_MODULES = frozenset({"test_real_engine.py", "test_sglang.py", "test_sglang_workers.py"})
+
+
+def _run_order(item: pytest.Item) -> tuple[int, int]:
+    parts = Path(str(item.fspath)).parts
+    level = next((i for i, name in enumerate(_LEVELS) if name in parts), len(_LEVELS))
+    return level, int(parts[-1] in _ENGINE_MODULES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_run_order)  # stable: the order within a level stays the files' own
+
+
 @pytest.fixture
 def pg_home() -> Iterator[Path]:
     """A fresh directory an embedded PostgreSQL may live in (removed afterwards)."""

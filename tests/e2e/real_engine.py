@@ -9,6 +9,7 @@ prefix reuse ("Llama.generate: N prefix-match hit, remaining M prompt tokens to 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -28,9 +29,19 @@ def build_script() -> Path | None:
     return script if script.is_file() else None
 
 
+def build_lock(script: Path) -> Path:
+    """The lock a build of ``script`` holds: scripts/test.sh starts the engines' builds in the background under the
+    same lock before the tests run, and a test that needs an engine waits for that build rather than starting a
+    second one beside it."""
+    return Path(os.environ.get("TMPDIR", "/tmp")) / f"memci-build-{script.stem}.lock"
+
+
 def build(script: Path) -> Path:
-    """Build the engine (or find it cached); returns the directory holding venv/ and the model."""
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    """Build the engine (or find it cached, or wait for the build scripts/test.sh started); returns the directory
+    holding venv/ and the model."""
+    with open(build_lock(script), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     if done.returncode != 0:
         raise RuntimeError(f"{script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return Path(done.stdout.strip().splitlines()[-1])

@@ -36,16 +36,19 @@ def admin(proxy, method: str, path: str, **kw) -> httpx.Response:
 
 
 def refused_within(proxy, key: str, limit_s: float) -> float:
+    """Seconds from now until the first request that is refused was sent (its own time on a busy machine is not the
+    replicas' delay in learning of the change)."""
     started = time.monotonic()
     client = sdk(proxy, key)
     try:
         while True:
+            sent = time.monotonic()
             try:
                 ask(client)
             except openai.AuthenticationError as exc:
                 assert exc.status_code == 401 and exc.code == "invalid_api_key"
-                return time.monotonic() - started
-            assert time.monotonic() - started < limit_s, "the revoked key still works"
+                return sent - started
+            assert sent - started < limit_s, "the revoked key still works"
             time.sleep(0.02)
     finally:
         client.close()

@@ -51,7 +51,8 @@ def test_a_crashed_holders_lock_expires(redis_proc, migrated_db_url, home, start
     headers = {**chat.headers(), "X-Session-Id": "crashed-1"}
     conversation = conversation_id_for_session(tenant_of(chat.headers()), "crashed-1")
     with redis_proc.client() as r:
-        r.set(lock_key(conversation), "a-replica-that-died", px=1500)  # never released, never renewed
+        # never released, never renewed; long enough to outlast the request's way to the lock on a busy machine
+        r.set(lock_key(conversation), "a-replica-that-died", px=3000)
     started = time.monotonic()
     with httpx.Client() as client:
         r = client.post(proxy.base_url + "/chat/completions", json=chat.body(chat.user_text(0)), headers=headers,
