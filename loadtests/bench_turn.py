@@ -36,6 +36,16 @@ ANSWER = json.dumps({"id": "x", "object": "chat.completion", "created": 1, "mode
                      "usage": {"prompt_tokens": 3000, "completion_tokens": 5, "total_tokens": 3005}}).encode()
 
 
+def _answer_to(body: bytes) -> bytes:
+    """The canned answer, its usage counting the request's prompt as /tokenize does (one token per 4 characters of
+    its messages): a fixed count would teach the proxy a wrong ratio of its estimates to the upstream's."""
+    messages = json.loads(body).get("messages") or []
+    prompt = sum(len(json.dumps(m.get("content"))) for m in messages) // 4 + 4 * len(messages)
+    answer = json.loads(ANSWER)
+    answer["usage"] = {"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5}
+    return json.dumps(answer).encode()
+
+
 class _Body:
     async def iter_any(self):
         yield ANSWER
@@ -82,10 +92,10 @@ class InstantUpstream:
         if url.endswith("/tokenize"):
             self.tokenize_requests += 1
             return _Answer(_tokenized(body)), 0.0
-        return _Answer(), 0.0
+        return _Answer(_answer_to(body)), 0.0
 
     async def read_body(self, response) -> bytes:
-        return response.body
+        return await response.read()
 
 
 class VectorRepository(MemoryRepository):
@@ -110,7 +120,8 @@ class VectorRepository(MemoryRepository):
         return ""
 
 
-async def run(chats: int, turns: int, window: int = 32768, local: str = "off") -> tuple[list[float], list[float]]:
+async def run(chats: int, turns: int, window: int = 32768, local: str = "off",
+              exchange_chars: int = 0) -> tuple[list[float], list[float]]:
     metrics = Metrics()
     repo = VectorRepository() if local != "off" else MemoryRepository()
     store = Store(repo=repo, hot=InProcessHotState(), kind_db="memory", kind_hot="in-process",
@@ -120,14 +131,15 @@ async def run(chats: int, turns: int, window: int = 32768, local: str = "off") -
                           Exchange(upstream, metrics), store)
     service.start()
     parse, handle = [], []
-    chat_requests = [chat_bodies(f"chat {chat} {time.time_ns()}", turns) for chat in range(chats)]
+    chat_requests = [chat_bodies(f"chat {chat} {time.time_ns()}", turns, exchange_chars=exchange_chars)
+                     for chat in range(chats)]
     cpu = time.process_time()
     for bodies in chat_requests:
         for body in bodies:
             started = time.perf_counter()
             data, raw = parse_chat_body(body)
             validate_chat_request(data)
-            call = chat_call({"Authorization": "Bearer bench"}, data, body, raw, started=started)
+            call = chat_call({"Authorization": "Bearer bench"}, data, body, raw.get("messages"), started=started)
             parsed = time.perf_counter()
             await service.handle(call)
             await asyncio.sleep(0)  # the after-answer step
@@ -143,6 +155,11 @@ async def run(chats: int, turns: int, window: int = 32768, local: str = "off") -
     return parse, handle
 
 
+def _last_turns(values: list[float], turns: int, last: int) -> list[float]:
+    """The last ``last`` turns of each chat (``values`` holds the chats one after another)."""
+    return [v for i, v in enumerate(values) if i % turns >= turns - last]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chats", type=int, default=3)
@@ -151,13 +168,18 @@ def main() -> int:
     parser.add_argument("--sort", default="cumulative", help="the profile's order: cumulative or tottime")
     parser.add_argument("--window", type=int, default=32768)
     parser.add_argument("--embeddings-local", default="off", help="the packaged model's name, or off")
+    parser.add_argument("--exchange-chars", type=int, default=0,
+                        help="pad each exchange to about this many characters (1500 over 600 turns: 0.9 MB bodies)")
+    parser.add_argument("--last", type=int, default=0, help="report the last N turns of each chat only (long chats)")
     args = parser.parse_args()
     if args.embeddings_local != "off":
         from proxy.recall.packaged_models import packaged_model, shared_encoder
 
         shared_encoder(packaged_model(args.embeddings_local))  # loaded before the timed runs (as a proxy, at start)
-    asyncio.run(run(1, args.turns, args.window, args.embeddings_local))  # warm-up
-    parse, handle = asyncio.run(run(args.chats, args.turns, args.window, args.embeddings_local))
+    asyncio.run(run(1, min(args.turns, 60), args.window, args.embeddings_local))  # warm-up
+    parse, handle = asyncio.run(run(args.chats, args.turns, args.window, args.embeddings_local, args.exchange_chars))
+    if args.last:
+        parse, handle = (_last_turns(values, args.turns, args.last) for values in (parse, handle))
     ms = lambda values, q: 1000 * statistics.quantiles(values, n=100)[q - 1]  # noqa: E731
     print(f"{args.chats} chats of {args.turns} turns: parse+validate p50 {ms(parse, 50):.3f} ms; "
           f"managed turn p50 {ms(handle, 50):.3f} ms, p99 {ms(handle, 99):.3f} ms")
@@ -167,7 +189,7 @@ def main() -> int:
 
         profile = cProfile.Profile()
         profile.enable()
-        asyncio.run(run(args.chats, args.turns))
+        asyncio.run(run(args.chats, args.turns, args.window, args.embeddings_local, args.exchange_chars))
         profile.disable()
         pstats.Stats(profile).sort_stats(args.sort).print_stats(30)
     return 0

@@ -272,9 +272,28 @@ def in_text(lowered: str) -> Callable[[str], bool]:
     is not "start"); a Chinese or Japanese term is a plain substring."""
 
     def known(term: str) -> bool:
-        return _term_pattern(term).search(lowered) is not None
+        if _cjk(term):
+            return term in lowered
+        # Every match starts with the term's literal stem: the text is scanned for it in C (a rare term, absent from
+        # the window, costs one fast search instead of a regular-expression pass over every position), and the
+        # pattern is tried only where the stem occurs.
+        stem = _stem(term)
+        at = lowered.find(stem)
+        if at < 0:
+            return False
+        match = _term_pattern(term).match
+        while at >= 0:
+            if match(lowered, at) is not None:
+                return True
+            at = lowered.find(stem, at + 1)
+        return False
 
     return known
+
+
+def _stem(term: str) -> str:
+    """The literal every match of ``_term_pattern(term)`` starts with."""
+    return term[:-1] if term.endswith("i") and len(term) > 2 else term
 
 
 @memoised(4096, 8 * 2**20)

@@ -81,6 +81,19 @@ def test_in_text_reads_inflections_not_longer_words() -> None:
     assert not known("start" + "le") and not known("hous") and not known("pain")
 
 
+_PIECES = st.sampled_from(["paint", "painted", "star", "start", "histor", "history", "histories", "y", "i", "s", "ed",
+                            "_", "-", " ", "'s", "\n", "储物", "柜", "9", "é"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=30).map("".join), st.sampled_from(["paint", "star", "histori", "hi", "储物", "s9"]))
+def test_in_text_finds_what_its_pattern_finds(text: str, term: str) -> None:
+    """The stem pre-scan is an optimisation only: the answer is the regular expression's over the whole text."""
+    from proxy.recall.salience import _term_pattern
+
+    assert in_text(text)(term) == (_term_pattern(term).search(text) is not None)
+
+
 def test_episodes_are_runs_of_nearby_pages() -> None:
     assert episodes([]) == 0
     assert episodes(["3", "4", "6", "6.2"]) == 1 and episodes(["3", "7"]) == 2
