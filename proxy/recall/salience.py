@@ -279,11 +279,8 @@ def in_text(lowered: str) -> Callable[[str], bool]:
         # pattern is tried only where the stem occurs.
         stem = _stem(term)
         at = lowered.find(stem)
-        if at < 0:
-            return False
-        match = _term_pattern(term).match
         while at >= 0:
-            if match(lowered, at) is not None:
+            if _inflection_at(lowered, at, term, stem):
                 return True
             at = lowered.find(stem, at + 1)
         return False
@@ -291,9 +288,32 @@ def in_text(lowered: str) -> Callable[[str], bool]:
     return known
 
 
+_SUFFIXES = ("", "e", "s", "es", "ed", "d", "ing", "ly", "'s")
+
+
 def _stem(term: str) -> str:
     """The literal every match of ``_term_pattern(term)`` starts with."""
     return term[:-1] if term.endswith("i") and len(term) > 2 else term
+
+
+def _letter_or_digit(text: str, at: int) -> bool:
+    """Whether ``text[at]`` is a word character other than the underscore (``[^\\W_]``); False past either end."""
+    return 0 <= at < len(text) and text[at].isalnum()
+
+
+def _inflection_at(text: str, at: int, term: str, stem: str) -> bool:
+    """Whether ``_term_pattern(term)`` (a Latin-script term) matches ``text`` at ``at``, where ``stem`` occurs: the
+    same test by string comparisons (compiling a pattern per term cost more than the searches it saved)."""
+    if _letter_or_digit(text, at - 1):
+        return False
+    end = at + len(stem)
+    if len(stem) != len(term):  # a stem ending in "i": "i" or "y" follows ("histori": history)
+        if end >= len(text) or text[end] not in "iy":
+            return False
+        end += 1
+    ends = (end + 1, end) if text.startswith(term[-1], end) else (end,)  # the last letter doubled ("planned")
+    return any(text.startswith(suffix, e) and not _letter_or_digit(text, e + len(suffix))
+               for e in ends for suffix in _SUFFIXES)
 
 
 @memoised(4096, 8 * 2**20)
