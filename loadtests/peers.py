@@ -41,8 +41,7 @@ import httpx
 from loadtests.overhead import Server, free_port, group_cpu_seconds, groups_with, litellm_config
 from loadtests.peer_lanes import MODEL, Conversation
 from loadtests.peer_venvs import DEFAULT_CACHE, PEERS, PeerInstall, ensure_peer
-from loadtests.peers_report import (HEADROOM, LITELLM, MANAGED, PASS, TARGET_KEYS, RequestRecord, Row, Totals,
-                                    cpu_target, markdown, summarise)
+from loadtests.peers_report import TARGET_KEYS, RequestRecord, Row, Totals, cpu_target, markdown, summarise
 from loadtests.progress import Progress
 from loadtests.workloads import make_workload
 
@@ -69,13 +68,18 @@ class Target:
     emulator_root: str
     home: Path | None = None  # the proxy's MEMCI_HOME (its embedded PostgreSQL's command line names it)
     groups: set[int] = field(default_factory=set)
+    database: set[int] = field(default_factory=set)  # the embedded PostgreSQL's process groups (in ``groups`` too)
     client: httpx.Client | None = None
 
     def find_groups(self) -> None:
-        self.groups = {self.server.pid()} | (groups_with(str(self.home)) if self.home else set())
+        self.database = groups_with(str(self.home)) - {self.server.pid()} if self.home else set()
+        self.groups = {self.server.pid()} | self.database
 
     def cpu(self) -> float:
         return sum(group_cpu_seconds(g) for g in self.groups)
+
+    def database_cpu(self) -> float:
+        return sum(group_cpu_seconds(g) for g in self.database)
 
     def totals(self) -> Totals:
         stats = httpx.get(self.emulator_root + "/emulator/stats", timeout=30).json()
@@ -98,8 +102,8 @@ def target_command(key: str, python: str, upstream: str, workdir: Path, peers: d
         home = workdir / f"home-{key}"
         env = {"MEMCI_LOG_LEVEL": "warning", "DATABASE_URL": "", "REDIS_URL": "", "MEMCI_CONFIG": "",
                "MEMCI_HOME": str(home), **({"MEMCI_MANAGE_CONTEXT": "false"} if key == "passthrough" else {})}
-        return ([python, "-m", "proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--upstream", upstream],
-                f"http://127.0.0.1:{port}/ready", env, home)
+        serve = [python, "-m", "proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--upstream", upstream]
+        return serve, f"http://127.0.0.1:{port}/ready", env, home
     executable = str(peers[key].executable)
     if key == "litellm":
         litellm_config(workdir / "litellm.yaml", upstream)
@@ -128,14 +132,26 @@ def start_target(key: str, python: str, workdir: Path, window: int, peers: dict[
     return Target(name, server, base, emu, emu_root, home, client=httpx.Client(timeout=600, headers=HEADERS))
 
 
-def post(client: httpx.Client, url: str, payload: bytes) -> tuple[float, dict | None, str]:
-    """(seconds until the whole answer was read, the assistant message or None, error)."""
-    started = time.perf_counter()
-    try:
-        resp = client.post(url, content=payload, headers={"Content-Type": "application/json"})
-        seconds = time.perf_counter() - started
-    except httpx.HTTPError as exc:
-        return time.perf_counter() - started, None, type(exc).__name__
+def post(client: httpx.Client, url: str, payload: bytes, retried: list[int] | None = None
+         ) -> tuple[float, dict | None, str]:
+    """(seconds until the whole answer was read, the assistant message or None, error).
+
+    A request the server closed without any answer (a kept-alive connection it had just dropped) is sent again once,
+    as the OpenAI SDK does, and timed from the new attempt (counted in ``retried``)."""
+    for attempt in range(2):
+        started = time.perf_counter()
+        try:
+            resp = client.post(url, content=payload, headers={"Content-Type": "application/json"})
+            seconds = time.perf_counter() - started
+            break
+        except httpx.RemoteProtocolError as exc:
+            if attempt == 0:
+                if retried is not None:
+                    retried.append(1)
+                continue
+            return time.perf_counter() - started, None, type(exc).__name__
+        except httpx.HTTPError as exc:
+            return time.perf_counter() - started, None, type(exc).__name__
     if resp.status_code != 200:
         return seconds, None, f"{resp.status_code} {resp.text[:120]}"
     try:
@@ -192,7 +208,8 @@ def run_workload(kind: str, turns: int, keys: list[str], args: argparse.Namespac
             records[target.name] = []
         marks = {t.name: t.totals() for t in targets}
         conversations = {t.name: Conversation(workload) for t in targets}
-        cpu_before = {t.name: t.cpu() for t in targets}
+        retried: dict[str, list[int]] = {t.name: [] for t in targets}
+        cpu_before = {t.name: (t.cpu(), t.database_cpu()) for t in targets}
         with Progress(workload.requests, f"{kind}: requests to every target", bars=args.progress or None) as bar:
             step = 0
             while any(c.body is not None for c in conversations.values()):
@@ -203,7 +220,8 @@ def run_workload(kind: str, turns: int, keys: list[str], args: argparse.Namespac
                         continue
                     payload = json.dumps(conversation.body).encode()
                     before = target.cpu()
-                    seconds, message, error = post(target.client, target.base + "/chat/completions", payload)
+                    seconds, message, error = post(target.client, target.base + "/chat/completions", payload,
+                                                   retried[target.name])
                     cpu = target.cpu() - before
                     direct_seconds, _, direct_error = post(direct, direct_root + "/v1/chat/completions", payload)
                     records[target.name].append(RequestRecord(step, seconds, None if direct_error else direct_seconds,
@@ -217,9 +235,15 @@ def run_workload(kind: str, turns: int, keys: list[str], args: argparse.Namespac
             after, mark = target.totals(), marks[target.name]
             totals = Totals(after.requests - mark.requests, after.prompt_tokens - mark.prompt_tokens,
                             after.cached_tokens - mark.cached_tokens)
-            row = summarise(kind, target.name, records[target.name], target.cpu() - cpu_before[target.name], totals)
+            cpu, database = cpu_before[target.name]
+            row = summarise(kind, target.name, records[target.name], target.cpu() - cpu, totals,
+                            database_cpu_seconds=target.database_cpu() - database if target.database else None)
+            notes = []
             if breaks := conversations[target.name].breaks:
-                row.note = f"tool loop broken {breaks} times (outputs pasted as user messages)"
+                notes.append(f"tool loop broken {breaks} times (outputs pasted as user messages)")
+            if retried[target.name]:
+                notes.append(f"{len(retried[target.name])} requests sent again (the connection closed unanswered)")
+            row.note = "; ".join(notes)
             rows.append(row)
         info["records"] = {name: [asdict(r) for r in recs] for name, recs in records.items()}
         return rows, info

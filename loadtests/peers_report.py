@@ -37,6 +37,7 @@ class Row:
     errors: int = 0
     cpu_ms_per_request: float | None = None  # whole run: the tree's CPU from the first request to the settle's end
     cpu_ms_in_requests: float | None = None  # only while the target's own requests were open
+    database_cpu_ms_per_request: float | None = None  # of the whole run's, the embedded PostgreSQL's
     p50_ms: float | None = None
     added_p50_ms: float | None = None
     added_p99_ms: float | None = None
@@ -57,7 +58,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def summarise(workload: str, target: str, records: list[RequestRecord], run_cpu_seconds: float | None,
-              totals: Totals) -> Row:
+              totals: Totals, database_cpu_seconds: float | None = None) -> Row:
     """One row: CPU per request (whole run and within requests), added latency over the successful requests whose
     direct twin also succeeded (per-request differences, then their percentiles), upstream tokens and cached share."""
     ok = [r for r in records if not r.error]
@@ -65,6 +66,8 @@ def summarise(workload: str, target: str, records: list[RequestRecord], run_cpu_
     if ok:
         if run_cpu_seconds is not None:
             row.cpu_ms_per_request = run_cpu_seconds * 1000.0 / len(ok)
+        if database_cpu_seconds is not None:
+            row.database_cpu_ms_per_request = database_cpu_seconds * 1000.0 / len(ok)
         row.cpu_ms_in_requests = sum(r.cpu_seconds for r in records) * 1000.0 / len(ok)
         row.p50_ms = _ms(percentile([r.seconds for r in ok], 0.50))
         added = [r.seconds - r.direct_seconds for r in ok if r.direct_seconds is not None]
@@ -89,15 +92,16 @@ def _share(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-COLUMNS = ("workload", "target", "requests", "errors", "CPU ms/req (whole run)", "CPU ms/req (in requests)",
-           "p50 ms", "added p50 ms", "added p99 ms", "upstream requests", "prompt tokens upstream",
-           "prompt tokens/req", "cached share")
+COLUMNS = ("workload", "target", "requests", "errors", "CPU ms/req (whole run; of it database)",
+           "CPU ms/req (in requests)", "p50 ms", "added p50 ms", "added p99 ms", "upstream requests",
+           "prompt tokens upstream", "prompt tokens/req", "cached share")
 
 
 def markdown(rows: list[Row]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
-        cells = [r.workload, r.target, str(r.requests), str(r.errors), _f(r.cpu_ms_per_request),
+        database = "" if r.database_cpu_ms_per_request is None else f" ({_f(r.database_cpu_ms_per_request)})"
+        cells = [r.workload, r.target, str(r.requests), str(r.errors), _f(r.cpu_ms_per_request) + database,
                  _f(r.cpu_ms_in_requests), _f(r.p50_ms), _f(r.added_p50_ms), _f(r.added_p99_ms),
                  str(r.upstream_requests), f"{r.prompt_tokens:,}", _f(r.prompt_tokens_per_request, 0),
                  _share(r.cached_share)]

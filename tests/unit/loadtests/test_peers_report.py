@@ -26,9 +26,11 @@ def test_percentile_is_nearest_rank_of_unsorted_values():
 def test_a_row_sums_cpu_latency_and_upstream_tokens():
     records = _records([(0.010, 0.004), (0.020, 0.005), (0.030, 0.006)])
     records.append(RequestRecord(3, 0.5, 0.004, 0.001, error="500 boom"))
-    row = summarise("chat", MANAGED, records, run_cpu_seconds=0.030, totals=Totals(5, 10_000, 7_500))
+    row = summarise("chat", MANAGED, records, run_cpu_seconds=0.030, totals=Totals(5, 10_000, 7_500),
+                    database_cpu_seconds=0.006)
     assert (row.requests, row.errors) == (4, 1)
     assert row.cpu_ms_per_request == pytest.approx(10.0)  # 30 ms over the 3 answered requests
+    assert row.database_cpu_ms_per_request == pytest.approx(2.0)
     assert row.cpu_ms_in_requests == pytest.approx(7 / 3)  # 2+2+2+1 ms within requests, per answered request
     assert row.p50_ms == pytest.approx(20.0)
     assert row.added_p50_ms == pytest.approx(15.0)  # differences 6, 15, 24 ms: the failed request is left out
@@ -50,13 +52,14 @@ def test_a_target_that_answered_nothing_has_no_figures():
 
 def test_the_table_has_a_line_per_row_and_dashes_for_missing_figures():
     rows = [summarise("chat", PASS, _records([(0.01, 0.005)]), 0.004, Totals(1, 1234, 617)),
-            Row("agent", LITELLM)]
+            Row("agent", LITELLM), Row("agent", MANAGED, cpu_ms_per_request=9.0, database_cpu_ms_per_request=2.5)]
     table = markdown(rows).splitlines()
-    assert len(table) == 4 and table[1].startswith("|---|")
-    assert table[0].count("|") == table[2].count("|") == table[3].count("|")
+    assert len(table) == 5 and table[1].startswith("|---|")
+    assert table[0].count("|") == table[2].count("|") == table[3].count("|") == table[4].count("|")
     assert "| chat | proxy (pass-through) | 1 | 0 | 4.00 | 2.00 | 10.00 | 5.00 | 5.00 | 1 | 1,234 | 1234 | 50.0% |" \
         == table[2]
     assert table[3].endswith("| - | - | - | 0 | 0 | - | - |")
+    assert "| agent | proxy (managed) | 0 | 0 | 9.00 (2.50) | - |" in table[4]
 
 
 def test_the_cpu_target_is_at_most_on_chat_and_below_on_agent():
