@@ -118,3 +118,20 @@ def test_peer_versions_are_pinned_and_a_missing_peer_is_reported_without_install
     result = ensure_peer(PEERS["headroom"], tmp_path, install=False)
     assert result.executable is None and "not installed" in result.reason
     assert not (tmp_path / "headroom-venv").exists()
+
+
+
+def test_a_peer_whose_install_fails_is_reported_with_pip_s_reason(tmp_path, monkeypatch):
+    import subprocess
+
+    from loadtests import peer_venvs
+
+    def failing(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, 1, "", "WARNING: Location 'x' is ignored: it is neither a file nor a "
+                                                       "directory.\nERROR: No matching distribution found for x\n")
+
+    monkeypatch.setattr(peer_venvs.subprocess, "run", failing)
+    result = ensure_peer(PEERS["litellm"], tmp_path, install=True, log=lambda message: None)
+    assert result.executable is None
+    assert result.reason == (f"install of {PEERS['litellm'].requirement} failed: exit 1: "
+                             "ERROR: No matching distribution found for x")
