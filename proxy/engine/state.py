@@ -206,8 +206,12 @@ def find_page(state: ConversationState, page: int | str | float) -> int | None:
         label = normalise_label(page)
     except ValueError:
         return None
-    for index in range(len(state.pages) - 1, -1, -1):
-        if state.pages[index].label == label:
+    head, _, tail = label.partition(".")
+    number, part = int(head), int(tail or 1)  # compared as numbers: no label string built per page
+    pages = state.pages
+    for index in range(len(pages) - 1, -1, -1):
+        record = pages[index]
+        if record.number == number and record.part == part:
             return index
     return None
 

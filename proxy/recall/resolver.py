@@ -285,6 +285,11 @@ class RecallResolver:
             self.vectors.remember(ctx.conversation_id, added)
         return index
 
+    def prepare_active(self, ctx: RecallContext) -> int:
+        """Behind an answer: the terms of the conversation's complete active pages read ahead of the epoch that
+        archives them (proxy.recall.search_indexes.SearchIndexes.prepare_active)."""
+        return self.indexes.prepare_active(ctx)
+
     async def prepare(self, ctx: RecallContext) -> None:
         """Index the pages archived since the last call, lexically and (in the background) as vectors: run after
         the turn that archived them, so that the next search has only the query to embed."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from proxy.caches import BoundedLru
 from proxy.engine import ACTIVE, ConversationState, PageRecord
-from proxy.engine.state import common_prefix_of_records
+from proxy.engine.state import HASH_SIZE, common_prefix_of_records
 from proxy.recall.bm25 import BM25Index
 from proxy.recall.pagetext import index_terms, user_text, vector_text
 from proxy.recall.vector_index import text_digest
@@ -40,6 +40,11 @@ class PageSource:
         return [r.message for r in rows]
 
 
+def entry_digests(state: ConversationState, record: PageRecord) -> bytes:
+    """The digests of the entries a page covers: the same bytes, the same messages."""
+    return state.hash_blob[record.start * HASH_SIZE:record.end * HASH_SIZE]
+
+
 # Memory of a BM25 index per indexed character (measured with tracemalloc: 9 to 21 bytes, by vocabulary size).
 INDEX_BYTES_PER_CHAR = 16
 
@@ -48,7 +53,7 @@ class _Indexed:
     """A conversation's index, the start entry of each page indexed, the characters indexed, and the page records
     it was last brought up to date with (the same records again: nothing to look at, page by page)."""
 
-    __slots__ = ("index", "starts", "chars", "digests", "user_digests", "seen", "offloads")
+    __slots__ = ("index", "starts", "chars", "digests", "user_digests", "seen", "offloads", "prepared")
 
     def __init__(self) -> None:
         self.index = BM25Index()
@@ -58,9 +63,30 @@ class _Indexed:
         self.user_digests: dict[str, str] = {}  # page label -> digest of its user words (pages with some)
         self.seen: list[PageRecord] = []
         self.offloads: set[str] = set()  # labels of the offloaded outputs indexed (pages of their own)
+        self.prepared: dict[str, _PreparedPage] = {}  # active pages whose terms were read behind an answer
 
     def approximate_bytes(self) -> int:
-        return 1024 + INDEX_BYTES_PER_CHAR * sum(self.chars.values())
+        prepared = sum(len(p.vector_source) for p in self.prepared.values())
+        return 1024 + INDEX_BYTES_PER_CHAR * (sum(self.chars.values()) + prepared)
+
+
+class _PreparedPage:
+    """What indexing a page reads from its messages, read while the page was still active (behind an answer), with
+    the digests of its entries: the page archived later with the same entries is indexed from it without reading
+    its messages again, on the turn that archives it."""
+
+    __slots__ = ("entries", "terms", "vector_source", "users")
+
+    def __init__(self, entries: bytes, terms: list[str], vector_source: str, users: str) -> None:
+        self.entries = entries
+        self.terms = terms
+        self.vector_source = vector_source
+        self.users = users
+
+
+def _text_only(messages: list[dict[str, Any]]) -> bool:
+    """Messages whose index text cannot change later (an image's description may arrive after the page closes)."""
+    return all(isinstance(m.get("content"), (str, type(None))) for m in messages)
 
 
 class SearchIndexes:
@@ -106,18 +132,17 @@ class SearchIndexes:
                 continue
             if entry.starts.get(record.label) == record.start:
                 continue
-            # The page's own messages: its hidden recall rounds are copies of other pages (which are indexed
-            # themselves) and would rank this page for what they quote (its excerpts show its own messages only)
-            messages = await self.source.messages(ctx, record.start, record.end)
-            terms = index_terms(messages, ctx.image_descriptions, self.user_weight)
+            prepared = entry.prepared.pop(record.label, None)
+            if prepared is not None and prepared.entries == entry_digests(ctx.state, record):
+                terms, vector_source, users = prepared.terms, prepared.vector_source, prepared.users
+            else:
+                terms, vector_source, users = await self._read_page(ctx, record)
             if record.label in entry.starts:
                 entry.index.remove(record.label)
             entry.index.add_terms(record.label, terms)
             entry.starts[record.label] = record.start
-            vector_source = vector_text(messages, ctx.image_descriptions)
             entry.chars[record.label] = len(vector_source)
             entry.digests[record.label] = text_digest(vector_source)
-            users = user_text(messages, ctx.image_descriptions)
             if users:
                 entry.user_digests[record.label] = text_digest(users)
             else:
@@ -130,6 +155,48 @@ class SearchIndexes:
         if grew:
             self._indexes.resize(ctx.conversation_id)  # measured again: may evict others (or this one)
         return entry
+
+    async def _read_page(self, ctx: RecallContext, record: PageRecord) -> tuple[list[str], str, str]:
+        """(BM25 terms, vector text, user words) of a page. Its own messages: its hidden recall rounds are copies of
+        other pages (which are indexed themselves) and would rank this page for what they quote (its excerpts show
+        its own messages only)."""
+        messages = await self.source.messages(ctx, record.start, record.end)
+        return (index_terms(messages, ctx.image_descriptions, self.user_weight),
+                vector_text(messages, ctx.image_descriptions), user_text(messages, ctx.image_descriptions))
+
+    def prepare_active(self, ctx: RecallContext) -> int:
+        """Behind an answer: read the terms of the active pages that are complete (every page but the newest) from
+        the request's messages, so that the turn that archives them (an epoch) adds them to the index without
+        reading them on its way upstream. Pages of text only; at most the active pages are held. Returns how many
+        pages were read."""
+        if ctx.messages is None:
+            return 0
+        entry = self._indexes.get(ctx.conversation_id)
+        if entry is None:
+            entry = _Indexed()
+            self._indexes.put(ctx.conversation_id, entry)
+        pages = ctx.state.pages
+        complete = [r for r in pages[:-1] if r.status == ACTIVE and r.end <= len(ctx.messages)]
+        wanted = {r.label for r in complete}
+        for label in [label for label in entry.prepared if label not in wanted]:
+            del entry.prepared[label]  # archived and indexed since, or gone with a fork
+        read = 0
+        for record in complete:
+            digests = entry_digests(ctx.state, record)
+            if len(digests) != (record.end - record.start) * HASH_SIZE:
+                continue  # (a state without its entries' digests: nothing to know the page again by)
+            known = entry.prepared.get(record.label)
+            if known is not None and known.entries == digests:
+                continue
+            messages = ctx.messages[record.start:record.end]
+            if not _text_only(messages):
+                continue
+            entry.prepared[record.label] = _PreparedPage(
+                digests, index_terms(messages, None, self.user_weight), vector_text(messages), user_text(messages))
+            read += 1
+        if read:
+            self._indexes.resize(ctx.conversation_id)
+        return read
 
     async def _index_offloads(self, ctx: RecallContext, entry: _Indexed) -> bool:
         """Offloaded outputs are pages of their own from the turn they arrive on, searched as such (lexically: they

@@ -490,8 +490,8 @@ class TurnService:
                 self.memory.touch(turn.call.tenant, turn.conversation_id)
                 if turn.plan.archived:  # (jobs_first: the summary and profile jobs ran before the request)
                     await self.memory.notify(turn.call.tenant, turn.conversation_id, summaries=not turn.jobs_first)
-            if turn.plan.archived and self.resolver.embeds_archived_pages and self.recall_enabled:
-                self._prepare_search(turn, state)
+            if self.recall_enabled:
+                self._prepare_search(turn, state, archived=turn.plan.archived)
         except Exception as exc:
             # The client resends these messages with its next request, whose plan stores them then.
             log.warning("could not store the turn of %s (%s); the next turn stores its messages",
@@ -500,16 +500,19 @@ class TurnService:
         finally:
             await release()
 
-    def _prepare_search(self, turn: Turn, state: ConversationState) -> None:
-        """The pages this turn archived indexed and embedded in the background (off the answer path)."""
+    def _prepare_search(self, turn: Turn, state: ConversationState, archived: bool) -> None:
+        """Off the answer path: the terms of the active pages read for the epoch that will archive them, and the
+        pages this turn archived indexed and embedded."""
         ctx = RecallContext(turn.call.tenant, turn.conversation_id, state, turn.redo.input.messages,
                             turn.redo.input.image_descriptions)
 
         async def prepare() -> None:
             try:
-                await self.resolver.prepare(ctx)
+                self.resolver.prepare_active(ctx)
+                if archived and self.resolver.embeds_archived_pages:
+                    await self.resolver.prepare(ctx)
             except Exception:
-                log.exception("could not index the archived pages of %s", turn.conversation_id)
+                log.exception("could not index the pages of %s", turn.conversation_id)
 
         task = asyncio.get_running_loop().create_task(prepare())
         self._preparing.add(task)

@@ -72,3 +72,58 @@ def test_the_records_passed_over_are_exactly_the_unchanged_leading_ones(before: 
     old, new = records(before), records(now)
     naive = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
     assert common_prefix_of_records(old, new) == naive
+
+
+def _active_context(texts: list[str]):
+    """Pages of one message each, all active, with their entries' digests (as a planned state has them)."""
+    from proxy.engine.state import ACTIVE, HASH_SIZE, ConversationState
+    from proxy.recall.search_indexes import RecallContext
+
+    messages = [{"role": "user", "content": text} for text in texts]
+    records = [PageRecord(number=i + 1, part=1, start=i, end=i + 1, tokens=20, status=ACTIVE)
+               for i in range(len(texts))]
+    digests = b"".join(bytes([i]) * HASH_SIZE for i in range(len(texts)))
+    return RecallContext("t1", "c1", ConversationState(pages=records, hash_blob=digests), messages)
+
+
+def _archive(ctx: Any, count: int) -> None:
+    import msgspec
+
+    for i in range(count):
+        ctx.state.pages[i] = msgspec.structs.replace(ctx.state.pages[i], status=ARCHIVED)
+
+
+async def test_pages_read_behind_an_answer_are_indexed_at_the_epoch_without_reading_them() -> None:
+    resolver = RecallResolver(None, EstimateCounter(), 2048)
+    source = CountingSource()
+    resolver.indexes.source = source  # type: ignore[assignment]
+    ctx = _active_context(list(PAGES.values()))
+    assert resolver.prepare_active(ctx) == len(PAGES) - 1  # the newest page may still grow: not read
+    assert resolver.prepare_active(ctx) == 0  # read once
+    _archive(ctx, 3)  # the epoch
+    assert [label for label, _ in await resolver.search(ctx, "wedding suit", 1)] == ["2"]
+    assert source.reads == 0
+
+
+async def test_a_page_whose_messages_changed_since_it_was_read_is_read_again() -> None:
+    from proxy.engine.state import HASH_SIZE
+
+    resolver = RecallResolver(None, EstimateCounter(), 2048)
+    source = CountingSource()
+    resolver.indexes.source = source  # type: ignore[assignment]
+    ctx = _active_context(list(PAGES.values()))
+    resolver.prepare_active(ctx)
+    # a fork: the client's second message is another one now (another digest)
+    ctx.messages[1] = {"role": "user", "content": "The castle tour is on Sunday."}
+    ctx.state.hash_blob = ctx.state.hash_blob[:HASH_SIZE] + b"\xff" * HASH_SIZE + ctx.state.hash_blob[2 * HASH_SIZE:]
+    _archive(ctx, 3)
+    assert [label for label, _ in await resolver.search(ctx, "castle", 1)] == ["2"]
+    assert source.reads == 1  # that page alone
+
+
+async def test_pages_with_images_are_left_to_the_epoch() -> None:
+    resolver = RecallResolver(None, EstimateCounter(), 2048)
+    ctx = _active_context(["a photo of the harbour", "more", "newest"])
+    ctx.messages[0] = {"role": "user", "content": [{"type": "text", "text": "look"},
+                                                   {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}
+    assert resolver.prepare_active(ctx) == 1  # the second page only: an image's description may come later
