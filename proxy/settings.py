@@ -299,6 +299,14 @@ class Settings:
             "memci-proxy[wordllama]), or 'off' for lexical search only."
         ),
     )
+    embeddings_page_process: bool = field(
+        default=True,
+        metadata=_doc(
+            "Embed archived pages with the packaged model in a child process of their own (spawned, niced): the "
+            "model's forward pass holds the interpreter lock while it runs, and on a thread of the proxy it made "
+            "every turn wait for that lock. Off: a background thread (one model in memory instead of two)."
+        ),
+    )
     embeddings_local_weights: str = field(
         default="", metadata=_doc("Weights file of the packaged model (empty: the one its package ships).")
     )

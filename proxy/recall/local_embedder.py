@@ -3,7 +3,8 @@ protocol of the HTTP client (proxy.recall.embeddings.EmbeddingsClient): ``await 
 L2-normalised vector per text or ``None`` with ``last_failure`` set, never raises. The model is loaded once
 per process, in a worker thread (``warm``); the forward pass runs in worker threads too, one for pages (in
 the background) and one for queries, so that a page backlog never delays a recall (a model cheap enough,
-``inline_query``, embeds a query on the caller's thread instead).
+``inline_query``, embeds a query on the caller's thread instead). With ``page_process`` the pages go to a process
+of their own (proxy.recall.page_process): their forward pass no longer holds this process's interpreter lock.
 
 Long texts are cut into chunks of at most ``max_chars`` characters at word boundaries (the encoder averages
 over its tokens, so a very long input blurs what it is about; at most ``MAX_CHUNKS``, spread over the text); a
@@ -24,14 +25,13 @@ from typing import Any
 import numpy as np
 
 from proxy.caches import BoundedLru
+from proxy.recall.chunks import CHUNK_CHARS, chunk_text
 from proxy.recall.packaged_models import DEFAULT_MODEL, Encode, PackagedModel, packaged_model, shared_encoder
+from proxy.recall.page_process import Embedded, PageProcess, embed_texts
 
 log = logging.getLogger("memci.recall")
 
 __all__ = ["LocalEmbedder", "chunk_text"]
-
-CHUNK_CHARS = 1200
-MAX_CHUNKS = 24  # a page past CHUNK_CHARS * MAX_CHUNKS characters is embedded from chunks spread over all of it
 
 
 def _lower_priority() -> None:
@@ -40,28 +40,6 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
     except (AttributeError, OSError):
         pass
-
-
-def chunk_text(text: str, max_chars: int = CHUNK_CHARS, max_chunks: int = MAX_CHUNKS) -> list[str]:
-    """Pieces of at most ``max_chars`` characters cut at whitespace (inside a word when it is longer); no piece
-    for a blank text. A text of more than ``max_chunks`` pieces keeps ``max_chunks`` of them spread evenly over
-    it, the first and the last included (its end counts as much as its beginning)."""
-    text = " ".join(text.split())
-    chunks: list[str] = []
-    while text:
-        if len(text) <= max_chars:
-            chunks.append(text)
-            break
-        cut = text.rfind(" ", max_chars // 2, max_chars + 1)
-        cut = cut if cut > 0 else max_chars
-        chunks.append(text[:cut])
-        text = text[cut:].lstrip()
-    if len(chunks) <= max_chunks:
-        return chunks
-    if max_chunks <= 1:
-        return chunks[:max_chunks]
-    step = (len(chunks) - 1) / (max_chunks - 1)
-    return [chunks[round(i * step)] for i in range(max_chunks)]
 
 
 class LocalEmbedder:
@@ -75,6 +53,7 @@ class LocalEmbedder:
         loader: Callable[[str], Encode] | None = None,
         query_cache_entries: int = 512,
         metrics: Any = None,
+        page_process: bool = False,
     ) -> None:
         self.model = packaged_model(model) if isinstance(model, str) else model
         self.weights_path = weights_path
@@ -87,6 +66,10 @@ class LocalEmbedder:
         self._failed = False
         self._lock = threading.Lock()
         self._pages = ThreadPoolExecutor(1, "memci-embed-pages", initializer=_lower_priority)
+        # pages in a process of their own (proxy.recall.page_process): the packaged model only (a loader passed in
+        # is this process's own), and only where asked (the proxy's settings; tests keep threads)
+        self._process = (PageProcess(self.model.name, weights_path, self.max_chars)
+                         if page_process and loader is None else None)
         self._queries = ThreadPoolExecutor(1, "memci-embed-query")
         self._query_vectors: BoundedLru[str, list[float]] = BoundedLru(
             "embedding_queries", query_cache_entries, 8 * 2**20, size_of=lambda k, v: 64 + len(k) + 8 * len(v))
@@ -112,6 +95,8 @@ class LocalEmbedder:
     def warm(self) -> None:
         """Load the model in the background (a search meanwhile is lexical, counted as 'loading')."""
         self._pages.submit(self._model)
+        if self._process is not None:
+            self._process.warm()
 
     def _model(self) -> Encode | None:
         if self._encode is not None:
@@ -138,42 +123,33 @@ class LocalEmbedder:
         encode = self._model()
         if encode is None:
             return None
-        chunked = [chunk_text(t, self.max_chars) for t in texts]
-        dimension = self.model.dimension
-        flat = [c for chunks in chunked for c in chunks]
-        try:
-            vectors = np.asarray(encode(flat), dtype=np.float32) if flat else np.zeros((0, dimension), np.float32)
-            if vectors.shape != (len(flat), dimension) or not np.isfinite(vectors).all():
-                raise ValueError(f"the model answered shape {vectors.shape} for {len(flat)} inputs")
-        except Exception as exc:
+        return self._counted(embed_texts(encode, texts, self.max_chars, self.model.dimension))
+
+    def _counted(self, done: Embedded) -> list[list[float]] | None:
+        for outcome, n in done.outcomes.items():
+            self._count(outcome, n)
+        if done.vectors is None:
             if self.last_failure != "model_error":
-                log.warning("embedding model %s failed (%r): recall search is lexical only meanwhile",
-                            self.model.name, exc)
+                log.warning("embedding model %s failed (%s): recall search is lexical only meanwhile",
+                            self.model.name, done.error)
             self.last_failure = "model_error"
-            self._count("failed", len(texts))
             return None
-        out: list[list[float]] = []
-        position = 0
-        for chunks in chunked:
-            if not chunks:
-                out.append([0.0] * dimension)
-                self._count("empty")
-                continue
-            mean = vectors[position : position + len(chunks)].mean(axis=0)
-            position += len(chunks)
-            norm = float(np.linalg.norm(mean))
-            out.append((mean / norm if norm else mean).tolist())
-            self._count("chunked" if len(chunks) > 1 else "embedded")
         self.last_failure = None
-        return out
+        return done.vectors
 
     def _count(self, outcome: str, n: int = 1) -> None:
         if self.metrics is not None:
             self.metrics.embedded_texts.labels(outcome).inc(n)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]] | None:
+        """Pages, in the background: in the page process when there is one (the model loaded in this process too,
+        for queries), else on the page thread."""
         if not texts:
             return []
+        if self._process is not None and self._encode is not None:
+            done = await self._process.embed(list(texts))
+            if done is not None:
+                return self._counted(done)
         return await asyncio.get_running_loop().run_in_executor(self._pages, self._embed_now, list(texts))
 
     async def embed_search(self, texts: Sequence[str]) -> list[list[float]] | None:
@@ -211,3 +187,5 @@ class LocalEmbedder:
     async def close(self) -> None:
         self._pages.shutdown(wait=False, cancel_futures=True)
         self._queries.shutdown(wait=False, cancel_futures=True)
+        if self._process is not None:
+            self._process.close()

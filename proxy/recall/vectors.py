@@ -28,6 +28,7 @@ def build_page_vectors(
     max_lag_s: float = 5.0,
     pages: str = "candidates",
     query_deadline_s: float = 0.05,
+    page_process: bool = False,
 ) -> Any:
     """The vector half of the search, or None (lexical only) when neither an endpoint nor the local model is set.
 
@@ -37,7 +38,8 @@ def build_page_vectors(
     that is absent, so the search is lexical and counted so). ``pages``: "candidates" (a search embeds its lexical
     candidates: proxy.recall.candidate_vectors.CandidateVectors) or "archive" (every archived page: PageVectors);
     ``query_deadline_s``: how long a search waits for its query's vector (candidates; then it is lexical; with an
-    embeddings server, at least ``timeout_s``)."""
+    embeddings server, at least ``timeout_s``); ``page_process``: the packaged model embeds pages in a child process
+    (proxy.recall.page_process)."""
     def vectors(embedder: Any) -> Any:
         if pages == "candidates":
             return CandidateVectors(embedder, cache_max_bytes=cache_max_bytes, metrics=metrics,
@@ -54,4 +56,4 @@ def build_page_vectors(
     name = local_model.strip().lower()
     if name in ("", "off", "none"):
         return None
-    return vectors(LocalEmbedder(name, local_weights, metrics=metrics))
+    return vectors(LocalEmbedder(name, local_weights, metrics=metrics, page_process=page_process))

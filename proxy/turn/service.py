@@ -81,7 +81,8 @@ class TurnService:
                                      local_weights=s.embeddings_local_weights, metrics=metrics,
                                      cache_max_bytes=s.embeddings_cache_mb * 2**20,
                                      max_lag_s=s.embeddings_max_lag_s, pages=s.embeddings_pages,
-                                     query_deadline_s=s.embeddings_query_deadline_ms / 1000)
+                                     query_deadline_s=s.embeddings_query_deadline_ms / 1000,
+                                     page_process=s.embeddings_page_process)
         self.resolver = RecallResolver(
             store.repo, self.counter, s.recall_max_tokens, vectors=vectors, metrics=metrics,
             lexical_weight=s.recall_lexical_weight, vector_weight=s.recall_vector_weight, min_cosine=s.recall_min_cosine,

