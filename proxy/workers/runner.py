@@ -178,7 +178,20 @@ class MemoryWorker:
         epoch are late)."""
         if self.config.wait_s <= 0:
             return None
+        self._hurry(tenant, conversation_id)
         return await self.covered.wait(tenant, conversation_id, through, end_user, self.config.wait_s)
+
+    def _hurry(self, tenant: str, conversation_id: str) -> None:
+        """The conversation's summary and profile jobs still waiting in this process's queue start now, ahead of
+        the other conversations' (an epoch waits for them: its wait is their own time, not the queue's)."""
+        queue = self.local_queue if self.local_queue is not None else self.queue
+        take = getattr(queue, "take", None)
+        for kind in (SUMMARY_JOB, PROFILE_JOB):
+            job = Job(kind, tenant, conversation_id)
+            if take is not None and take(job):
+                task = asyncio.get_running_loop().create_task(self._safe_handle(job, self.clock()))
+                self._before.add(task)
+                task.add_done_callback(self._before.discard)
 
     async def latest_summary(self, tenant: str, conversation_id: str) -> str:
         """The conversation's summary by the model, '' until one exists (the contents lines serve meanwhile)."""

@@ -101,3 +101,25 @@ async def test_turns_between_epochs_do_not_ask_again_at_once_while_the_jobs_are_
     repo.done(8, "S8")
     assert await m.read("t", "c", 8) is None and repo.reads == reads  # the next turn, a moment later
     assert await m.wait("t", "c", 8, "", timeout_s=1) == Covered("S8", "")  # an epoch always asks
+
+
+async def test_an_epoch_waiting_for_its_jobs_starts_them_ahead_of_the_other_conversations():
+    from proxy.workers.config import MemoryConfig
+    from proxy.workers.queue import InProcessJobQueue, Job
+    from proxy.workers.runner import MemoryWorker
+
+    repo, queue, handled = Repo(), InProcessJobQueue(), []
+    worker = MemoryWorker(repo, summarizer=None, queue=queue, config=MemoryConfig(wait_s=2.0))
+
+    async def run(job: Job, now) -> None:  # the job as the consumer would run it
+        handled.append(job)
+        if len(handled) == 2:
+            repo.done(8, "S8")
+
+    worker._safe_handle = run  # type: ignore[method-assign]
+    await queue.put(Job("summary", "t", "another conversation"))
+    await worker._enqueue("t", "c")  # behind the other conversation's jobs; no consumer runs at all here
+    assert await worker.wait_covering("t", "c", 8) == Covered("S8", "")
+    assert handled == [Job("summary", "t", "c"), Job("profile", "t", "c")]
+    assert [await queue.get() for _ in range(2)] == [Job("summary", "t", "another conversation"),
+                                                     Job("archive", "t", "c")]
