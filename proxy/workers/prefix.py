@@ -73,7 +73,8 @@ class SummaryBase:
         then sends the base and those messages: the answer to the base's own turn (the upstream generated it on the
         base: its prefix is cached, its own tokens mostly too); on a replica that kept the prompt of the turn before
         (the last turn went to another replica), that turn's question and answer too: the same instruction, about
-        the same pages, as one proxy would send."""
+        the same pages, as one proxy would send. Never further (a base kept epochs ago would make a prompt longer
+        than any the conversation sent, over the window)."""
         messages = self.body.get("messages") or ()
         if len(page_messages) < 2 or not messages or page_messages[-1].get("role") != "assistant":
             return None
@@ -82,8 +83,8 @@ class SummaryBase:
         if end is None or not held(keys, page_messages[:end + 1]):
             return None
         after = list(page_messages[end + 1:])
-        if any(_digest(m) in keys or not _plain(m) for m in after):
-            return None
+        if any(_digest(m) in keys or not _plain(m) for m in after) or sum(m.get("role") == "user" for m in after) > 1:
+            return None  # at most the turn after the base's: a prompt at most one turn longer than one sent
         return after
 
     def answer_after(self, page_messages: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

@@ -289,3 +289,8 @@ def test_pages_past_a_base_kept_two_turns_back_join_its_group() -> None:
     assert [(b, [p.number for p in g]) for b, g in prefix_groups(texts, [newer])] == [(newer, ["1", "2", "3"])]
     assert older.continuation([*one, *two, *three]) == [two[1], *three]
     assert newer.continuation([*one, *two, *three]) == [three[1]]
+    # never more than the turn after the base's: a base kept epochs ago holds no page past it
+    four = page(4, "delta")
+    assert older.continuation([*one, *two, *three, *four]) is None
+    groups = prefix_groups([*texts, page_text(4, four, 6)], [older])
+    assert [(b, [p.number for p in g]) for b, g in groups] == [(older, ["1", "2", "3"]), (None, ["4"])]
