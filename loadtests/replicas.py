@@ -4,9 +4,12 @@ robin): every upstream prompt must be identical to the one a single replica send
     python -m loadtests.replicas --conversations 50 --turns 12
 
 Starts an emulator (8k window), an embedded PostgreSQL (pgserver, passed to the proxies as DATABASE_URL), a
-redis-server and the proxies. Run A: one replica; run B: two replicas, turn i of every conversation on replica
-i % 2. The emulator's request log is polled during each run and the prompts are matched by (conversation, turn).
-Prints JSON: mismatches, statuses, lock timeouts and the lock wait p99 of run B.
+redis-server and the proxies, the memory workers on as by default (``--memory-workers off``). Run A: one replica;
+run B: two replicas, turn i of every conversation on replica i % 2 (``--baseline one``: one replica again, how far
+one proxy differs from itself). The emulator's request log is polled during each run and the prompts are matched by
+(conversation, turn); the memory workers' requests are kept apart. Prints JSON: mismatches, hit rates, statuses,
+lock timeouts and the lock wait p99 of run B, the summary calls (prefix, plain) and the epochs' waits for late
+summary jobs of each run. ``--dump DIR`` writes both runs' prompts and jobs, to diff.
 """
 
 from __future__ import annotations
