@@ -4,9 +4,12 @@ robin): every upstream prompt must be identical to the one a single replica send
     python -m loadtests.replicas --conversations 50 --turns 12
 
 Starts an emulator (8k window), an embedded PostgreSQL (pgserver, passed to the proxies as DATABASE_URL), a
-redis-server and the proxies. Run A: one replica; run B: two replicas, turn i of every conversation on replica
-i % 2. The emulator's request log is polled during each run and the prompts are matched by (conversation, turn).
-Prints JSON: mismatches, statuses, lock timeouts and the lock wait p99 of run B.
+redis-server and the proxies, the memory workers on as by default (``--memory-workers off``). Run A: one replica;
+run B: two replicas, turn i of every conversation on replica i % 2 (``--baseline one``: one replica again, how far
+one proxy differs from itself). The emulator's request log is polled during each run and the prompts are matched by
+(conversation, turn); the memory workers' requests are kept apart. Prints JSON: mismatches, hit rates, statuses,
+lock timeouts and the lock wait p99 of run B, the summary calls (prefix, plain) and the epochs' waits for late
+summary jobs of each run. ``--dump DIR`` writes both runs' prompts and jobs, to diff.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import argparse
 import asyncio
 import json
 import re
+import signal
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -38,6 +43,7 @@ def user_text(name: str, turn: int, pad: int) -> str:
 class RunResult:
     statuses: Counter = field(default_factory=Counter)
     prompts: dict[tuple[str, int], Any] = field(default_factory=dict)
+    jobs: list[Any] = field(default_factory=list)  # the memory workers' requests (summaries, profiles), in order
     seconds: float = 0.0
     hit_rate: float = 0.0  # the upstream's cached prompt tokens over its prompt tokens, over the run
 
@@ -65,6 +71,11 @@ class PromptRecorder:
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
 
+    def jobs(self) -> list[Any]:
+        from proxy.workers.prefix import is_job_body
+
+        return [body for body in self.bodies.values() if is_job_body(body)]
+
     async def stop(self) -> dict[tuple[str, int], Any]:
         assert self._task is not None
         self._task.cancel()
@@ -73,11 +84,12 @@ class PromptRecorder:
         out: dict[tuple[str, int], Any] = {}
         for body in self.bodies.values():
             last = (body.get("messages") or [{}])[-1]
-            # A turn's request ends with its user message; background jobs (summaries) quote many turns.
-            # (the proxy's block may lead it, quoting earlier turns in its contents page: read what follows it)
-            text = str(last.get("content")).rsplit("</memci-context>", 1)[-1]
+            # A turn's request ends with its user message, which starts with "Turn N of conv-M:"; the memory
+            # workers' jobs end with an instruction that quotes turns (the proxy's block may lead the user message,
+            # quoting earlier turns in its contents page: read what follows it).
+            text = str(last.get("content")).rsplit("</memci-context>", 1)[-1].lstrip()
             matches = _TURN.findall(text) if last.get("role") == "user" else []
-            match = _TURN.search(text) if len(matches) == 1 else None
+            match = _TURN.match(text) if len(matches) == 1 else None
             if match:
                 out[(match.group(2), int(match.group(1)))] = {"messages": body["messages"], "tools": body.get("tools")}
         return out
@@ -112,6 +124,7 @@ async def run(proxies: list[str], emulator_root: str, api_key: str, conversation
                                for i in range(conversations)))
     result.seconds = time.perf_counter() - started
     result.prompts = await recorder.stop()
+    result.jobs = recorder.jobs()
     result.hit_rate = httpx.get(emulator_root + "/emulator/stats", timeout=10).json()["cache_hit_rate"]
     return result
 
@@ -150,6 +163,12 @@ def metric_sum(metrics_texts: list[str], name: str) -> float:
     return total
 
 
+def labelled_sum(metrics_texts: list[str], name: str, label: str, value: str) -> float:
+    wanted = f'{label}="{value}"'
+    return sum(float(line.rsplit(" ", 1)[1]) for text in metrics_texts for line in text.splitlines()
+               if line.startswith(name + "{") and wanted in line.split("}", 1)[0])
+
+
 def replica_report(proxies: list[str]) -> dict[str, Any]:
     texts = [httpx.get(p + "/metrics", timeout=10).text for p in proxies]
     return {
@@ -158,7 +177,19 @@ def replica_report(proxies: list[str]) -> dict[str, Any]:
         "lock_waits": metric_sum(texts, "memci_lock_wait_seconds_count"),
         "lock_timeouts": metric_sum(texts, "memci_lock_timeouts_total"),
         "engine_errors": metric_sum(texts, "memci_engine_errors_total"),
+        "summary_calls": {kind: labelled_sum(texts, "memci_summary_calls_total", "kind", kind)
+                          for kind in ("prefix", "plain")},
+        "summary_waits": {outcome: labelled_sum(texts, "memci_summary_waits_total", "outcome", outcome)
+                          for outcome in ("ready", "behind", "failed")},
     }
+
+
+def dump_prompts(directory: Path, one: RunResult, two: RunResult) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, result in (("one", one), ("two", two)):
+        data = {f"{conv}/{turn}": prompt for (conv, turn), prompt in sorted(result.prompts.items())}
+        (directory / f"{name}.json").write_text(json.dumps(data, indent=1, ensure_ascii=False))
+        (directory / f"{name}-jobs.json").write_text(json.dumps(result.jobs, indent=1, ensure_ascii=False))
 
 
 def main() -> None:
@@ -171,7 +202,17 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=50)
     parser.add_argument("--turns", type=int, default=12)
     parser.add_argument("--pad", type=int, default=300, help="filler words per user message (epochs come sooner)")
+    parser.add_argument("--memory-workers", choices=("on", "off"), default="on",
+                        help="the memory workers (summaries, profile) on both replicas; on by default, as in a deployment")
+    parser.add_argument("--baseline", choices=("two", "one"), default="two",
+                        help="run B on two alternating replicas (default), or on one again: how far one proxy differs "
+                             "from itself")
+    parser.add_argument("--proxy-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of both replicas (e.g. MEMCI_TOKENIZE_TIMEOUT_S=5)")
+    parser.add_argument("--dump", type=Path, default=None,
+                        help="write both runs' prompts (JSON, keyed by conversation and turn) to this directory")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the proxies, Redis and PostgreSQL too
 
     pg = PostgresProcess().start()
     redis = RedisProcess().start()
@@ -181,23 +222,31 @@ def main() -> None:
         database = pg.create_database("replicas")
         with running_emulator(EmulatorConfig(max_model_len=8192)) as upstream:
             root = upstream.removesuffix("/v1")
-            env = {"DATABASE_URL": database, "REDIS_URL": redis.url}
+            env = {"DATABASE_URL": database, "REDIS_URL": redis.url,
+                   "MEMCI_MEMORY_WORKERS": "true" if args.memory_workers == "on" else "false",
+                   **dict(item.split("=", 1) for item in args.proxy_env)}
             for i in range(2):
                 proxies.append(ProxyProcess(upstream, home / f"r{i}", env).start())
             urls = [p.url for p in proxies]
             one = asyncio.run(run(urls[:1], root, "sk-one-replica", args.conversations, args.turns, args.pad))
+            report_one = replica_report(urls[:1])
             for p in proxies:  # the lock figures below are run B's alone
                 p.stop()
                 p.start()
-            two = asyncio.run(run(urls, root, "sk-two-replicas", args.conversations, args.turns, args.pad))
+            urls_b = urls if args.baseline == "two" else urls[:1]
+            two = asyncio.run(run(urls_b, root, "sk-two-replicas", args.conversations, args.turns, args.pad))
+            if args.dump:
+                dump_prompts(args.dump, one, two)
             report = {
                 "conversations": args.conversations, "turns": args.turns, "pad_words": args.pad,
+                "memory_workers": args.memory_workers, "run_b_replicas": len(urls_b), "proxy_env": args.proxy_env,
                 "prompts_compared": len(set(one.prompts) | set(two.prompts)),
                 "mismatches": len(compare(one, two)),
                 "hit_rate_one": round(one.hit_rate, 4), "hit_rate_two": round(two.hit_rate, 4),
                 "statuses_one": dict(one.statuses), "statuses_two": dict(two.statuses),
                 "seconds_one": round(one.seconds, 2), "seconds_two": round(two.seconds, 2),
-                **replica_report(urls),
+                **replica_report(urls), "summary_calls_one": report_one["summary_calls"],
+                "summary_waits_one": report_one["summary_waits"],
             }
             print(json.dumps(report, indent=2))
     finally:

@@ -102,7 +102,13 @@ class Metrics:
         self.summary_calls = Counter(
             "memci_summary_calls", "Summariser calls of the memory workers, by kind: prefix (the conversation's "
             "pre-epoch prompt plus one instruction, cached upstream) or plain (the pages' text alone: no kept prompt "
-            "held them, e.g. after a restart or on another replica).", ["kind"], registry=r,
+            "held them, e.g. after a restart).", ["kind"], registry=r,
+        )
+        self.summary_waits = Counter(
+            "memci_summary_waits", "Epochs planned while the previous epoch's summary and profile jobs were not done, "
+            "by outcome: ready (they finished within summary_wait_s, the epoch took their result), behind (still "
+            "running at the deadline), failed (backing off): then the epoch kept the summary it had.", ["outcome"],
+            registry=r,
         )
         self.job_prompt_tokens = Counter(
             "memci_memory_job_prompt_tokens", "Prompt tokens the upstream reported for the memory workers' summary and "

@@ -412,6 +412,14 @@ class Settings:
     summary_model: str = field(default="", metadata=_doc("Model name for summaries (empty: the summariser's first model)."))
     summary_model_api_key: str = field(default="", metadata=_doc("API key of the summariser (empty: upstream_api_key)."))
     summary_timeout_s: float = field(default=60.0, metadata=_doc("Seconds one summariser call may take.", min=1.0))
+    summary_wait_s: float = field(
+        default=10.0,
+        metadata=_doc("An epoch's summary and profile are those covering every page archived before it, the same on "
+                      "every replica however fast the jobs ran: seconds an epoch waits at most for the previous "
+                      "epoch's jobs when they are still running (then, or when they failed, it keeps the summary it "
+                      "has); 0: never waits (what is done at the epoch enters). Not with summary_idle_s > 0.",
+                      min=0.0),
+    )
     summary_idle_s: float = field(
         default=0.0,
         metadata=_doc("When the summary and profile jobs of an epoch run: 0, right after the epoch; N > 0, once the "
@@ -449,7 +457,9 @@ class Settings:
         default=600.0, metadata=_doc("Seconds between archival-by-age sweeps and retries of failed summaries.", min=1.0)
     )
     summary_cache_ttl_s: float = field(
-        default=30.0, metadata=_doc("Seconds the latest summary and profile are cached per process.", min=0.0)
+        default=30.0, metadata=_doc("Seconds an end user's profile (facts from all their conversations) is cached per "
+                                    "process; a conversation's own summary and profile are cached by how far they "
+                                    "cover (summary_wait_s), with no time to live.", min=0.0)
     )
 
     # --- memory bounds of one process ----------------------------------------------------------

@@ -77,6 +77,7 @@ class Plan:
     blocks: list[tuple[str, int, int]]
     epoch: bool = False
     epoch_reason: str | None = None
+    epoch_due: bool = False  # an epoch was due (made, or not made since nothing could change)
     new_entries: list[tuple[int, dict[str, Any], str, int]] = field(default_factory=list)
     archived: list[str] = field(default_factory=list)
     evicted: list[tuple[str, str]] = field(default_factory=list)
@@ -238,6 +239,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
 
     result = EpochResult()
     first_active_before = s.first_active_page
+    epoch_due = reason is not None
     if reason is not None:
         if ratio < 1.0 and _active_images(s, msgs):
             # The ratio was learned with images in the prompt (a flat estimate per image); once they decay to
@@ -356,6 +358,7 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         blocks=blocks,
         epoch=reason is not None,
         epoch_reason=reason,
+        epoch_due=epoch_due,
         new_entries=new_entries,
         archived=result.archived,
         evicted=result.evicted,

@@ -10,6 +10,7 @@ the budget when it would not fit).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -47,6 +48,7 @@ from proxy.turn.push import QUESTION_HIGH_WATERMARK, ProactivePush, with_push_ro
 from proxy.turn.volatile import VolatileContext, push_on
 from proxy.turn.shapes import Shape, ShapeChoice, holds_rounds, renderer, resend
 from proxy.turn.window import ContextWindow
+from proxy.turn.epoch_memory import epoch_memory, waited
 from proxy.upstream.refusal import REFUSAL_STATUSES, context_refusal
 from proxy.upstream.cache_kind import CacheKind
 from proxy.upstream.exchange import Answer, Exchange, Outgoing
@@ -274,13 +276,12 @@ class TurnService:
         max_tokens = requested_tokens(data)
         volatile = await self.volatile.blocks(call.rewrite_mode, call.memory_mode, tenant, conversation_id, state,
                                               messages)
-        memory = self.memory
+        memory = await epoch_memory(self.memory, tenant, conversation_id, state, call.end_user)
         model = data.get("model") if isinstance(data.get("model"), str) else ""
         counter = await self.counts.counter_for(model, system, messages, known_prefix, state)
         tools_json = _encode(tools).decode() if tools else ""
         turn_input = TurnInput(
-            summary=await memory.latest_summary(tenant, conversation_id) if memory and state is not None else "",
-            profile=await self._profile(tenant, conversation_id, call.end_user, state),
+            summary=memory.summary, profile=memory.profile,
             intent=volatile.intent, memory=volatile.memory, system=system, messages=messages,
             tools_tokens=self.counts.tools_tokens(counter, tools_json),
             max_tokens=max_tokens, now=time.time(),
@@ -288,6 +289,11 @@ class TurnService:
             offload=call.offload_mode != "off",
         )
         result = plan(state, turn_input, config, counter)
+        if memory.behind and result.epoch_due:  # the previous epoch's jobs are late: this epoch waits for them
+            caught_up = await waited(self.memory, tenant, conversation_id, memory, call.end_user)
+            if caught_up is not None:
+                turn_input = dataclasses.replace(turn_input, summary=caught_up.summary, profile=caught_up.profile)
+                result = plan(state, turn_input, config, counter)
         if result.over_budget and not config.fits(result.estimated_tokens, max_tokens):
             # not even the fixed part and a small answer fit: refused, nothing stored, nothing counted but this
             self.metrics.over_budget.inc()
@@ -305,13 +311,6 @@ class TurnService:
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
                     tools_json=tools_json, learned=isinstance(counter, LearnedCounter), accounting=accounting,
                     need=need, across=across, window=window)
-
-    async def _profile(self, tenant: str, conversation_id: str, end_user: str, state: ConversationState | None
-                       ) -> str:
-        """B2a: the end user's stable facts, or this conversation's own without a user id (nothing crosses)."""
-        if self.memory is None or (not end_user and state is None):
-            return ""
-        return await self.memory.latest_profile(tenant, conversation_id, end_user)
 
     async def _intake_images(self, result: Plan, tenant: str, conversation_id: str) -> None:
         """New messages' data: images to the blob store (once per hash), descriptions started; the entries

@@ -19,6 +19,7 @@ class MemoryConfig:
     topics_per_conversation: int = 12
     sweep_interval_s: float = 600.0  # archival by age and due retries
     cache_ttl_s: float = 30.0  # latest_summary / latest_profile cache
+    wait_s: float = 10.0  # an epoch waits this long at most for the previous epoch's jobs (proxy.workers.covering)
     idle_s: float = 0.0  # 0: summary jobs right after the epoch; else once the conversation had no turn this long
     bases_max_entries: int = 1000  # conversations whose pre-epoch prompt is kept for prefix jobs
     bases_max_mb: int = 64  # memory bound of those prompts
@@ -27,6 +28,8 @@ class MemoryConfig:
     @classmethod
     def from_settings(cls, settings: Any) -> "MemoryConfig":
         values = {field: getattr(settings, name) for field, name in SETTING_NAMES.items() if hasattr(settings, name)}
+        if values.get("idle_s", 0.0) > 0:  # the previous epoch's jobs wait for a quiet moment: no epoch waits for them
+            values["wait_s"] = 0.0
         return cls(**values, prefix_jobs=not getattr(settings, "summary_model_url", ""))
 
 
@@ -40,6 +43,7 @@ SETTING_NAMES = {
     "sweep_interval_s": "memory_sweep_interval_s",
     "cache_ttl_s": "summary_cache_ttl_s",
     "idle_s": "summary_idle_s",
+    "wait_s": "summary_wait_s",
     "bases_max_entries": "last_prompts_max_entries",
     "bases_max_mb": "last_prompts_max_mb",
 }

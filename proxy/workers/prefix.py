@@ -63,21 +63,34 @@ class SummaryBase:
     _positions: dict[bytes, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def holds(self, page_messages: Sequence[dict[str, Any]]) -> bool:
-        """``covers(self.body["messages"], page_messages)``, or the page ends with the answer to this very prompt
-        (``answer_after``): an epoch on the next turn archived the page the base's turn opened."""
-        return held(self._keys(), page_messages) or self.answer_after(page_messages) is not None
+        """``covers(self.body["messages"], page_messages)``, or the page goes on past this very prompt
+        (``continuation``): an epoch soon after the base's turn archived the page that turn opened."""
+        return held(self._keys(), page_messages) or self.continuation(page_messages) is not None
 
-    def answer_after(self, page_messages: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-        """The page's last message when it is the answer to this prompt: an assistant message the base lacks,
-        after the page's other messages, the last of which ends the base. A job then sends the base and that answer
-        (the upstream generated it on the base: its prefix is cached, its own tokens mostly too)."""
+    def continuation(self, page_messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """The page's messages after this prompt's last one, when the page holds that message, the prompt holds
+        the page up to it, and what follows is plain text ending with an answer (none of it in the prompt). A job
+        then sends the base and those messages: the answer to the base's own turn (the upstream generated it on the
+        base: its prefix is cached, its own tokens mostly too); on a replica that kept the prompt of the turn before
+        (the last turn went to another replica), that turn's question and answer too: the same instruction, about
+        the same pages, as one proxy would send. Never further (a base kept epochs ago would make a prompt longer
+        than any the conversation sent, over the window)."""
         messages = self.body.get("messages") or ()
         if len(page_messages) < 2 or not messages or page_messages[-1].get("role") != "assistant":
             return None
-        keys = self._keys()
-        if _digest(page_messages[-1]) in keys or _digest(page_messages[-2]) != _digest(messages[-1]):
+        keys, last = self._keys(), _digest(messages[-1])
+        end = next((i for i in range(len(page_messages) - 2, -1, -1) if _digest(page_messages[i]) == last), None)
+        if end is None or not held(keys, page_messages[:end + 1]):
             return None
-        return page_messages[-1] if held(keys, page_messages[:-1]) else None
+        after = list(page_messages[end + 1:])
+        if any(_digest(m) in keys or not _plain(m) for m in after) or sum(m.get("role") == "user" for m in after) > 1:
+            return None  # at most the turn after the base's: a prompt at most one turn longer than one sent
+        return after
+
+    def answer_after(self, page_messages: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+        """The page's last message when it alone is the ``continuation``: the answer to this prompt."""
+        after = self.continuation(page_messages)
+        return after[0] if after is not None and len(after) == 1 else None
 
     def _keys(self) -> dict[bytes, tuple[int, int]]:
         if not self._positions:
@@ -85,14 +98,20 @@ class SummaryBase:
         return self._positions
 
 
+def _plain(message: dict[str, Any]) -> bool:
+    return (message.get("role") in ("user", "assistant") and isinstance(message.get("content"), str)
+            and not message.get("tool_calls"))
+
+
 def job_body(base: dict[str, Any], instruction: str, max_tokens: int,
-             answer: dict[str, Any] | None = None) -> dict[str, Any]:
+             answer: dict[str, Any] | Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The base body with one user message appended (the base's messages kept as the same objects, so they encode
-    to the same bytes), after the ``answer`` the upstream gave to the base when given (SummaryBase.answer_after),
-    not streamed, one choice, ``max_tokens`` and temperature 0. A tool_choice that forces a call becomes "auto"
+    to the same bytes), after the messages that continue the base when given (SummaryBase.continuation: the
+    ``answer`` the upstream gave to the base, a message or a list), not streamed, one choice, ``max_tokens`` and temperature 0. A tool_choice that forces a call becomes "auto"
     (the tools stay in the prompt: dropping them, or "none" on some servers, would change the rendered prefix)."""
     body = {k: v for k, v in base.items() if k not in _DROPPED}
-    answered = [] if answer is None else [{"role": "assistant", "content": answer.get("content") or ""}]
+    after = [] if answer is None else [answer] if isinstance(answer, dict) else list(answer)
+    answered = [{"role": m.get("role"), "content": m.get("content") or ""} for m in after]
     body["messages"] = [*base.get("messages", ()), *answered, {"role": "user", "content": instruction}]
     body["max_tokens"] = max(8, int(max_tokens))
     body["temperature"] = 0

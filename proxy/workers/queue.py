@@ -60,6 +60,7 @@ class InProcessJobQueue:
     def __init__(self, maxsize: int = 10_000) -> None:
         self._queue: asyncio.Queue[Job] = asyncio.Queue(maxsize)
         self._waiting: set[Job] = set()
+        self._taken: set[Job] = set()  # waiting jobs a caller runs itself: skipped when they come out of the queue
         self.dropped = 0
 
     async def put(self, job: Job) -> None:
@@ -76,9 +77,21 @@ class InProcessJobQueue:
         return self._queue.qsize()
 
     async def get(self) -> Job:
-        job = await self._queue.get()
+        while True:
+            job = await self._queue.get()
+            if job in self._taken:
+                self._taken.discard(job)
+                continue
+            self._waiting.discard(job)
+            return job
+
+    def take(self, job: Job) -> bool:
+        """The job, waiting here, is the caller's to run now (an epoch waits for it): True when it was waiting."""
+        if job not in self._waiting:
+            return False
         self._waiting.discard(job)
-        return job
+        self._taken.add(job)
+        return True
 
     async def drain(self, handler: Handler) -> int:
         """Handle every job waiting now (tests, shutdown); returns how many."""

@@ -6,14 +6,17 @@ latest summary and profile to the managed turn (cached).
     worker.keep_base(tenant, conversation_id, base)                 # the pre-epoch prompt (proxy.workers.prefix)
     await worker.notify(tenant, conversation_id)                    # after a turn that archived pages
     worker.touch(tenant, conversation_id)                           # after every turn (the idle delay)
-    summary = await worker.latest_summary(tenant, conversation_id)  # TurnInput.summary (B4)
-    profile = await worker.latest_profile(tenant, conversation_id, end_user)  # TurnInput.profile (B2a)
+    covered = await worker.covering(tenant, conversation_id, through, end_user)  # TurnInput summary, profile
+    covered = await worker.wait_covering(tenant, conversation_id, through, end_user)  # at an epoch, if None
     await worker.stop()
 
 Summary and profile jobs run right after the epoch (``notify``), or with ``idle_s`` > 0 once the conversation has had
 no turn for that long (``touch`` pushes the moment back; a second epoch before it runs the first one's jobs at once),
 or, on a one-slot engine, before the epoch's request (``run_before``, then ``notify(summaries=False)``).
-They reuse the kept pre-epoch prompt when it still holds the pages (``proxy.workers.prefix``), else plain calls.
+They reuse the kept pre-epoch prompt when it still holds the pages (``proxy.workers.prefix``), else plain calls;
+so with a shared (Redis) queue the summary and profile jobs of an epoch run on the replica that kept that prompt
+(``local_queue``: a lost one is harmless, the next epoch's jobs take its pages in), the archival on any replica.
+What an epoch takes into the prompt: ``proxy.workers.covering``.
 
 Tests drive it without tasks: ``handle(job, now)``, ``run_due(now)``, ``sweep_all(now)``, ``run_idle(at)``.
 """
@@ -31,6 +34,7 @@ from typing import Any
 from proxy.caches import BoundedLru
 from proxy.workers.archival import ArchiveSweep, SweepReport
 from proxy.workers.config import MemoryConfig
+from proxy.workers.covering import Covered, CoveredMemory
 from proxy.workers.prefix import SummaryBase
 from proxy.workers.queue import ARCHIVE_JOB, PROFILE_JOB, SUMMARY_JOB, Job, JobQueue
 from proxy.workers.summaries import render_profile, update_conversation_summary, update_profile
@@ -41,6 +45,7 @@ log = logging.getLogger("memci.workers")
 Clock = Callable[[], dt.datetime]
 BASES_PER_CONVERSATION = 2  # pre-epoch prompts kept per conversation (a job late by one epoch still finds its own)
 MAX_IDLE_WAITING = 100_000  # conversations whose jobs wait for the idle delay
+LOCAL_CONSUMERS = 4  # jobs of this replica's own queue run at once (one at a time per job and conversation)
 
 
 def utc_now() -> dt.datetime:
@@ -56,8 +61,10 @@ class MemoryWorker:
         config: MemoryConfig | None = None,
         clock: Clock = utc_now,
         metrics: Any = None,
+        local_queue: JobQueue | None = None,
     ) -> None:
         self.repo, self.summarizer, self.queue = repo, summarizer, queue
+        self.local_queue = local_queue  # this replica's own (the queue is shared): jobs on a prompt kept here
         self.config = config or MemoryConfig()
         self.clock = clock
         self.sweep = ArchiveSweep(repo, summarizer, self.config)
@@ -73,10 +80,12 @@ class MemoryWorker:
         self._idle: dict[tuple[str, str], float] = {}  # conversation -> monotonic time its jobs are due (idle_s > 0)
         self._tasks: list[asyncio.Task[None]] = []
         self._before: set[asyncio.Task[None]] = set()  # jobs of run_before still running
+        self._job_locks: dict[Job, asyncio.Lock] = {}
         self.outcomes: dict[str, int] = {}
         self.calls: dict[str, int] = {}  # summariser calls by kind: "prefix" (on a kept prompt), "plain"
         self.metrics = metrics  # proxy.metrics.Metrics (memci_summary_calls) when the app runs the worker
         self._swept_on = ""
+        self.covered = CoveredMemory(repo, self.config.profile_max_facts, self.latest_profile, clock, self._waited)
 
     # --- what the managed turn calls ----------------------------------------------------------
     def keep_base(self, tenant: str, conversation_id: str, base: SummaryBase) -> None:
@@ -148,14 +157,41 @@ class MemoryWorker:
 
     async def _enqueue(self, tenant: str, conversation_id: str) -> None:
         self._idle.pop((tenant, conversation_id), None)
-        await self.queue.put(Job(SUMMARY_JOB, tenant, conversation_id))
-        await self.queue.put(Job(PROFILE_JOB, tenant, conversation_id))
+        # on the prompt kept here: the same calls (and so the same summary) as one replica would make
+        jobs = self.local_queue if self.local_queue is not None and self.bases(tenant, conversation_id) else self.queue
+        await jobs.put(Job(SUMMARY_JOB, tenant, conversation_id))
+        await jobs.put(Job(PROFILE_JOB, tenant, conversation_id))
         await self.queue.put(Job(ARCHIVE_JOB, tenant, conversation_id))
 
     def created(self, tenant: str, conversation_id: str) -> None:
         """A conversation this process just created has no summary: its next turns need not ask the database (until
         the cache's time to live has passed, as for any cached summary, or a summary job here writes one)."""
         self._summaries.put((tenant, conversation_id), (time.monotonic(), ""))
+
+    async def covering(self, tenant: str, conversation_id: str, through: int, end_user: str = "") -> Covered | None:
+        """The summary and profile once the jobs have taken in the pages archived up to message ``through``
+        (``proxy.workers.covering``); None while they have not."""
+        return await self.covered.read(tenant, conversation_id, through, end_user)
+
+    async def wait_covering(self, tenant: str, conversation_id: str, through: int, end_user: str = "") -> Covered | None:
+        """``covering``, waiting for the jobs at most ``summary_wait_s`` (an epoch's turn: the jobs of the previous
+        epoch are late)."""
+        if self.config.wait_s <= 0:
+            return None
+        self._hurry(tenant, conversation_id)
+        return await self.covered.wait(tenant, conversation_id, through, end_user, self.config.wait_s)
+
+    def _hurry(self, tenant: str, conversation_id: str) -> None:
+        """The conversation's summary and profile jobs still waiting in this process's queue start now, ahead of
+        the other conversations' (an epoch waits for them: its wait is their own time, not the queue's)."""
+        queue = self.local_queue if self.local_queue is not None else self.queue
+        take = getattr(queue, "take", None)
+        for kind in (SUMMARY_JOB, PROFILE_JOB):
+            job = Job(kind, tenant, conversation_id)
+            if take is not None and take(job):
+                task = asyncio.get_running_loop().create_task(self._safe_handle(job, self.clock()))
+                self._before.add(task)
+                task.add_done_callback(self._before.discard)
 
     async def latest_summary(self, tenant: str, conversation_id: str) -> str:
         """The conversation's summary by the model, '' until one exists (the contents lines serve meanwhile)."""
@@ -191,6 +227,7 @@ class MemoryWorker:
     def forget(self, tenant: str, conversation_id: str) -> None:
         """Drop cached values (after a delete)."""
         self._summaries.pop((tenant, conversation_id))
+        self.covered.forget(tenant, conversation_id)
         self._profiles.pop((tenant, "conversation:" + conversation_id))
         self._bases.pop((tenant, conversation_id))
         self._idle.pop((tenant, conversation_id), None)
@@ -201,7 +238,15 @@ class MemoryWorker:
 
     # --- the jobs -----------------------------------------------------------------------------
     async def handle(self, job: Job, now: dt.datetime | None = None) -> str | SweepReport:
-        now = now or self.clock()
+        lock = self._job_locks.setdefault(job, asyncio.Lock())
+        try:
+            async with lock:  # a conversation's summary (or profile) job at a time: each reads the other's progress
+                return await self._handle(job, now or self.clock())
+        finally:
+            if not lock.locked() and not getattr(lock, "_waiters", None):
+                self._job_locks.pop(job, None)
+
+    async def _handle(self, job: Job, now: dt.datetime) -> str | SweepReport:
         result: str | SweepReport
         if job.kind == SUMMARY_JOB:
             result = await update_conversation_summary(self.repo, self.summarizer, self.config, job.tenant,
@@ -220,6 +265,10 @@ class MemoryWorker:
         label = result if isinstance(result, str) else "archive"
         self.outcomes[f"{job.kind}:{label}"] = self.outcomes.get(f"{job.kind}:{label}", 0) + 1
         return result
+
+    def _waited(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.summary_waits.labels(outcome).inc()
 
     def _count(self, kind: str) -> None:
         self.calls[kind] = self.calls.get(kind, 0) + 1
@@ -279,6 +328,9 @@ class MemoryWorker:
             asyncio.create_task(self.queue.run(self.handle), name="memci-memory-jobs"),
             asyncio.create_task(self._periodic(), name="memci-memory-sweep"),
         ]
+        if self.local_queue is not None:
+            self._tasks += [asyncio.create_task(self.local_queue.run(self.handle), name=f"memci-memory-local-jobs-{i}")
+                            for i in range(LOCAL_CONSUMERS)]
         if self.config.idle_s > 0:
             self._tasks.append(asyncio.create_task(self._idle_loop(), name="memci-memory-idle"))
 
@@ -311,6 +363,8 @@ class MemoryWorker:
         self._tasks = []
         self._before.clear()
         await self.queue.close()
+        if self.local_queue is not None:
+            await self.local_queue.close()
         close = getattr(self.summarizer, "aclose", None)
         if close is not None:
             await close()

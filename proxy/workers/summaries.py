@@ -54,12 +54,23 @@ async def new_archived_pages(
     return out
 
 
+def _rows(pages: list[PageText]) -> list[dict[str, Any]]:
+    return [row for page in pages for row in page.rows]
+
+
 def prefix_groups(pages: list[PageText], bases: Sequence[SummaryBase]
                   ) -> list[tuple[SummaryBase | None, list[PageText]]]:
-    """Consecutive pages grouped by the newest base that still holds each of them (None: no base holds it)."""
+    """Consecutive pages grouped by the newest base that still holds each of them (None: no base holds it); a page
+    after the base's end joins the group when the group's pages and it go on past the base (``continuation``)."""
     groups: list[tuple[SummaryBase | None, list[PageText]]] = []
     for page in pages:
-        base = next((b for b in reversed(bases) if b.holds(page.rows)), None)
+        current = groups[-1] if groups and groups[-1][0] is not None else None
+
+        def holds(b: SummaryBase) -> bool:
+            return b.holds(page.rows) or (current is not None and b is current[0] and b.continuation(
+                [*_rows(current[1]), *page.rows]) is not None)
+
+        base = next((b for b in reversed(bases) if holds(b)), None)
         if groups and groups[-1][0] is base:
             groups[-1][1].append(page)
         else:
@@ -79,7 +90,7 @@ async def answers(summarizer: Summarizer, pages: list[PageText], bases: Sequence
         if base is not None and complete_after is not None:
             instruction = page_instruction(prefix_template, group[0].rows[0], group[-1].rows[-1])
             on_call("prefix")
-            answer = base.answer_after(group[-1].rows)
+            answer = base.continuation(_rows(group))
             try:
                 text = await complete_after(job_body(base.body, instruction, max_tokens, answer), base.base_url,
                                             base.auth)

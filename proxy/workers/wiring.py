@@ -25,13 +25,15 @@ def build_memory_worker(settings: Any, repo: Any, metrics: Any = None) -> Memory
         on_usage=None if metrics is None else metrics.observe_job_usage,
     )
     queue: JobQueue
+    local: JobQueue | None = None  # jobs on a prompt this replica kept (proxy.workers.runner)
     if getattr(settings, "redis_url", ""):
         from proxy.workers.redis_queue import RedisStreamJobQueue
 
-        queue = RedisStreamJobQueue(settings.redis_url)
+        queue, local = RedisStreamJobQueue(settings.redis_url), InProcessJobQueue()
     else:
         queue = InProcessJobQueue()
-    worker = MemoryWorker(repo, summarizer, queue, MemoryConfig.from_settings(settings), metrics=metrics)
+    worker = MemoryWorker(repo, summarizer, queue, MemoryConfig.from_settings(settings), metrics=metrics,
+                          local_queue=local)
     log.info("memory workers: summaries by %s, job queue %s", base_url, queue.kind)
     return worker
 

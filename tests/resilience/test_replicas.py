@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from loadtests.replicas import compare, replica_report, run
 from tests.resilience.conftest import env_int
 
@@ -31,13 +33,16 @@ def test_alternating_replicas_send_the_prompts_of_one(redis_proc, migrated_db_ur
         assert "another state was stored" not in p.log()  # no turn planned or stored twice
 
 
+@pytest.mark.parametrize("workers", ["off", "on"])
 def test_one_long_chat_alternating_between_replicas_is_planned_as_by_one(redis_proc, migrated_db_url, emulator_8k,
-                                                                          home, start_proxy):
+                                                                          home, start_proxy, workers):
     """One 100-turn chat, every turn on the other replica, against one proxy replaying it: the plan reads only the
     conversation's shared state (its learned token costs included), never what one process alone saw. Messages of
     about 1,400 characters: planned with the estimate and the learned costs, no /tokenize wait that a busy machine
-    could time out."""
-    env = {"DATABASE_URL": migrated_db_url, "REDIS_URL": redis_proc.url}
+    could time out. With the memory workers on (the default), each epoch shows the summary and profile covering
+    the pages archived before it, whichever replica ran the jobs and however late they finished."""
+    env = {"DATABASE_URL": migrated_db_url, "REDIS_URL": redis_proc.url,
+           "MEMCI_MEMORY_WORKERS": "true" if workers == "on" else "false"}
     urls = [start_proxy(home / f"r{i}", env).url for i in range(2)]
     turns = 100
     one = asyncio.run(run(urls[:1], emulator_8k.url, "sk-one", 1, turns, pad=200))
@@ -45,6 +50,8 @@ def test_one_long_chat_alternating_between_replicas_is_planned_as_by_one(redis_p
     assert one.statuses == two.statuses == {200: turns}
     assert len(one.prompts) == len(two.prompts) == turns
     assert sum("Contents of archived pages" in str(p["messages"]) for p in two.prompts.values()) > turns // 2
+    if workers == "on":
+        assert sum("## Conversation summary" in str(p["messages"]) for p in two.prompts.values()) > turns // 3
     identical = turns - len(compare(one, two))
     assert identical >= 95, compare(one, two)[:5]
     assert abs(one.hit_rate - two.hit_rate) <= 0.01, (one.hit_rate, two.hit_rate)

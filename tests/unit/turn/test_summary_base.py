@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from proxy.workers.covering import Covered
 from proxy.workers.prefix import SUMMARY_INSTRUCTION, SummaryBase, covers, job_body, page_instruction
 from turn_fakes import Chat, ChatUpstream, make_service
 
@@ -35,8 +36,8 @@ class RecordingMemory:
     async def notify(self, tenant: str, conversation_id: str, summaries: bool = True) -> None:
         self.notified.append(conversation_id)
 
-    async def latest_summary(self, tenant: str, conversation_id: str) -> str:
-        return ""
+    async def covering(self, tenant: str, conversation_id: str, through: int, end_user: str = "") -> Covered:
+        return Covered("", "")
 
     async def latest_profile(self, tenant: str, conversation_id: str, end_user: str = "") -> str:
         return ""

@@ -295,9 +295,11 @@ async def test_a_new_conversation_is_told_to_the_memory_workers_so_its_summary_i
         def created(self, tenant: str, cid: str) -> None:
             self.new.append(cid)
 
-        async def latest_summary(self, tenant: str, cid: str) -> str:
+        async def covering(self, tenant: str, cid: str, through: int, end_user: str = ""):
+            from proxy.workers.covering import Covered
+
             self.summary_reads.append(cid)
-            return ""
+            return Covered("", "")
 
         async def latest_profile(self, tenant: str, conversation_id: str, end_user: str = "") -> str:
             return ""

@@ -243,6 +243,28 @@ def test_a_page_archived_right_after_its_turn_is_summarised_on_the_base_and_its_
     assert base.answer_after([two[0]]) is None and base.answer_after([*one, two[0]]) is None
 
 
+def test_a_replica_that_kept_the_prompt_of_the_turn_before_sends_the_same_instruction_about_the_same_pages() -> None:
+    # turns alternating between two replicas: the one planning the epoch kept the prompt of two turns back; the
+    # archived page goes on past it (that turn's answer, the last turn's question and answer): one job on that base
+    # and those messages, the instruction one proxy (which kept the last prompt) sends
+    one = page(1, "alpha")
+    two = [*page(2, "beta"), *page(2, "beta again")]
+    system = {"role": "system", "content": "You are terse."}
+    older = SummaryBase({"model": "m", "messages": [system, *one, two[0]]}, "", 1.0)
+    newer = SummaryBase({"model": "m", "messages": [system, *one, *two[:3]]}, "", 2.0)
+    assert older.holds(two) and newer.holds(two)
+    assert older.continuation(two) == two[1:] and older.answer_after(two) is None
+    assert newer.continuation(two) == [two[3]] and newer.answer_after(two) == two[3]
+    instruction = page_instruction(SUMMARY_INSTRUCTION, two[0], two[-1])
+    from_older = job_body(older.body, instruction, 100, older.continuation(two))
+    from_newer = job_body(newer.body, instruction, 100, newer.continuation(two))
+    assert from_older["messages"] == from_newer["messages"]  # the same conversation, the same instruction
+    # not past a tool call, an image or a message the base already holds further up
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"name": "f"}}]}
+    assert older.continuation([*two[:2], call, {"role": "tool", "tool_call_id": "c", "content": "x"},
+                               two[3]]) is None
+
+
 def test_a_page_whose_first_message_carries_the_memory_block_is_held_by_the_prompt() -> None:
     from proxy.engine.layout import memory_block, with_blocks
     from proxy.workers.prefix import covers
@@ -253,3 +275,22 @@ def test_a_page_whose_first_message_carries_the_memory_block_is_held_by_the_prom
     assert covers(prompt, page)
     listed = [{**page[0], "content": [{"type": "text", "text": "what about billing?"}]}, page[1]]
     assert covers([prompt[0], with_blocks(listed[0], lead, ""), page[1]], listed)
+
+
+def test_pages_past_a_base_kept_two_turns_back_join_its_group() -> None:
+    # the replica planning the epoch kept the prompt of the turn before the last one (ending with page 2's question);
+    # pages 2 and 3 (the last turn) go on past it: one group, one call, as one proxy would make on the last prompt
+    one, two, three = page(1, "alpha"), page(2, "beta"), page(3, "gamma")
+    system = {"role": "system", "content": "You are terse."}
+    older = SummaryBase({"model": "m", "messages": [system, *one, two[0]]}, "", 1.0)
+    newer = SummaryBase({"model": "m", "messages": [system, *one, *two, three[0]]}, "", 2.0)
+    texts = [page_text(1, one, 0), page_text(2, two, 2), page_text(3, three, 4)]
+    assert [(b, [p.number for p in g]) for b, g in prefix_groups(texts, [older])] == [(older, ["1", "2", "3"])]
+    assert [(b, [p.number for p in g]) for b, g in prefix_groups(texts, [newer])] == [(newer, ["1", "2", "3"])]
+    assert older.continuation([*one, *two, *three]) == [two[1], *three]
+    assert newer.continuation([*one, *two, *three]) == [three[1]]
+    # never more than the turn after the base's: a base kept epochs ago holds no page past it
+    four = page(4, "delta")
+    assert older.continuation([*one, *two, *three, *four]) is None
+    groups = prefix_groups([*texts, page_text(4, four, 6)], [older])
+    assert [(b, [p.number for p in g]) for b, g in groups] == [(older, ["1", "2", "3"]), (None, ["4"])]

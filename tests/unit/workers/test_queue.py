@@ -105,3 +105,16 @@ async def test_tick_retries_due_work_and_enqueues_the_daily_sweep_once() -> None
     now[0] += dt.timedelta(hours=2)
     await worker.tick()
     assert queue.pending() == 2  # a new UTC day
+
+
+async def test_a_waiting_job_taken_by_its_caller_is_not_handed_out_again():
+    from proxy.workers.queue import InProcessJobQueue, Job
+
+    queue = InProcessJobQueue()
+    first, second = Job("summary", "t", "c1"), Job("summary", "t", "c2")
+    await queue.put(first)
+    await queue.put(second)
+    assert queue.take(first) and not queue.take(first)  # taken once
+    assert await queue.get() == second
+    await queue.put(first)  # queued again later: handed out then
+    assert await queue.get() == first
