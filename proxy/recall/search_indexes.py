@@ -176,18 +176,20 @@ class SearchIndexes:
             entry = _Indexed()
             self._indexes.put(ctx.conversation_id, entry)
         pages = ctx.state.pages
-        complete = [r for r in pages[:-1] if r.status == ACTIVE and r.end <= len(ctx.messages)]
-        wanted = {r.label for r in complete}
-        for label in [label for label in entry.prepared if label not in wanted]:
-            del entry.prepared[label]  # archived and indexed since, or gone with a fork
+        # the active pages only (the archived ones are not looked at: the work does not grow with the history)
+        complete = [r for r in pages[ctx.state.first_active_page:-1]
+                    if r.status == ACTIVE and r.end <= len(ctx.messages)]
+        if len(entry.prepared) > len(complete):
+            wanted = {r.label for r in complete}
+            for label in [label for label in entry.prepared if label not in wanted]:
+                del entry.prepared[label]  # archived and indexed since, or gone with a fork
         read = 0
         for record in complete:
+            if record.label in entry.prepared:
+                continue  # read already (changed since, by a fork: the epoch sees the digests differ and reads it)
             digests = entry_digests(ctx.state, record)
             if len(digests) != (record.end - record.start) * HASH_SIZE:
                 continue  # (a state without its entries' digests: nothing to know the page again by)
-            known = entry.prepared.get(record.label)
-            if known is not None and known.entries == digests:
-                continue
             messages = ctx.messages[record.start:record.end]
             if not _text_only(messages):
                 continue
