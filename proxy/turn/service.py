@@ -65,6 +65,16 @@ _encode = msgspec.json.Encoder().encode
 NOTHING_STORED = Known(None, 0, SnapshotBase(0, None))
 
 
+# Past this share of its budget a conversation's next epoch is near: the terms of its active pages are read behind
+# the answers from then on (the epoch then archives them without reading them). Below it (a conversation that may
+# never reach an epoch) nothing is read ahead.
+PREPARE_SHARE = 0.6
+
+
+def near_an_epoch(plan: Any) -> bool:
+    return plan.estimated_tokens >= PREPARE_SHARE * plan.budget
+
+
 class TurnService:
     def __init__(self, settings: Settings, metrics: Metrics, exchange: Exchange, store: Any, memory: Any = None) -> None:
         self.settings = s = settings
@@ -490,7 +500,7 @@ class TurnService:
                 self.memory.touch(turn.call.tenant, turn.conversation_id)
                 if turn.plan.archived:  # (jobs_first: the summary and profile jobs ran before the request)
                     await self.memory.notify(turn.call.tenant, turn.conversation_id, summaries=not turn.jobs_first)
-            if self.recall_enabled:
+            if self.recall_enabled and (turn.plan.archived or near_an_epoch(turn.plan)):
                 self._prepare_search(turn, state, archived=turn.plan.archived)
         except Exception as exc:
             # The client resends these messages with its next request, whose plan stores them then.
@@ -508,7 +518,8 @@ class TurnService:
 
         async def prepare() -> None:
             try:
-                self.resolver.prepare_active(ctx)
+                if near_an_epoch(turn.plan):
+                    self.resolver.prepare_active(ctx)
                 if archived and self.resolver.embeds_archived_pages:
                     await self.resolver.prepare(ctx)
             except Exception:

@@ -26,3 +26,40 @@ def test_a_short_chat_runs_through_the_managed_turn(caplog):
     failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not failures, failures
     assert bench._last_turns([1, 2, 3, 4, 5, 6], 3, 1) == [3, 6]
+
+
+def test_active_pages_are_read_ahead_only_near_an_epoch():
+    """Behind the answers, a conversation far below its budget reads nothing ahead; one near its next epoch has its
+    complete active pages' terms read, and the epoch archives them without reading them again."""
+    import time
+
+    from proxy.metrics import Metrics
+    from proxy.store.factory import Store
+    from proxy.store.hot.memory import InProcessHotState
+    from proxy.turn.call import chat_call
+    from proxy.turn.service import TurnService
+    from proxy.upstream.exchange import Exchange
+    from proxy.wire.validate import parse_chat_body
+    from turn_fakes import MemoryRepository, settings
+
+    bench = load_bench()
+
+    async def prepared_after(window: int, turns: int) -> int:
+        metrics = Metrics()
+        store = Store(repo=MemoryRepository(), hot=InProcessHotState(), kind_db="memory", kind_hot="in-process",
+                      database_url="")
+        service = TurnService(settings(context_window=window, embeddings_local="off"), metrics,
+                              Exchange(bench.InstantUpstream(), metrics), store)
+        service.start()
+        for body in bench.chat_bodies(f"c{time.time_ns()}", turns, exchange_chars=600):
+            data, raw = parse_chat_body(body)
+            await service.handle(chat_call({"Authorization": "Bearer t"}, data, body, raw.get("messages")))
+            for _ in range(3):
+                await asyncio.sleep(0)
+        await service.close()
+        lru = service.resolver.indexes._indexes
+        entries = [lru.peek(key) for key in lru]
+        return sum(len(entry.prepared) + len(entry.starts) for entry in entries)
+
+    assert asyncio.run(prepared_after(1_048_576, 8)) == 0  # far from any epoch
+    assert asyncio.run(prepared_after(4096, 12)) > 0  # near one (or past one: indexed)
