@@ -22,8 +22,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
-
 from proxy.caches import BoundedLru
 from proxy.recall.chunks import CHUNK_CHARS, chunk_text
 from proxy.recall.packaged_models import DEFAULT_MODEL, Encode, PackagedModel, packaged_model, shared_encoder

@@ -267,7 +267,8 @@ def _idf(total: int, count: int) -> float:
 
 def in_text(lowered: str) -> Callable[[str], bool]:
     """``known`` for ``weigh``: whether a search term occurs in ``lowered`` (the active pages' text, case-folded),
-    one regular-expression pass per term asked (no tokenizing of the window). An English stem stands for its
+    by the rule of ``_term_pattern`` (a scan for the term's stem, then string comparisons where it occurs; no
+    tokenizing of the window). An English stem stands for its
     inflections ("paint": paints, painted, painting; "histori": history, histories), not for longer words ("star"
     is not "start"); a Chinese or Japanese term is a plain substring."""
 

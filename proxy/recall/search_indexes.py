@@ -161,8 +161,12 @@ class SearchIndexes:
         other pages (which are indexed themselves) and would rank this page for what they quote (its excerpts show
         its own messages only)."""
         messages = await self.source.messages(ctx, record.start, record.end)
-        return (index_terms(messages, ctx.image_descriptions, self.user_weight),
-                vector_text(messages, ctx.image_descriptions), user_text(messages, ctx.image_descriptions))
+        return self._page_texts(messages, ctx.image_descriptions)
+
+    def _page_texts(self, messages: list[dict[str, Any]], image_descriptions: Mapping[str, str] | None
+                    ) -> tuple[list[str], str, str]:
+        return (index_terms(messages, image_descriptions, self.user_weight),
+                vector_text(messages, image_descriptions), user_text(messages, image_descriptions))
 
     def prepare_active(self, ctx: RecallContext) -> int:
         """Behind an answer: read the terms of the active pages that are complete (every page but the newest) from
@@ -193,8 +197,7 @@ class SearchIndexes:
             messages = ctx.messages[record.start:record.end]
             if not _text_only(messages):
                 continue
-            entry.prepared[record.label] = _PreparedPage(
-                digests, index_terms(messages, None, self.user_weight), vector_text(messages), user_text(messages))
+            entry.prepared[record.label] = _PreparedPage(digests, *self._page_texts(messages, None))
             read += 1
         if read:
             self._indexes.resize(ctx.conversation_id)

@@ -500,8 +500,10 @@ class TurnService:
                 self.memory.touch(turn.call.tenant, turn.conversation_id)
                 if turn.plan.archived:  # (jobs_first: the summary and profile jobs ran before the request)
                     await self.memory.notify(turn.call.tenant, turn.conversation_id, summaries=not turn.jobs_first)
-            if self.recall_enabled and (turn.plan.archived or near_an_epoch(turn.plan)):
-                self._prepare_search(turn, state, archived=turn.plan.archived)
+            read_ahead = near_an_epoch(turn.plan)
+            embed = turn.plan.archived and self.resolver.embeds_archived_pages
+            if self.recall_enabled and (read_ahead or embed):
+                self._prepare_search(turn, state, read_ahead, embed)
         except Exception as exc:
             # The client resends these messages with its next request, whose plan stores them then.
             log.warning("could not store the turn of %s (%s); the next turn stores its messages",
@@ -510,7 +512,7 @@ class TurnService:
         finally:
             await release()
 
-    def _prepare_search(self, turn: Turn, state: ConversationState, archived: bool) -> None:
+    def _prepare_search(self, turn: Turn, state: ConversationState, read_ahead: bool, embed: bool) -> None:
         """Off the answer path: the terms of the active pages read for the epoch that will archive them, and the
         pages this turn archived indexed and embedded."""
         ctx = RecallContext(turn.call.tenant, turn.conversation_id, state, turn.redo.input.messages,
@@ -518,9 +520,9 @@ class TurnService:
 
         async def prepare() -> None:
             try:
-                if near_an_epoch(turn.plan):
+                if read_ahead:
                     self.resolver.prepare_active(ctx)
-                if archived and self.resolver.embeds_archived_pages:
+                if embed:
                     await self.resolver.prepare(ctx)
             except Exception:
                 log.exception("could not index the pages of %s", turn.conversation_id)
