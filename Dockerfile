@@ -5,7 +5,7 @@
 # MEMCI_HOME (/data, a volume). compose.yaml wires PostgreSQL, Redis, SGLang, Prometheus and Grafana.
 
 # Build stage: the wheel (it carries the migrations, config/default.toml and the Grafana dashboard as package
-# data, see proxy/package_data.py), installed with its dependencies into a virtualenv the runtime stage copies.
+# data, see memci_proxy/package_data.py), installed with its dependencies into a virtualenv the runtime stage copies.
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -29,7 +29,7 @@ RUN useradd --system --uid 10001 --user-group --home-dir /data --no-create-home 
  && chown memci:memci /data
 COPY --from=build /opt/memci /opt/memci
 # The installed wheel, not a checkout, must find its migrations and default config.
-RUN python -c "from proxy import package_data as p; import proxy.cli, proxy.settings; assert not p.is_checkout() and p.path('migrations').is_dir() and p.path('config/default.toml').is_file()"
+RUN python -c "from memci_proxy import package_data as p; import memci_proxy.cli, memci_proxy.settings; assert not p.is_checkout() and p.path('migrations').is_dir() and p.path('config/default.toml').is_file()"
 USER memci
 WORKDIR /data
 VOLUME ["/data"]

@@ -1,5 +1,5 @@
 """Build hook: the wheel carries the run-time files kept outside the package in the repository (the Alembic
-migrations, config/default.toml, the Grafana dashboard), copied under proxy/_data/ (see proxy/package_data.py).
+migrations, config/default.toml, the Grafana dashboard), copied under memci_proxy/_data/ (see memci_proxy/package_data.py).
 Everything else is declared in pyproject.toml."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parent
 
 
 def shipped() -> tuple[tuple[str, ...], str]:
-    namespace: dict = {"__file__": str(ROOT / "proxy" / "package_data.py")}
-    exec((ROOT / "proxy" / "package_data.py").read_text(encoding="utf-8"), namespace)  # no package import at build time
+    namespace: dict = {"__file__": str(ROOT / "memci_proxy" / "package_data.py")}
+    exec((ROOT / "memci_proxy" / "package_data.py").read_text(encoding="utf-8"), namespace)  # no package import at build time
     return namespace["SHIPPED"], namespace["PACKAGED_DIR"]
 
 
@@ -25,7 +25,7 @@ class BuildPyWithData(build_py):
         if getattr(self, "editable_mode", False):
             return  # an editable install reads the repository's own files
         paths, packaged_dir = shipped()
-        target = Path(self.build_lib) / "proxy" / packaged_dir
+        target = Path(self.build_lib) / "memci_proxy" / packaged_dir
         shutil.rmtree(target, ignore_errors=True)  # build/ is reused between builds: no stale migration survives
         for relative in paths:
             source, dest = ROOT / relative, target / relative

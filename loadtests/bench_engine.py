@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.engine import ConversationState, EngineConfig, EstimateCounter, TurnInput, plan  # noqa: E402
+from memci_proxy.engine import ConversationState, EngineConfig, EstimateCounter, TurnInput, plan  # noqa: E402
 
 WORDS = ("index query table join cache page vacuum analyze plan buffer shared memory tune worker "
          "数据库 查询 优化 索引 缓存").split()

@@ -65,11 +65,11 @@ def queries(messages: list[dict], count: int, rng: random.Random) -> list[str]:
 def measure(pages: int, days: int, count: int, seed: int, model: str) -> dict[str, dict[str, float]]:
     """p50 / p90 wall and p50 CPU milliseconds of each search kind (module docstring)."""
     from loadtests.bench_search import english_vocabulary
-    from proxy.engine import EstimateCounter
-    from proxy.engine.state import ARCHIVED, ConversationState, PageRecord
-    from proxy.recall.candidate_vectors import CandidateVectors
-    from proxy.recall.local_embedder import LocalEmbedder
-    from proxy.recall.resolver import RecallContext, RecallResolver
+    from memci_proxy.engine import EstimateCounter
+    from memci_proxy.engine.state import ARCHIVED, ConversationState, PageRecord
+    from memci_proxy.recall.candidate_vectors import CandidateVectors
+    from memci_proxy.recall.local_embedder import LocalEmbedder
+    from memci_proxy.recall.resolver import RecallContext, RecallResolver
 
     rng = random.Random(seed)
     messages, stamps = conversation(pages, days, english_vocabulary(20_000), rng)
@@ -121,7 +121,7 @@ def _child(tree: str, argv: list[str]) -> dict[str, dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from proxy.recall.packaged_models import DEFAULT_MODEL
+    from memci_proxy.recall.packaged_models import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=1000)

@@ -121,7 +121,7 @@ class Upstream:
 def emulator_upstream(window: int, workdir: Path, extra_args: tuple[str, ...] = ()) -> Iterator[Upstream]:
     """A fresh emulator process with context length ``window``."""
     port = free_port()
-    server = Server(f"emulator-{port}", [sys.executable, "-m", "proxy.emulator", "--port", str(port),
+    server = Server(f"emulator-{port}", [sys.executable, "-m", "memci_proxy.emulator", "--port", str(port),
                                          "--max-model-len", str(window), *extra_args],
                     f"http://127.0.0.1:{port}/health", {"PYTHONPATH": str(PROXY_SRC)}, workdir, cwd=PROXY_SRC)
     server.start(timeout=60)
@@ -164,7 +164,7 @@ def proxy_server(upstream_base_url: str, home: Path, env: dict[str, str] | None 
     src = src or PROXY_SRC
     port = free_port()
     home.mkdir(parents=True, exist_ok=True)
-    server = Server(f"proxy-{port}", [sys.executable, "-m", "proxy.cli", "serve", "--host", "127.0.0.1", "--port",
+    server = Server(f"proxy-{port}", [sys.executable, "-m", "memci_proxy.cli", "serve", "--host", "127.0.0.1", "--port",
                                       str(port), "--upstream", upstream_base_url],
                     f"http://127.0.0.1:{port}/health",
                     {"MEMCI_HOME": str(home), "MEMCI_CONFIG": "", "MEMCI_LOG_LEVEL": "warning", "DATABASE_URL": "",

@@ -22,13 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "unit" / "turn")]
 
 from loadtests.turn_overhead import chat_bodies  # noqa: E402
-from proxy.metrics import Metrics  # noqa: E402
-from proxy.store.factory import Store  # noqa: E402
-from proxy.store.hot.memory import InProcessHotState  # noqa: E402
-from proxy.turn.call import chat_call  # noqa: E402
-from proxy.turn.service import TurnService  # noqa: E402
-from proxy.upstream.exchange import Exchange  # noqa: E402
-from proxy.wire.validate import parse_chat_body, validate_chat_request  # noqa: E402
+from memci_proxy.metrics import Metrics  # noqa: E402
+from memci_proxy.store.factory import Store  # noqa: E402
+from memci_proxy.store.hot.memory import InProcessHotState  # noqa: E402
+from memci_proxy.turn.call import chat_call  # noqa: E402
+from memci_proxy.turn.service import TurnService  # noqa: E402
+from memci_proxy.upstream.exchange import Exchange  # noqa: E402
+from memci_proxy.wire.validate import parse_chat_body, validate_chat_request  # noqa: E402
 from turn_fakes import MemoryRepository, settings  # noqa: E402
 
 ANSWER = json.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": "m",
@@ -77,7 +77,7 @@ def _tokenized(body: bytes) -> bytes:
 
 
 class InstantUpstream:
-    """proxy.upstream.port.Upstream answering every request at once (/tokenize too, counted)."""
+    """memci_proxy.upstream.port.Upstream answering every request at once (/tokenize too, counted)."""
 
     def __init__(self) -> None:
         self.tokenize_requests = 0
@@ -99,7 +99,7 @@ class InstantUpstream:
 
 
 class VectorRepository(MemoryRepository):
-    """The in-memory repository with page vectors (proxy.store.ports.PageVectorStore), for --embeddings-local."""
+    """The in-memory repository with page vectors (memci_proxy.store.ports.PageVectorStore), for --embeddings-local."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -173,7 +173,7 @@ def main() -> int:
     parser.add_argument("--last", type=int, default=0, help="report the last N turns of each chat only (long chats)")
     args = parser.parse_args()
     if args.embeddings_local != "off":
-        from proxy.recall.packaged_models import packaged_model, shared_encoder
+        from memci_proxy.recall.packaged_models import packaged_model, shared_encoder
 
         shared_encoder(packaged_model(args.embeddings_local))  # loaded before the timed runs (as a proxy, at start)
     asyncio.run(run(1, min(args.turns, 60), args.window, args.embeddings_local))  # warm-up

@@ -2,10 +2,10 @@
 ``--pages`` pages each (500 x 100 = 50,000 pages by default), beside ``--others`` other users of the same tenant
 with as many pages each, in a real PostgreSQL (the embedded one, or ``DATABASE_URL``).
 
-Measured: the time of the push's search (proxy.recall.user_search.search_user: the candidates' statistics from
+Measured: the time of the push's search (memci_proxy.recall.user_search.search_user: the candidates' statistics from
 the user's GIN postings, the ranking, the hits' texts) for questions made of the pages' own words, p50 / p99 over
 ``--queries``; the same search for a user with ``--small`` pages (the usual case), in the same run; and the time to
-write one turn's page (proxy.turn.across.page_row + the upsert) behind the answer.
+write one turn's page (memci_proxy.turn.across.page_row + the upsert) behind the answer.
 
 Page texts come from LongMemEval's S haystacks when ``$MEMCI_EVAL_DIR`` holds them (real vocabulary), else from a
 Zipf-distributed vocabulary.
@@ -31,9 +31,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.evaldata import load_longmemeval_s
-from proxy.recall.pagetext import index_text
-from proxy.recall.user_search import search_user
-from proxy.turn.across import UserTurn, page_row
+from memci_proxy.recall.pagetext import index_text
+from memci_proxy.recall.user_search import search_user
+from memci_proxy.turn.across import UserTurn, page_row
 
 TENANT = "t-bench"
 BATCH = 500
@@ -102,9 +102,9 @@ def summary(label: str, ms: list[float]) -> str:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    from proxy.store.sql.embedded import start_embedded_postgres
-    from proxy.store.sql.migrate import run_migrations
-    from proxy.store.sql.repository import SqlConversationRepository, create_engine_from_url
+    from memci_proxy.store.sql.embedded import start_embedded_postgres
+    from memci_proxy.store.sql.migrate import run_migrations
+    from memci_proxy.store.sql.repository import SqlConversationRepository, create_engine_from_url
 
     home = Path(tempfile.mkdtemp(prefix="memci-bench-users-"))
     server = await asyncio.to_thread(start_embedded_postgres, home / "pg", "bench_users", "delete")

@@ -48,9 +48,9 @@ from loadtests.plots import DEFAULT_DIR as DEFAULT_PLOT_DIR
 from loadtests.plots import plot_workload
 from loadtests.progress import Progress, bars_wanted
 from loadtests.workloads import KINDS, Workload, make_workload, user_content
-from proxy.emulator.template import content_text, render_chat
-from proxy.emulator.tokenizer import Tokenizer
-from proxy.workers.prefix import is_job_body
+from memci_proxy.emulator.template import content_text, render_chat
+from memci_proxy.emulator.tokenizer import Tokenizer
+from memci_proxy.workers.prefix import is_job_body
 
 STRATEGY_KEYS = ("pass-through", "sliding", "three-tier", "proxy")
 UNBOUNDED_WINDOW = 10_000_000

@@ -20,7 +20,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.emulator.testing import running_emulator  # noqa: E402
+from memci_proxy.emulator.testing import running_emulator  # noqa: E402
 
 BODY = json.dumps(
     {"model": "memci-emulator", "messages": [{"role": "user", "content": "Say hello [[len:16]]"}], "max_tokens": 32}
@@ -60,7 +60,7 @@ def server_cpu_seconds(port: int) -> float | None:
             continue
         try:
             arguments = (entry / "cmdline").read_bytes().split(b"\0")
-            if b"proxy.emulator" not in arguments or str(port).encode() not in arguments:
+            if b"memci_proxy.emulator" not in arguments or str(port).encode() not in arguments:
                 continue
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:

@@ -1,4 +1,4 @@
-"""Does what the user's message needs reach the prompt? The push (proxy.turn.push) measured end to end.
+"""Does what the user's message needs reach the prompt? The push (memci_proxy.turn.push) measured end to end.
 
 LongMemEval (dev half, ``$MEMCI_EVAL_DIR/longmemeval``), through a real proxy process and an emulator upstream that
 never calls ``recall`` by itself:
@@ -48,7 +48,7 @@ from loadtests.bench_servers import Upstream, emulator_upstream, proxy_server
 from loadtests.cache_bench import pushed_tokens
 from loadtests.evaldata import LongMemEvalHistory, load_longmemeval, load_memorybank, longmemeval_history
 from loadtests.progress import Progress, bars_wanted
-from proxy.workers.prefix import is_job_body
+from memci_proxy.workers.prefix import is_job_body
 
 STRETCH = 150  # letters and digits of an evidence message a prompt must hold (a recall excerpt is ~300 characters)
 _NOT_WORD = re.compile(r"[\W_]+")
@@ -280,9 +280,9 @@ def run_longmemeval(args: argparse.Namespace) -> int:
 def run_memorybank() -> int:
     """The decision in-process: MemoryBank users' exchanges as the archive, nothing active."""
     from loadtests.eval_sets import memorybank_cases, page_text
-    from proxy.recall.bm25 import BM25Index
-    from proxy.recall.proactive import is_look_up, search_words
-    from proxy.recall.salience import asks, verdict, weigh
+    from memci_proxy.recall.bm25 import BM25Index
+    from memci_proxy.recall.proactive import is_look_up, search_words
+    from memci_proxy.recall.salience import asks, verdict, weigh
 
     users = load_memorybank()
     if not users:

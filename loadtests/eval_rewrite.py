@@ -12,7 +12,7 @@ raw question adds nothing, so its row is 0).
 Retrieval gain: the CAsT files hold no passage texts (2020 only canonical passage ids), so the retrieval
 evaluation is built from MADial-Bench (``loadtests/evaldata.py``): the candidates are the memories of the
 dialogue's user, the query comes from the dialogue before the first test turn, recall@5 and hit@5 of the
-BM25 search (``proxy/recall/bm25.py``, min score 0.2) are compared for: the raw last user message, its
+BM25 search (``memci_proxy/recall/bm25.py``, min score 0.2) are compared for: the raw last user message, its
 rules rewrite, seed 001's keyword query (top 6 keywords of the query and the last 5 messages) built on
 either, the same with 12 keywords, and the rewrite followed by the user's 5 previous messages.
 As the CAsT files hold no passage texts, a second, constructed retrieval task asks whether a CAsT 2019
@@ -43,9 +43,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.evaldata import MadialBench, eval_dir, load_madial_bench
-from proxy.engine.intent import rewrite_rules
-from proxy.recall.bm25 import DEFAULT_MIN_SCORE, BM25Index
-from proxy.recall.memory import memory_keywords
+from memci_proxy.engine.intent import rewrite_rules
+from memci_proxy.recall.bm25 import DEFAULT_MIN_SCORE, BM25Index
+from memci_proxy.recall.memory import memory_keywords
 
 __all__ = [
     "CastTurn",
@@ -217,7 +217,7 @@ def evaluate_cast(
 async def _model_predictions(
     conversations: Sequence[CastConversation], url: str, model: str, timeout_s: float, api_key: str
 ) -> list[tuple[str, CastTurn]]:
-    from proxy.rewrite.model import ModelRewriter
+    from memci_proxy.rewrite.model import ModelRewriter
 
     async with ModelRewriter(url, model, timeout_s=timeout_s, api_key=api_key) as client:
         pairs = []
@@ -312,7 +312,7 @@ def evaluate_retrieval(bench: MadialBench, limit: int | None = None) -> dict[str
 
 # -- fallback latency ----------------------------------------------------------------------------
 async def _fallback_latency(base_url: str, rounds: int, timeout_s: float) -> tuple[list[float], list[float], set]:
-    from proxy.rewrite import ModelRewriter, rewrite
+    from memci_proxy.rewrite import ModelRewriter, rewrite
 
     history = [{"role": "user", "content": "Tell me about the Python GIL."}]
     slow, answering, served = [], [], set()
@@ -329,7 +329,7 @@ async def _fallback_latency(base_url: str, rounds: int, timeout_s: float) -> tup
 
 def fallback_report(rounds: int = 20, timeout_s: float = 0.3) -> None:
     """Latency of the rewrite with the emulator as the model: answering, and slow (rules after the timeout)."""
-    from proxy.emulator.testing import running_emulator
+    from memci_proxy.emulator.testing import running_emulator
 
     with running_emulator() as url:
         slow, answering, served = asyncio.run(_fallback_latency(url, rounds, timeout_s))

@@ -4,7 +4,7 @@ and MemoryBank's labelled probing questions (loadtests/memorybank_evidence.json)
 
 MemoryBank protocol: each exchange (the user's message and the answer) of a user's dated history is a page;
 each labelled probing question is a query, asked as written, on the day of the history's last exchange (what
-"on May 2nd" refers to: proxy.recall.dates); the relevant pages are the labelled ones.
+"on May 2nd" refers to: memci_proxy.recall.dates); the relevant pages are the labelled ones.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ import numpy as np
 
 from loadtests.evaldata import MemoryBankUser
 from loadtests.progress import progress
-from proxy.recall.bm25 import BM25Index
-from proxy.recall.candidate_vectors import page_sample
-from proxy.recall.fusion import cosine_similarity, rank_by_cosine
-from proxy.recall.packaged_models import DEFAULT_MODEL
-from proxy.recall.pagetext import index_terms, user_text, vector_text
-from proxy.recall.ranking import (MIN_SCORE, PAGE, USER, best_views, candidate_views, fuse, lexical_candidates,
+from memci_proxy.recall.bm25 import BM25Index
+from memci_proxy.recall.candidate_vectors import page_sample
+from memci_proxy.recall.fusion import cosine_similarity, rank_by_cosine
+from memci_proxy.recall.packaged_models import DEFAULT_MODEL
+from memci_proxy.recall.pagetext import index_terms, user_text, vector_text
+from memci_proxy.recall.ranking import (MIN_SCORE, PAGE, USER, best_views, candidate_views, fuse, lexical_candidates,
                                   lexical_ranking, preferred_days, query_weights, vector_query)
-from proxy.recall.resolver import FUSION_CANDIDATES, SEARCH_HITS
-from proxy.recall.text import tokenize
+from memci_proxy.recall.resolver import FUSION_CANDIDATES, SEARCH_HITS
+from memci_proxy.recall.text import tokenize
 
 __all__ = ["EVIDENCE_FILE", "reference_ranking", "local_embed", "cached_embed", "memorybank_cases",
            "evaluate_memorybank", "page_text", "page_messages", "search_rankings", "user_views", "SEARCH_CANDIDATES"]
@@ -50,8 +50,8 @@ def reference_ranking(documents: Sequence[str], query_terms: Sequence[str]) -> l
 
 
 def local_embed(model: str = DEFAULT_MODEL) -> Callable[[list[str]], list[list[float]]]:
-    """An EmbedFn over a packaged model (proxy.recall.packaged_models), as the proxy runs it (chunking included)."""
-    from proxy.recall.local_embedder import LocalEmbedder
+    """An EmbedFn over a packaged model (memci_proxy.recall.packaged_models), as the proxy runs it (chunking included)."""
+    from memci_proxy.recall.local_embedder import LocalEmbedder
 
     embedder = LocalEmbedder(model)
 
@@ -68,7 +68,7 @@ def cached_embed(embed: Callable[[list[str]], list[list[float]]], path: str | No
                  ) -> Callable[[list[str]], list[list[float]]]:
     """``embed`` asked only for texts it has not seen, by digest, in batches; ``path``: an .npz file that keeps the
     vectors between runs (``.save()`` writes it)."""
-    from proxy.recall.vector_index import text_digest
+    from memci_proxy.recall.vector_index import text_digest
 
     memo: dict[str, np.ndarray] = {}
     if path and Path(path).is_file():
@@ -104,8 +104,8 @@ def search_rankings(
     vector_weight: float = 1.0,
     user_vectors: Mapping[Any, Sequence[float]] | None = None,
 ) -> dict[str, list[Hashable]]:
-    """Best-first ids of the proxy's search over ``index`` (proxy.recall.ranking, the steps of
-    proxy.recall.resolver.RecallResolver.search): ``lexical`` (the search without vectors: BM25 with ``weights``,
+    """Best-first ids of the proxy's search over ``index`` (memci_proxy.recall.ranking, the steps of
+    memci_proxy.recall.resolver.RecallResolver.search): ``lexical`` (the search without vectors: BM25 with ``weights``,
     the pages of the days ``query`` names joining and climbing; then the rest of BM25's ranking), and with a query
     vector ``vector`` (cosine over every page), ``default`` (embeddings_pages=candidates: the vectors of the lexical
     candidates' views re-order them under the top lexical hits) and ``archive`` (embeddings_pages=archive: the
@@ -137,13 +137,13 @@ def search_rankings(
 
 
 def embedded_text(text: str) -> str:
-    """What the proxy embeds of a candidate page (proxy.recall.candidate_vectors.page_sample)."""
+    """What the proxy embeds of a candidate page (memci_proxy.recall.candidate_vectors.page_sample)."""
     return page_sample(text)
 
 
 def user_views(pages: Sequence[list[dict[str, Any]]], embed: Callable[[list[str]], list[list[float]]] | None
                ) -> tuple[dict[int, Any], dict[int, int]]:
-    """Vectors and lengths of the pages' user words as the proxy embeds them (proxy.recall.pagetext.user_text, cut
+    """Vectors and lengths of the pages' user words as the proxy embeds them (memci_proxy.recall.pagetext.user_text, cut
     as a candidate page is), by position; pages without user words, or of user words only (one view), left out;
     no vectors without ``embed``."""
     texts = {i: embedded_text(t) for i, t in enumerate(user_text(page) for page in pages)
@@ -187,9 +187,9 @@ def evaluate_memorybank(
 ) -> dict[str, list[Row]]:
     """Rows per ranking (lexical, reference-bm25, and vector, default and archive when ``embed`` is given: see
     search_rankings). Each exchange is a page of two messages, indexed as the proxy indexes it (``user_weight``:
-    proxy.recall.pagetext.index_terms) and dated by its day; ``bars``: as loadtests.progress.progress (None: no
+    memci_proxy.recall.pagetext.index_terms) and dated by its day; ``bars``: as loadtests.progress.progress (None: no
     progress); ``dates``: the pages of the days a question names climb, as in the proxy's search."""
-    from proxy.recall.pagetext import index_text
+    from memci_proxy.recall.pagetext import index_text
 
     cases = memorybank_cases(users)
     rows: dict[str, list[Row]] = {"lexical": [], "reference-bm25": []}

@@ -355,7 +355,7 @@ def start_servers(plan: Plan, python: str, upstream: str, workdir: Path) -> dict
     ):
         if key in plan.targets:
             port = free_port()
-            cmd = [python, "-m", "proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--upstream", upstream]
+            cmd = [python, "-m", "memci_proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--upstream", upstream]
             env = {"MEMCI_LOG_LEVEL": "warning", "DATABASE_URL": "", "REDIS_URL": "", **env}
             wanted.append((target, cmd, f"http://127.0.0.1:{port}", env))
     if "litellm" in plan.targets:
@@ -504,7 +504,7 @@ def run(plan: Plan, python: str) -> None:
     workdir = plan.workdir = Path(tempfile.mkdtemp(prefix="memci-overhead-"))
     emu_port = free_port()
     upstream = f"http://127.0.0.1:{emu_port}/v1"
-    emulator = Server("emulator", [python, "-m", "proxy.cli", "emulate", "--port", str(emu_port)],
+    emulator = Server("emulator", [python, "-m", "memci_proxy.cli", "emulate", "--port", str(emu_port)],
                       f"http://127.0.0.1:{emu_port}/health", log_dir=workdir)
     emulator.start(timeout=60)
     servers: dict[str, tuple[Server, str]] = {}

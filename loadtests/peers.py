@@ -88,7 +88,7 @@ class Target:
 
 def emulator(python: str, workdir: Path, name: str, window: int) -> tuple[Server, str]:
     port = free_port()
-    server = Server(name, [python, "-m", "proxy.cli", "emulate", "--port", str(port), "--max-model-len", str(window)],
+    server = Server(name, [python, "-m", "memci_proxy.cli", "emulate", "--port", str(port), "--max-model-len", str(window)],
                     f"http://127.0.0.1:{port}/health", log_dir=workdir, cwd=REPO)
     server.start(timeout=60)
     return server, f"http://127.0.0.1:{port}"
@@ -102,7 +102,7 @@ def target_command(key: str, python: str, upstream: str, workdir: Path, peers: d
         home = workdir / f"home-{key}"
         env = {"MEMCI_LOG_LEVEL": "warning", "DATABASE_URL": "", "REDIS_URL": "", "MEMCI_CONFIG": "",
                "MEMCI_HOME": str(home), **({"MEMCI_MANAGE_CONTEXT": "false"} if key == "passthrough" else {})}
-        serve = [python, "-m", "proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--upstream", upstream]
+        serve = [python, "-m", "memci_proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--upstream", upstream]
         return serve, f"http://127.0.0.1:{port}/ready", env, home
     executable = str(peers[key].executable)
     if key == "litellm":

@@ -72,7 +72,7 @@ class PromptRecorder:
         self._task = asyncio.create_task(self._loop())
 
     def jobs(self) -> list[Any]:
-        from proxy.workers.prefix import is_job_body
+        from memci_proxy.workers.prefix import is_job_body
 
         return [body for body in self.bodies.values() if is_job_body(body)]
 
@@ -193,8 +193,8 @@ def dump_prompts(directory: Path, one: RunResult, two: RunResult) -> None:
 
 
 def main() -> None:
-    from proxy.emulator.config import EmulatorConfig
-    from proxy.emulator.testing import running_emulator
+    from memci_proxy.emulator.config import EmulatorConfig
+    from memci_proxy.emulator.testing import running_emulator
     from tests.e2e.proxyproc import ProxyProcess
     from tests.resilience.conftest import PostgresProcess, RedisProcess
 

@@ -86,7 +86,7 @@ def rss_mb(pid: int) -> float:
 def check_ledger(ledger: Path, database_url: str) -> dict:
     import psycopg
 
-    from proxy.store.sql.urls import to_libpq_url
+    from memci_proxy.store.sql.urls import to_libpq_url
 
     answered: dict[str, list[str]] = {}
     statuses: dict[int, int] = {}
@@ -154,8 +154,8 @@ def deviation_pct(values: list[float]) -> float | None:
 def main() -> None:
     from loadtests.progress import Progress, bars_wanted
     from loadtests.progress import add_argument as add_progress_argument
-    from proxy.emulator.config import EmulatorConfig
-    from proxy.emulator.testing import running_emulator
+    from memci_proxy.emulator.config import EmulatorConfig
+    from memci_proxy.emulator.testing import running_emulator
     from tests.e2e.proxyproc import ProxyProcess
     from tests.resilience.conftest import PostgresProcess, RedisProcess
 

@@ -84,7 +84,7 @@ def probe_chat_bodies(tag: str, turns: int, max_tokens: int = 32, user: str = ""
     import re
 
     from loadtests.workloads import chat, user_content
-    from proxy.emulator.answers import generated_tokens
+    from memci_proxy.emulator.answers import generated_tokens
 
     workload = chat(turns)
     messages: list[dict[str, Any]] = [{"role": "system", "content": f"[{tag}] {workload.system}"}]
@@ -184,7 +184,7 @@ def _start(python: str, upstream: str, workdir: Path, managed: bool, env: dict[s
                   "MEMCI_HOME": str(workdir / f"home-{name}"), **env}
     if not managed:
         server_env["MEMCI_MANAGE_CONTEXT"] = "false"
-    server = Server(name, [python, "-m", "proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+    server = Server(name, [python, "-m", "memci_proxy.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
                            "--upstream", upstream], f"http://127.0.0.1:{port}/ready", server_env, workdir,
                     cwd=tree)  # `python -m` imports the package from its working directory first
     server.start(timeout=180)  # ready: the database up and the packaged embedding model loaded (steady state)
@@ -196,7 +196,7 @@ def run_multi_turn(args: Any) -> int:
     emu_port = free_port()
     upstream = f"http://127.0.0.1:{emu_port}/v1"
     emu_args = ["--max-model-len", str(args.window)] if args.window else []
-    emulator = Server("emulator", [args.python, "-m", "proxy.cli", "emulate", "--port", str(emu_port), *emu_args],
+    emulator = Server("emulator", [args.python, "-m", "memci_proxy.cli", "emulate", "--port", str(emu_port), *emu_args],
                       f"http://127.0.0.1:{emu_port}/health", log_dir=workdir)
     emulator.start(timeout=60)
     extra_env = dict(kv.split("=", 1) for kv in args.proxy_env)

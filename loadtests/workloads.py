@@ -298,7 +298,7 @@ def _fixed_tools(rng: random.Random, tokens: int) -> tuple[dict, ...]:
 
 def estimate_json_tokens(value: object) -> int:
     """Tokens as the emulator counts them (its tokenizer splits words and punctuation apart)."""
-    from proxy.emulator.tokenizer import Tokenizer
+    from memci_proxy.emulator.tokenizer import Tokenizer
 
     return Tokenizer().count(value if isinstance(value, str) else json.dumps(value))
 

@@ -1,6 +1,6 @@
 """Alembic environment of the Memci proxy.
 
-URL, first found: ``config.attributes["database_url"]`` (set by proxy.store.sql.migrate), the
+URL, first found: ``config.attributes["database_url"]`` (set by memci_proxy.store.sql.migrate), the
 ``sqlalchemy.url`` option, the ``DATABASE_URL`` environment variable. Any PostgreSQL URL form is
 accepted (asyncpg ones too); migrations run over the synchronous psycopg driver, under a
 PostgreSQL advisory lock so that several replicas starting at once migrate one at a time.
@@ -13,8 +13,8 @@ import os
 from alembic import context
 from sqlalchemy import create_engine, pool, text
 
-from proxy.store.sql.models import Base
-from proxy.store.sql.urls import to_sync_url
+from memci_proxy.store.sql.models import Base
+from memci_proxy.store.sql.urls import to_sync_url
 
 # Arbitrary constant shared by every process that migrates this schema.
 MIGRATION_LOCK_KEY = 7_362_019_451
@@ -30,7 +30,7 @@ def _database_url() -> str:
         or os.environ.get("DATABASE_URL", "")
     )
     if not url:
-        raise RuntimeError("no database URL: set DATABASE_URL or pass one to proxy.store.sql.migrate")
+        raise RuntimeError("no database URL: set DATABASE_URL or pass one to memci_proxy.store.sql.migrate")
     return to_sync_url(url)
 
 

@@ -42,7 +42,7 @@ class PostgresServer:
     embedded: Any = field(default=None, repr=False)
 
     def url(self, database: str, driver: str = "async") -> str:
-        from proxy.store.sql.urls import to_async_url, to_libpq_url, to_sync_url, with_database
+        from memci_proxy.store.sql.urls import to_async_url, to_libpq_url, to_sync_url, with_database
 
         convert = {"async": to_async_url, "sync": to_sync_url, "libpq": to_libpq_url}[driver]
         return with_database(convert(self.admin_url), database)
@@ -104,13 +104,13 @@ def _unique_name(prefix: str) -> str:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    from proxy.store.sql.urls import to_libpq_url
+    from memci_proxy.store.sql.urls import to_libpq_url
 
     external = os.environ.get("DATABASE_URL")
     if external:
         yield PostgresServer(admin_url=to_libpq_url(external))
         return
-    from proxy.store.sql.embedded import start_embedded_postgres
+    from memci_proxy.store.sql.embedded import start_embedded_postgres
 
     # Not under pytest's tmp_path: pytest makes that tree private to root (and removes old runs),
     # while the server runs as the unprivileged user pgserver.
@@ -130,14 +130,14 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def postgres_url(postgres_server: PostgresServer) -> str:
-    from proxy.store.sql.urls import database_of, to_async_url
+    from memci_proxy.store.sql.urls import database_of, to_async_url
 
     return postgres_server.url(database_of(to_async_url(postgres_server.admin_url)) or "postgres")
 
 
 @pytest.fixture(scope="session")
 def migrated_template(postgres_server: PostgresServer) -> Iterator[str]:
-    from proxy.store.sql.migrate import run_migrations
+    from memci_proxy.store.sql.migrate import run_migrations
 
     name = _unique_name("memci_tpl")
     postgres_server.create_database(name)

@@ -18,7 +18,7 @@ down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-TSV_CONFIG = "simple"  # proxy.store.sql.models.TSV_CONFIG at the time of this revision
+TSV_CONFIG = "simple"  # memci_proxy.store.sql.models.TSV_CONFIG at the time of this revision
 
 # pages.tsv = summary (weight A) + the text of the page's messages (content, tool calls; weight B).
 # Recomputed only when the summary or the page's range changes (not on recall-count updates).

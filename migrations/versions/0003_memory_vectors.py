@@ -8,7 +8,7 @@ index a column holding several dimensions)::
     CREATE INDEX ix_memory_vectors_hnsw_<dim> ON memory_vectors
         USING hnsw ((embedding::vector(<dim>)) vector_cosine_ops) WHERE dim = <dim>
 
-(``proxy.store.sql.vector_queries.ensure_vector_index``). ``digest`` identifies the text that was embedded,
+(``memci_proxy.store.sql.vector_queries.ensure_vector_index``). ``digest`` identifies the text that was embedded,
 so a page whose text changed is embedded again and an unchanged one never is.
 
 Revision ID: 0003_memory_vectors

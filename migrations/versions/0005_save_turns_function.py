@@ -3,7 +3,7 @@
 Each conversation's snapshot is compared and set first (on the stored version and the md5 of the stored state, or
 only on an older version when no base is given); the rows of the conversations that applied follow, entries before
 pages so that the pages_tsv trigger sees the new messages. Returns the ids that applied. The upserts keep the rules
-of proxy/store/sql/turn_statements.py.
+of memci_proxy/store/sql/turn_statements.py.
 
 Revision ID: 0005_save_turns_function
 Revises: 0004_memory_summaries

@@ -27,7 +27,7 @@ down_revision: str | None = "0006_blob_refs_and_virtual_keys"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-TSV_CONFIG = "simple"  # proxy.store.sql.models.TSV_CONFIG at the time of this revision
+TSV_CONFIG = "simple"  # memci_proxy.store.sql.models.TSV_CONFIG at the time of this revision
 
 # The tsvector of a page: summary (weight A) + the text of the page's messages (content, tool calls; weight B).
 PAGE_TSV = f"""setweight(to_tsvector('{TSV_CONFIG}', coalesce(NEW.summary, '')), 'A')

@@ -28,7 +28,7 @@ class EmulatorProcess(LocalServer):
 
     def start(self) -> "EmulatorProcess":
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "proxy.emulator", "--port", str(self.port), *self.args],
+            [sys.executable, "-m", "memci_proxy.emulator", "--port", str(self.port), *self.args],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         wait_http(self.url + "/health", self.proc, 30)

@@ -50,7 +50,7 @@ def link_dependencies(env_dir: Path) -> None:
 
 
 def new_venv(env_dir: Path, with_pip: bool = False) -> Path:
-    """A virtualenv that sees this one's dependencies (but not its `proxy`)."""
+    """A virtualenv that sees this one's dependencies (but not its `memci_proxy`)."""
     subprocess.run([base_python(), "-m", "venv", *([] if with_pip else ["--without-pip"]), str(env_dir)], check=True)
     link_dependencies(env_dir)
     return env_dir

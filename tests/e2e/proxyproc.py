@@ -110,7 +110,7 @@ class ProxyProcess(LoggedServer):
                     "MEMCI_MEMORY_WORKERS": "false", "MEMCI_EMBEDDINGS_LOCAL": "off"})
         env.update(self.extra_env)
         self.home.mkdir(parents=True, exist_ok=True)
-        self.spawn([sys.executable, "-m", "proxy.cli", "serve", "--port", str(self.port), "--upstream",
+        self.spawn([sys.executable, "-m", "memci_proxy.cli", "serve", "--port", str(self.port), "--upstream",
                     self.upstream_url], self.url + "/health", timeout, "proxy", cwd=REPO, env=env)
         return self
 

@@ -15,7 +15,7 @@ import anthropic
 import httpx
 import pytest
 
-from proxy.prompt_view import fetch_prompt, render
+from memci_proxy.prompt_view import fetch_prompt, render
 
 
 def metric_value(text: str, name: str) -> float:

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.upstream import route_check
+from memci_proxy.upstream import route_check
 from tests.e2e.proxyproc import ProxyProcess
 
 VIRTUAL_KEYS = {

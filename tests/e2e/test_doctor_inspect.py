@@ -16,7 +16,7 @@ ADMIN = "admin-secret"
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("MEMCI_") and k not in ("DATABASE_URL", "REDIS_URL")}
-    return subprocess.run([sys.executable, "-m", "proxy.cli", *args], cwd=REPO, env={**base, **(env or {})},
+    return subprocess.run([sys.executable, "-m", "memci_proxy.cli", *args], cwd=REPO, env={**base, **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
 
 

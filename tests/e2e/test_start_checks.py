@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from proxy.settings import Settings
+from memci_proxy.settings import Settings
 from tests.e2e.proxyproc import REPO, ProxyProcess, stop_group
 
 
@@ -31,11 +31,11 @@ def run(*command: str, timeout: float = 30.0) -> tuple[int, str]:
 def test_serve_and_emulate_on_a_taken_port_fail_at_once(emulator):
     port = str(emulator.port)
     for args in (("emulate", "--port", port), ("serve", "--port", port, "--upstream", emulator.base_url)):
-        status, stderr = run("proxy.cli", *args)
+        status, stderr = run("memci_proxy.cli", *args)
         assert status == 1, (args, status, stderr[-2000:])
         assert f"cannot listen on 127.0.0.1:{port}" in stderr and "another process" in stderr, stderr
     assert httpx.get(emulator.url + "/health", timeout=5).status_code == 200  # the first one serves on, alone
-    status, stderr = run("proxy.emulator", "--port", port)
+    status, stderr = run("memci_proxy.emulator", "--port", port)
     assert status != 0 and "cannot listen" in stderr, stderr
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from proxy.workers.prefix import JOB_MARKER as PREFIX_JOB_MARKER
+from memci_proxy.workers.prefix import JOB_MARKER as PREFIX_JOB_MARKER
 from tests.e2e.conftest import EmulatorProcess
 
 WINDOW = 4096

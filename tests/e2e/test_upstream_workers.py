@@ -84,7 +84,7 @@ def test_each_conversation_sticks_to_one_worker_and_moves_when_it_dies(workers, 
 def test_summary_jobs_go_to_the_worker_that_cached_the_conversation(workers, tmp_path):
     """With several workers, a summary job on the pre-epoch prompt goes where that prompt is cached: the worker
     the conversation is routed to."""
-    from proxy.workers.prefix import JOB_MARKER
+    from memci_proxy.workers.prefix import JOB_MARKER
 
     upstream = ",".join(w.base_url for w in workers)
     env = {"MEMCI_MEMORY_WORKERS": "true", "MEMCI_CONTEXT_WINDOW": "4096", "MEMCI_INTENT_REWRITE_ENABLED": "false"}

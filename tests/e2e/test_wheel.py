@@ -4,7 +4,7 @@ through the emulator, from a directory with no checkout in sight.
 
 Offline and quick: the wheel is built with --no-build-isolation (setuptools and wheel are test extras) and installed
 with --no-deps into a virtualenv that reaches the dependencies through a .pth line (tests/e2e/fresh_install.py);
-the test checks that `proxy` is the wheel's.
+the test checks that `memci_proxy` is the wheel's.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def started(env_dir: Path, args: list[str], health: str, env: dict[str, str], lo
 
 def test_the_installed_package_is_the_wheel_with_its_data(installed: Path) -> None:
     python = installed / "bin" / "python"
-    code = ("import proxy, proxy.package_data as p, proxy.settings as s, proxy.store.sql.migrate as m;"
+    code = ("import memci_proxy, memci_proxy.package_data as p, memci_proxy.settings as s, memci_proxy.store.sql.migrate as m;"
             "print(proxy.__file__); print(p.is_checkout()); print(s.DEFAULT_CONFIG_FILE); print(m.MIGRATIONS_DIR)")
     out = subprocess.run([str(python), "-c", code], cwd=installed, capture_output=True, text=True, check=True,
                          env=clean_env(installed / "home")).stdout.split("\n")

@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from proxy.store.hot.memory import InProcessHotState
-from proxy.store.hot.redis import RedisHotState
-from proxy.store.ports import HotState
-from proxy.store.sql.repository import SqlConversationRepository, create_engine_from_url
+from memci_proxy.store.hot.memory import InProcessHotState
+from memci_proxy.store.hot.redis import RedisHotState
+from memci_proxy.store.ports import HotState
+from memci_proxy.store.sql.repository import SqlConversationRepository, create_engine_from_url
 
 
 @pytest.fixture

@@ -118,7 +118,7 @@ class PostgresProcess:
         return self.url(name)
 
     def url(self, database: str) -> str:
-        from proxy.store.sql.urls import to_libpq_url, with_database
+        from memci_proxy.store.sql.urls import to_libpq_url, with_database
 
         return with_database(to_libpq_url(self.uri), database)
 
@@ -258,7 +258,7 @@ def stored_user_texts(db_url: str, conversation_id: str, at_least: int = 0, time
     that many are stored, since answered turns are written behind the answer."""
     import psycopg
 
-    from proxy.store.sql.urls import to_libpq_url
+    from memci_proxy.store.sql.urls import to_libpq_url
 
     deadline = time.monotonic() + timeout
     while True:

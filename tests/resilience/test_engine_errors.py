@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import psycopg
 
-from proxy.store.hot.redis import state_key
-from proxy.store.sql.urls import to_libpq_url
+from memci_proxy.store.hot.redis import state_key
+from memci_proxy.store.sql.urls import to_libpq_url
 from tests.resilience.conftest import Chat, last_chat_prompt, metric_value
 
 

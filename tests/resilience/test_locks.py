@@ -9,9 +9,9 @@ import time
 import httpx
 import pytest
 
-from proxy.turn.identity import conversation_id_for_session, tenant_of
-from proxy.store.hot.redis import RedisHotState, lock_key
-from proxy.store.ports import LockTimeout
+from memci_proxy.turn.identity import conversation_id_for_session, tenant_of
+from memci_proxy.store.hot.redis import RedisHotState, lock_key
+from memci_proxy.store.ports import LockTimeout
 from tests.resilience.conftest import Chat, metric_value, stored_user_texts
 
 

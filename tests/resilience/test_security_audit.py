@@ -24,7 +24,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.api.auth import virtual_tenant
+from memci_proxy.api.auth import virtual_tenant
 from tests.e2e.proxyproc import ProxyProcess
 from tests.resilience.conftest import Chat, metric_value
 from tests.resilience.walls import Tap, VisionStub, canary, png_with

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import psycopg
 
-from proxy.blobs.store import description_blob_name, image_blob_name
-from proxy.turn.identity import key_tenant
-from proxy.store.sql.urls import to_libpq_url
+from memci_proxy.blobs.store import description_blob_name, image_blob_name
+from memci_proxy.turn.identity import key_tenant
+from memci_proxy.store.sql.urls import to_libpq_url
 from tests.resilience.conftest import FILLER
 from tests.resilience.walls import Recorder, UpstreamLog, VisionStub, canary, image_message, png_with
 

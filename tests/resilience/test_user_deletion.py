@@ -11,9 +11,9 @@ import time
 import httpx
 import psycopg
 
-from proxy.store.sql.urls import to_libpq_url
-from proxy.turn.end_user import user_key
-from proxy.turn.identity import key_tenant
+from memci_proxy.store.sql.urls import to_libpq_url
+from memci_proxy.turn.end_user import user_key
+from memci_proxy.turn.identity import key_tenant
 from tests.resilience.conftest import FILLER
 from tests.resilience.walls import UpstreamLog, canary
 

@@ -7,20 +7,20 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from proxy import caches
-from proxy.turn.memos import register_process_memos
+from memci_proxy import caches
+from memci_proxy.turn.memos import register_process_memos
 
-ROOT = Path(__file__).resolve().parents[2] / "proxy"
+ROOT = Path(__file__).resolve().parents[2] / "memci_proxy"
 # The emulator is a test upstream run in a process of its own, not part of a proxy process.
 SOURCES = sorted(p for p in ROOT.rglob("*.py") if "emulator" not in p.parts)
 # The LRU implementations themselves.
-IMPLEMENTATIONS = {"proxy/caches.py", "proxy/engine/memo.py"}
-# Queues (not caches) of texts each cut to a page sample (proxy.recall.candidate_vectors.PAGE_CHARS), at most
+IMPLEMENTATIONS = {"memci_proxy/caches.py", "memci_proxy/engine/memo.py"}
+# Queues (not caches) of texts each cut to a page sample (memci_proxy.recall.candidate_vectors.PAGE_CHARS), at most
 # max_views of them: their entry bound is a byte bound.
-SAMPLE_QUEUES = {"proxy/recall/background_vectors.py"}
+SAMPLE_QUEUES = {"memci_proxy/recall/background_vectors.py"}
 # functools.lru_cache memos whose keys and values are cut to a bounded length (their entry bound is a byte bound),
-# reported with that per-item bound (proxy.turn.memos).
-LENGTH_BOUNDED_LRU = {"proxy/recall/text.py:stem", "proxy/recall/text.py:_term"}
+# reported with that per-item bound (memci_proxy.turn.memos).
+LENGTH_BOUNDED_LRU = {"memci_proxy/recall/text.py:stem", "memci_proxy/recall/text.py:_term"}
 
 
 def _modules() -> list[tuple[str, ast.Module]]:
@@ -89,7 +89,7 @@ def test_every_module_memo_reports_a_byte_bound():
 
 
 def test_a_memo_of_large_texts_stays_within_its_bytes():
-    from proxy.engine.memo import memoised
+    from memci_proxy.engine.memo import memoised
 
     @memoised(1000, 1_000_000)
     def length(text: str) -> int:

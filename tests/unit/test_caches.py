@@ -1,7 +1,7 @@
-"""The bounded LRU map every per-process cache uses (proxy.caches.BoundedLru)."""
+"""The bounded LRU map every per-process cache uses (memci_proxy.caches.BoundedLru)."""
 
-from proxy import caches
-from proxy.caches import BoundedLru
+from memci_proxy import caches
+from memci_proxy.caches import BoundedLru
 
 
 def _size(_key: str, value: str) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy import settings as proxy_settings
+from memci_proxy import settings as proxy_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "config"
@@ -106,7 +106,7 @@ def option_value(words: list[str], option: str) -> str | None:
 
 
 def cli_subcommands() -> set[str]:
-    from proxy.cli import build_parser
+    from memci_proxy.cli import build_parser
 
     parser = build_parser()
     for action in parser._actions:  # argparse keeps subparsers as an action
@@ -149,7 +149,7 @@ def recording_rule_names() -> set[str]:
 
 def exposed_proxy_metric_names() -> set[str]:
     """Sample names the proxy's registry exposes at /metrics."""
-    from proxy.metrics import Metrics
+    from memci_proxy.metrics import Metrics
 
     names: set[str] = set()
     for family in Metrics().registry.collect():
@@ -191,7 +191,7 @@ def test_the_proxy_exposes_the_metrics_the_dashboards_rely_on() -> None:
     exposed = exposed_proxy_metric_names()
     expected = PROXY_COUNTERS | PROXY_GAUGES | {h + "_bucket" for h in PROXY_HISTOGRAMS}
     missing = expected - exposed
-    assert not missing, f"proxy.metrics does not expose {sorted(missing)}"
+    assert not missing, f"memci_proxy.metrics does not expose {sorted(missing)}"
 
 
 # --- the files parse --------------------------------------------------------------------------------
@@ -324,7 +324,7 @@ def copy_sources(rest: str) -> list[str]:
 
 
 def test_dockerfile_builds_a_wheel_and_runs_it_without_the_source_tree() -> None:
-    from proxy import package_data
+    from memci_proxy import package_data
 
     build, runtime = dockerfile_stages()[0], dockerfile_stages()[-1]
     assert len(dockerfile_stages()) >= 2, "build the wheel in a builder stage"
@@ -347,7 +347,7 @@ def test_dockerfile_builds_a_wheel_and_runs_it_without_the_source_tree() -> None
 
 
 def test_the_sdist_and_the_image_carry_the_shipped_files() -> None:
-    from proxy import package_data
+    from memci_proxy import package_data
 
     manifest = (ROOT / "MANIFEST.in").read_text(encoding="utf-8")
     included = set()
@@ -364,9 +364,9 @@ def test_the_sdist_and_the_image_carry_the_shipped_files() -> None:
 
 
 def test_package_data_finds_the_checkout_files_in_a_checkout() -> None:
-    from proxy import package_data
-    from proxy.settings import DEFAULT_CONFIG_FILE
-    from proxy.store.sql.migrate import MIGRATIONS_DIR
+    from memci_proxy import package_data
+    from memci_proxy.settings import DEFAULT_CONFIG_FILE
+    from memci_proxy.store.sql.migrate import MIGRATIONS_DIR
 
     assert package_data.is_checkout()
     assert DEFAULT_CONFIG_FILE == ROOT / "config" / "default.toml"
@@ -385,7 +385,7 @@ def test_console_script_is_declared() -> None:
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert project["scripts"]["memci-proxy"] == "proxy.cli:main"
+    assert project["scripts"]["memci-proxy"] == "memci_proxy.cli:main"
 
 
 def test_compose_proxy_image_commands_are_known_subcommands() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy import metrics_doc, settings_doc
-from proxy.settings import env_name, setting_fields
+from memci_proxy import metrics_doc, settings_doc
+from memci_proxy.settings import env_name, setting_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

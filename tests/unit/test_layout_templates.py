@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.emulator.template import render_chat
-from proxy.engine import EngineConfig, EstimateCounter, TurnInput, plan
+from memci_proxy.emulator.template import render_chat
+from memci_proxy.engine import EngineConfig, EstimateCounter, TurnInput, plan
 
 jinja2 = pytest.importorskip("jinja2")
 

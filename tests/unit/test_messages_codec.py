@@ -8,10 +8,10 @@ import json
 import msgspec
 import pytest
 
-from proxy.api.messages_codec import chat_messages, chat_request, error_of_openai, message_of, system_text
-from proxy.api.messages_stream import message_events
-from proxy.wire.chunks import Completion, ToolCallSoFar
-from proxy.wire.errors import ProxyError
+from memci_proxy.api.messages_codec import chat_messages, chat_request, error_of_openai, message_of, system_text
+from memci_proxy.api.messages_stream import message_events
+from memci_proxy.wire.chunks import Completion, ToolCallSoFar
+from memci_proxy.wire.errors import ProxyError
 
 
 def test_system_as_string_or_blocks():

@@ -1,14 +1,14 @@
-"""One vocabulary of page states (proxy.engine.state.STATUS_MEANINGS): the same names and counts in the
+"""One vocabulary of page states (memci_proxy.engine.state.STATUS_MEANINGS): the same names and counts in the
 X-Memci-Pages-* headers, `inspect`, the store and docs/memory.md#page-states."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from proxy import prompt_view
-from proxy.engine.state import ACTIVE, ARCHIVED, EVICTED, STATUS_MEANINGS, STATUS_NAMES, ConversationState, PageRecord
-from proxy.store.ports import PAGE_STATES
-from proxy.turn.page_counts import page_headers
+from memci_proxy import prompt_view
+from memci_proxy.engine.state import ACTIVE, ARCHIVED, EVICTED, STATUS_MEANINGS, STATUS_NAMES, ConversationState, PageRecord
+from memci_proxy.store.ports import PAGE_STATES
+from memci_proxy.turn.page_counts import page_headers
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

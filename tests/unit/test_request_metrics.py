@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.api.request_metrics import RequestMetricsMiddleware
-from proxy.metrics import Metrics
+from memci_proxy.api.request_metrics import RequestMetricsMiddleware
+from memci_proxy.metrics import Metrics
 
 
 async def test_an_error_that_escapes_every_handler_counts_as_a_500() -> None:

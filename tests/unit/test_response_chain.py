@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.api.response_chain import ResponseChain
-from proxy.wire.errors import ProxyError
+from memci_proxy.api.response_chain import ResponseChain
+from memci_proxy.wire.errors import ProxyError
 
 
 class SlowChains:

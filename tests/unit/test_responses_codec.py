@@ -9,11 +9,11 @@ import re
 import msgspec
 import pytest
 
-from proxy.api.responses_codec import (assistant_messages, chat_request, input_messages, output_items, qualified_name,
+from memci_proxy.api.responses_codec import (assistant_messages, chat_request, input_messages, output_items, qualified_name,
                                        response_of, tool_names)
-from proxy.api.responses_stream import response_events
-from proxy.wire.chunks import Completion, ToolCallSoFar
-from proxy.wire.errors import ProxyError
+from memci_proxy.api.responses_stream import response_events
+from memci_proxy.wire.chunks import Completion, ToolCallSoFar
+from memci_proxy.wire.errors import ProxyError
 
 
 def test_a_string_is_one_user_message():

@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from proxy.settings import DEFAULT_CONFIG_FILE, Settings, SettingsError, env_name, load_settings, read_config_file, setting_fields
+from memci_proxy.settings import DEFAULT_CONFIG_FILE, Settings, SettingsError, env_name, load_settings, read_config_file, setting_fields
 
 
 def test_defaults_without_file_or_env():
@@ -92,8 +92,8 @@ def test_replace_validates():
 
 
 def test_only_secret_values_are_masked():
-    from proxy import settings_doc
-    from proxy.settings import Settings
+    from memci_proxy import settings_doc
+    from memci_proxy.settings import Settings
 
     shown = settings_doc.resolved(Settings(prompt_cache_key=True, upstream_api_key="sk-secret"), {})
     line = next(x for x in shown.splitlines() if x.startswith("prompt_cache_key "))

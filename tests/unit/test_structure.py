@@ -9,10 +9,10 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "proxy"
-# Top-level modules that may import proxy.api: the composition root, the command line, and the generator of the
+PACKAGE = ROOT / "memci_proxy"
+# Top-level modules that may import memci_proxy.api: the composition root, the command line, and the generator of the
 # metrics reference (it registers every route's metrics to list them).
-MAY_IMPORT_API = {"proxy.app", "proxy.cli", "proxy.__main__", "proxy.metrics_doc"}
+MAY_IMPORT_API = {"memci_proxy.app", "memci_proxy.cli", "memci_proxy.__main__", "memci_proxy.metrics_doc"}
 # What the pure engine may import besides the standard library.
 ENGINE_THIRD_PARTY = {"xxhash", "msgspec", "tokenizers"}  # tokenizers: the optional exact counter
 
@@ -93,9 +93,9 @@ def test_nothing_below_the_routes_imports_api():
     upward = sorted(
         (module, target)
         for module, targets in imports().items()
-        if not module.startswith("proxy.api") and module not in MAY_IMPORT_API
+        if not module.startswith("memci_proxy.api") and module not in MAY_IMPORT_API
         for target in targets
-        if target == "proxy.api" or target.startswith("proxy.api.")
+        if target == "memci_proxy.api" or target.startswith("memci_proxy.api.")
     )
     assert upward == []
 
@@ -114,30 +114,30 @@ def test_the_modules_import_each_other_without_a_circle():
 
 def test_the_layers_point_inwards():
     graph = package_graph()
-    assert "proxy.api" not in set().union(*(v for k, v in graph.items() if k not in MAY_IMPORT_API))
-    assert "proxy.turn" not in graph.get("proxy.upstream", set())
-    assert not {"proxy.turn", "proxy.upstream"} & graph.get("proxy.recall", set())
-    assert not {"proxy.turn", "proxy.upstream", "proxy.recall"} & graph.get("proxy.store", set())
-    engine_imports = {t for m, ts in imports().items() if m.startswith("proxy.engine") for t in ts}
-    outside = {t.split(".")[0] for t in engine_imports if not t.startswith("proxy.engine") and not t.startswith(".")}
+    assert "memci_proxy.api" not in set().union(*(v for k, v in graph.items() if k not in MAY_IMPORT_API))
+    assert "memci_proxy.turn" not in graph.get("memci_proxy.upstream", set())
+    assert not {"memci_proxy.turn", "memci_proxy.upstream"} & graph.get("memci_proxy.recall", set())
+    assert not {"memci_proxy.turn", "memci_proxy.upstream", "memci_proxy.recall"} & graph.get("memci_proxy.store", set())
+    engine_imports = {t for m, ts in imports().items() if m.startswith("memci_proxy.engine") for t in ts}
+    outside = {t.split(".")[0] for t in engine_imports if not t.startswith("memci_proxy.engine") and not t.startswith(".")}
     import sys
 
     assert outside - set(sys.stdlib_module_names) - ENGINE_THIRD_PARTY - {""} == set()
-    assert not any(t.startswith("proxy.") and not t.startswith("proxy.engine") for t in engine_imports)
+    assert not any(t.startswith("proxy.") and not t.startswith("memci_proxy.engine") for t in engine_imports)
 
 
 def test_the_request_path_is_five_files():
     """route -> turn service -> upstream exchange -> recall loop, with the planner in the engine."""
     modules = imports()
-    path = ["proxy.api.routes", "proxy.turn.service", "proxy.upstream.exchange", "proxy.recall.loop",
-            "proxy.engine.planner"]
+    path = ["memci_proxy.api.routes", "memci_proxy.turn.service", "memci_proxy.upstream.exchange", "memci_proxy.recall.loop",
+            "memci_proxy.engine.planner"]
     assert all(m in modules for m in path)
-    assert "proxy.upstream.exchange" in {t.rsplit(".", 1)[0] for t in modules["proxy.api.routes"]} | modules["proxy.api.routes"]
-    assert "proxy.upstream.exchange" in modules["proxy.turn.service"]
-    assert "proxy.recall.loop" in modules["proxy.upstream.exchange"]
-    assert "proxy.engine.plan" in modules["proxy.turn.service"] and "proxy.engine.planner" in modules["proxy.engine"] | {
-        f"proxy.engine.{t}" for t in ("planner",)}
+    assert "memci_proxy.upstream.exchange" in {t.rsplit(".", 1)[0] for t in modules["memci_proxy.api.routes"]} | modules["memci_proxy.api.routes"]
+    assert "memci_proxy.upstream.exchange" in modules["memci_proxy.turn.service"]
+    assert "memci_proxy.recall.loop" in modules["memci_proxy.upstream.exchange"]
+    assert "memci_proxy.engine.plan" in modules["memci_proxy.turn.service"] and "memci_proxy.engine.planner" in modules["memci_proxy.engine"] | {
+        f"memci_proxy.engine.{t}" for t in ("planner",)}
     # the Litestar request stays in api/: nothing below it imports the web framework
-    web = sorted(m for m, ts in modules.items() if not m.startswith("proxy.api") and m not in MAY_IMPORT_API
+    web = sorted(m for m, ts in modules.items() if not m.startswith("memci_proxy.api") and m not in MAY_IMPORT_API
                  and any(t == "litestar" or t.startswith("litestar.") for t in ts))
     assert web == []

@@ -1,4 +1,4 @@
-"""Lone surrogates through the proxy's internal form (proxy.wire.unpaired): any JSON a client sends decodes with
+"""Lone surrogates through the proxy's internal form (memci_proxy.wire.unpaired): any JSON a client sends decodes with
 msgspec after ``to_internal``, and msgspec's encoding of it, after ``to_wire``, is the same JSON value again."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.wire.unpaired import ESCAPE, to_internal, to_wire
+from memci_proxy.wire.unpaired import ESCAPE, to_internal, to_wire
 
 text = st.text(alphabet=st.one_of(st.characters(), st.sampled_from(["\ud800", "\udfff", ESCAPE, "\\", "u", "d", "8"])))
 
@@ -37,7 +37,7 @@ def test_ordinary_bodies_are_left_alone():
 
 async def test_an_upstream_stream_is_rewritten_whole_escapes_at_a_time():
     """An escape cut between two reads of the upstream's stream is rewritten as if it had come in one piece."""
-    from proxy.upstream.unpaired_answer import InternalTextResponse
+    from memci_proxy.upstream.unpaired_answer import InternalTextResponse
 
     events = b'data: {"choices": [{"delta": {"content": "a\\ud800 b"}}]}\n\ndata: [DONE]\n\n'
 

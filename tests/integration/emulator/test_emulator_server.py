@@ -9,8 +9,8 @@ import httpx
 import openai
 import pytest
 
-from proxy.emulator.config import EmulatorConfig
-from proxy.emulator.testing import running_emulator
+from memci_proxy.emulator.config import EmulatorConfig
+from memci_proxy.emulator.testing import running_emulator
 
 TOOLS = [
     {

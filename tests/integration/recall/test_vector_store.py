@@ -7,9 +7,9 @@ import math
 import psycopg
 import pytest
 
-from proxy.store.ports import PageVectorStore
-from proxy.store.sql.repository import SqlConversationRepository
-from proxy.store.sql.urls import to_libpq_url
+from memci_proxy.store.ports import PageVectorStore
+from memci_proxy.store.sql.repository import SqlConversationRepository
+from memci_proxy.store.sql.urls import to_libpq_url
 
 
 def _unit(*xs: float) -> list[float]:

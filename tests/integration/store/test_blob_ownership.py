@@ -7,9 +7,9 @@ import asyncio
 
 from sqlalchemy import text
 
-from proxy.store.ports import BlobOwnership
-from proxy.store.sql.blob_queries import SqlBlobOwnership
-from proxy.store.sql.repository import SqlConversationRepository
+from memci_proxy.store.ports import BlobOwnership
+from memci_proxy.store.sql.blob_queries import SqlBlobOwnership
+from memci_proxy.store.sql.repository import SqlConversationRepository
 
 A, B = "tenant-a", "tenant-b"
 K1, K2, K3 = ("1" * 64), ("2" * 64), ("3" * 64)

@@ -8,12 +8,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from proxy.settings import load_settings
-from proxy.store.factory import open_store
-from proxy.store.hot.memory import InProcessHotState
-from proxy.store.hot.resilient import ResilientHotState
-from proxy.store.sql.migrate import current_revision, head_revision
-from proxy.store.sql.repository import SqlConversationRepository
+from memci_proxy.settings import load_settings
+from memci_proxy.store.factory import open_store
+from memci_proxy.store.hot.memory import InProcessHotState
+from memci_proxy.store.hot.resilient import ResilientHotState
+from memci_proxy.store.sql.migrate import current_revision, head_revision
+from memci_proxy.store.sql.repository import SqlConversationRepository
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ async def test_open_store_without_urls_starts_embedded_postgres_and_in_process_s
         assert await store.repo.ping()
 
         # Starting again on the same directory joins the running server.
-        from proxy.store.sql.embedded import start_embedded_postgres
+        from memci_proxy.store.sql.embedded import start_embedded_postgres
 
         again = start_embedded_postgres(home / "pg")
         assert again.server_uri == store.embedded.server_uri
@@ -61,7 +61,7 @@ async def test_open_store_with_urls_uses_them(migrated_db_url: str, redis_url: s
 
 @pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="embedded server only")
 def test_postgres_fixture_has_pgvector(migrated_db_url: str) -> None:
-    from proxy.store.sql.urls import to_libpq_url
+    from memci_proxy.store.sql.urls import to_libpq_url
 
     with psycopg.connect(to_libpq_url(migrated_db_url)) as conn:
         assert conn.execute("SELECT '[1,2,3]'::vector <-> '[1,2,4]'::vector").fetchone() == (1.0,)

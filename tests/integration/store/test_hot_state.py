@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from proxy.store.ports import HotState, LockTimeout
+from memci_proxy.store.ports import HotState, LockTimeout
 
 CID = "conversation-1"
 

@@ -8,9 +8,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, pool
 
-from proxy.store.sql.migrate import current_revision, downgrade, head_revision, run_migrations
-from proxy.store.sql.models import Base
-from proxy.store.sql.urls import to_libpq_url, to_sync_url
+from memci_proxy.store.sql.migrate import current_revision, downgrade, head_revision, run_migrations
+from memci_proxy.store.sql.models import Base
+from memci_proxy.store.sql.urls import to_libpq_url, to_sync_url
 
 TABLES = {"conversations", "entries", "pages", "fingerprints", "hidden_messages", "contents_snapshots", "events"}
 
@@ -84,7 +84,7 @@ def test_alembic_command_line_takes_database_url(empty_db_url: str) -> None:
     import subprocess
     import sys
 
-    from proxy.package_data import CHECKOUT as REPO_ROOT
+    from memci_proxy.package_data import CHECKOUT as REPO_ROOT
 
     result = subprocess.run(
         [sys.executable, "-m", "alembic", "upgrade", "head"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select, text
 
-from proxy.store.ports import (
+from memci_proxy.store.ports import (
     ConversationAdmin,
     ConversationConflict,
     ConversationNotFound,
@@ -19,8 +19,8 @@ from proxy.store.ports import (
     TurnWrite,
     snapshot_digest,
 )
-from proxy.store.sql.models import Base
-from proxy.store.sql.repository import SqlConversationRepository
+from memci_proxy.store.sql.models import Base
+from memci_proxy.store.sql.repository import SqlConversationRepository
 
 TENANT, OTHER_TENANT = "tenant-a", "tenant-b"
 

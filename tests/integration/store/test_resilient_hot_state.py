@@ -8,9 +8,9 @@ import socket
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from proxy.store.hot.redis import RedisHotState
-from proxy.store.hot.resilient import ResilientHotState
-from proxy.store.ports import HotState, LockTimeout
+from memci_proxy.store.hot.redis import RedisHotState
+from memci_proxy.store.hot.resilient import ResilientHotState
+from memci_proxy.store.ports import HotState, LockTimeout
 from tests.manual_clock import ManualClock
 
 CID = "conversation-1"

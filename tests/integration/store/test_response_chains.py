@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.api.response_chain import ResponseChain
-from proxy.store.ports import ResponseChains
-from proxy.store.sql.response_chains import SqlResponseChains
-from proxy.wire.errors import ProxyError
+from memci_proxy.api.response_chain import ResponseChain
+from memci_proxy.store.ports import ResponseChains
+from memci_proxy.store.sql.response_chains import SqlResponseChains
+from memci_proxy.wire.errors import ProxyError
 
 
 def _turn(n: int) -> list[dict]:
@@ -43,7 +43,7 @@ async def test_a_new_process_reads_the_chain_from_the_store(repo):
 async def test_erasing_a_conversation_erases_its_answers_on_every_replica(repo):
     """The answers of a deleted conversation are gone from the table, from the erasing replica's cache, and another
     replica's cached chain is not used any more; another conversation's answers stay."""
-    from proxy.store.sql.blob_queries import SqlBlobOwnership
+    from memci_proxy.store.sql.blob_queries import SqlBlobOwnership
 
     await repo.create_conversation("t1", "conv_a")
     await repo.create_conversation("t1", "conv_b")

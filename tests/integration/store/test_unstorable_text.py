@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from proxy.store.ports import EntryRow, EventRow, PageRow
-from proxy.store.sql import pgtext
-from proxy.store.sql.models import HiddenMessage
-from proxy.store.sql.response_chains import SqlResponseChains
+from memci_proxy.store.ports import EntryRow, EventRow, PageRow
+from memci_proxy.store.sql import pgtext
+from memci_proxy.store.sql.models import HiddenMessage
+from memci_proxy.store.sql.response_chains import SqlResponseChains
 from tests.integration.store.test_repository import TENANT, save
 
 ODD = "nul \x00 lone \ud800 and \udfff, escape \ufdd0 and \ufdd00 and \ufdd0ud800, a\\u0000b"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from proxy.api.auth import virtual_tenant
-from proxy.keys import KeyRegistry, key_digest, key_hint, new_key_id, new_secret
-from proxy.store.sql.key_queries import SqlKeyRepository
-from proxy.store.sql.repository import SqlConversationRepository
-from proxy.turn.end_user import user_key
+from memci_proxy.api.auth import virtual_tenant
+from memci_proxy.keys import KeyRegistry, key_digest, key_hint, new_key_id, new_secret
+from memci_proxy.store.sql.key_queries import SqlKeyRepository
+from memci_proxy.store.sql.repository import SqlConversationRepository
+from memci_proxy.turn.end_user import user_key
 
 
 async def _replicas(repo: SqlConversationRepository, redis_url: str = "") -> tuple[KeyRegistry, KeyRegistry, SqlKeyRepository]:

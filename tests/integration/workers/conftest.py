@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from proxy.emulator.config import EmulatorConfig
-from proxy.emulator.testing import running_emulator
-from proxy.store.ports import EntryRow, PageRow
-from proxy.store.sql.repository import SqlConversationRepository
+from memci_proxy.emulator.config import EmulatorConfig
+from memci_proxy.emulator.testing import running_emulator
+from memci_proxy.store.ports import EntryRow, PageRow
+from memci_proxy.store.sql.repository import SqlConversationRepository
 
 TENANT = "tenant-a"
 

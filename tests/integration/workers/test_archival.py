@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 
-from proxy.store.sql.repository import SqlConversationRepository
-from proxy.workers.archival import OVERFLOW_EVENT
-from proxy.workers.backoff import BACKLOG_EVENT
-from proxy.workers.config import MemoryConfig
-from proxy.workers.queue import ARCHIVE_JOB, InProcessJobQueue, Job
-from proxy.workers.runner import MemoryWorker
-from proxy.workers.summarizer import SummaryFailed
+from memci_proxy.store.sql.repository import SqlConversationRepository
+from memci_proxy.workers.archival import OVERFLOW_EVENT
+from memci_proxy.workers.backoff import BACKLOG_EVENT
+from memci_proxy.workers.config import MemoryConfig
+from memci_proxy.workers.queue import ARCHIVE_JOB, InProcessJobQueue, Job
+from memci_proxy.workers.runner import MemoryWorker
+from memci_proxy.workers.summarizer import SummaryFailed
 from tests.integration.workers.conftest import TENANT, History
 
 NOW = dt.datetime(2026, 3, 20, 12, 0, tzinfo=dt.timezone.utc)

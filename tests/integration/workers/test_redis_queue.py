@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.workers.queue import PROFILE_JOB, SUMMARY_JOB, Job
-from proxy.workers.redis_queue import RedisStreamJobQueue
+from memci_proxy.workers.queue import PROFILE_JOB, SUMMARY_JOB, Job
+from memci_proxy.workers.redis_queue import RedisStreamJobQueue
 
 
 async def test_jobs_flow_through_the_consumer_group(redis_url: str) -> None:

@@ -7,13 +7,13 @@ import datetime as dt
 
 import pytest
 
-from proxy.store.sql.repository import SqlConversationRepository
-from proxy.workers.backoff import BACKLOG_EVENT
-from proxy.workers.config import MemoryConfig
-from proxy.workers.queue import PROFILE_JOB, SUMMARY_JOB, InProcessJobQueue, Job
-from proxy.workers.summarizer import ModelSummarizer
-from proxy.workers.runner import MemoryWorker
-from proxy.workers.text import estimate_tokens
+from memci_proxy.store.sql.repository import SqlConversationRepository
+from memci_proxy.workers.backoff import BACKLOG_EVENT
+from memci_proxy.workers.config import MemoryConfig
+from memci_proxy.workers.queue import PROFILE_JOB, SUMMARY_JOB, InProcessJobQueue, Job
+from memci_proxy.workers.summarizer import ModelSummarizer
+from memci_proxy.workers.runner import MemoryWorker
+from memci_proxy.workers.text import estimate_tokens
 from tests.integration.workers.conftest import TENANT, History, rows_of
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
@@ -182,8 +182,8 @@ async def test_summary_on_the_kept_prompt_is_cached_and_a_failure_is_retried_pla
 ) -> None:
     import httpx
 
-    from proxy.metrics import Metrics
-    from proxy.workers.prefix import JOB_MARKER, SummaryBase
+    from memci_proxy.metrics import Metrics
+    from memci_proxy.workers.prefix import JOB_MARKER, SummaryBase
 
     metrics = Metrics()
     summarizer = ModelSummarizer(emulator_url, model="emu-summariser", timeout_s=10,

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from proxy.api.auth import AuthMiddleware, Authenticator, parse_virtual_keys, virtual_tenant
-from proxy.settings import Settings, SettingsError
-from proxy.turn.call import chat_call
-from proxy.turn.end_user import AUTH_USER_HEADER, user_key
-from proxy.turn.identity import AUTH_TENANT_HEADER
-from proxy.upstream.client import UpstreamClient
+from memci_proxy.api.auth import AuthMiddleware, Authenticator, parse_virtual_keys, virtual_tenant
+from memci_proxy.settings import Settings, SettingsError
+from memci_proxy.turn.call import chat_call
+from memci_proxy.turn.end_user import AUTH_USER_HEADER, user_key
+from memci_proxy.turn.identity import AUTH_TENANT_HEADER
+from memci_proxy.upstream.client import UpstreamClient
 
 KEYS = {"sk-alice-key": {"tenant": "acme", "user": "alice"}, "sk-app-key": {"tenant": "acme"}}
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -1,4 +1,4 @@
-"""X-Memci-Tenant (proxy.api.tenants): a tenant name or id; an unknown one is a 404, never an empty answer."""
+"""X-Memci-Tenant (memci_proxy.api.tenants): a tenant name or id; an unknown one is a 404, never an empty answer."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.api.auth import Authenticator, virtual_tenant
-from proxy.api.tenants import resolve_tenant
-from proxy.settings import Settings
-from proxy.turn.identity import key_tenant
-from proxy.wire.errors import ProxyError
+from memci_proxy.api.auth import Authenticator, virtual_tenant
+from memci_proxy.api.tenants import resolve_tenant
+from memci_proxy.settings import Settings
+from memci_proxy.turn.identity import key_tenant
+from memci_proxy.wire.errors import ProxyError
 
 
 class Keys:

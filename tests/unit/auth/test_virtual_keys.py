@@ -5,7 +5,7 @@ import json
 import msgspec
 import pytest
 
-from proxy.api.auth import (
+from memci_proxy.api.auth import (
     AuthMiddleware,
     Authenticator,
     cache_salt_of,
@@ -13,8 +13,8 @@ from proxy.api.auth import (
     virtual_tenant,
     with_cache_salt,
 )
-from proxy.turn.identity import AUTH_TENANT_HEADER, key_tenant, tenant_of
-from proxy.settings import Settings, SettingsError
+from memci_proxy.turn.identity import AUTH_TENANT_HEADER, key_tenant, tenant_of
+from memci_proxy.settings import Settings, SettingsError
 
 KEYS = {"sk-alice": {"tenant": "acme", "upstream_key": "up-acme"}, "sk-bob": {"tenant": "globex", "upstream_key": ""}}
 
@@ -67,7 +67,7 @@ def test_virtual_mode_with_only_an_admin_key_starts_empty():
 
 
 def test_admin_key_comparison():
-    from proxy.api.auth import is_admin_key
+    from memci_proxy.api.auth import is_admin_key
 
     assert is_admin_key("adm-secret", "adm-secret")
     assert not is_admin_key("adm-secre", "adm-secret") and not is_admin_key("", "adm-secret")
@@ -189,7 +189,7 @@ def test_a_client_salt_stays_inside_the_tenant_salt():
 def test_log_redaction_hides_configured_secrets_and_key_shapes():
     import logging
 
-    from proxy.log_redaction import RedactSecrets
+    from memci_proxy.log_redaction import RedactSecrets
 
     redactor = RedactSecrets(["adm-secret-1", "up-acme-key"])
     record = logging.LogRecord("x", logging.WARNING, __file__, 1, "key %s and %s, header %s", (
@@ -204,7 +204,7 @@ def test_log_redaction_hides_configured_secrets_and_key_shapes():
 
 
 def test_key_hints_show_the_ends_only():
-    from proxy.keys import key_hint, new_secret
+    from memci_proxy.keys import key_hint, new_secret
 
     secret = new_secret()
     hint = key_hint(secret)
@@ -213,8 +213,8 @@ def test_key_hints_show_the_ends_only():
 
 
 async def test_a_key_over_its_budget_gets_429_insufficient_quota_and_usage_is_charged():
-    from proxy import usage_meter
-    from proxy.keys import VirtualKey, key_digest
+    from memci_proxy import usage_meter
+    from memci_proxy.keys import VirtualKey, key_digest
 
     auth = authenticator()
     charged = []

@@ -3,8 +3,8 @@ import hashlib
 
 import pytest
 
-from proxy.blobs import FilesystemBlobStore, externalize_images, image_blob_name, internalize_images, store_blobs
-from proxy.engine.condense import image_reference
+from memci_proxy.blobs import FilesystemBlobStore, externalize_images, image_blob_name, internalize_images, store_blobs
+from memci_proxy.engine.condense import image_reference
 
 DATA = b"\x89PNG\r\n" + bytes(range(200))
 URI = "data:image/png;base64," + base64.b64encode(DATA).decode()

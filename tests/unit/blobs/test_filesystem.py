@@ -1,7 +1,7 @@
 import pytest
 
-from proxy.blobs import FilesystemBlobStore, make_blob_store
-from proxy.blobs.s3 import S3BlobStore
+from memci_proxy.blobs import FilesystemBlobStore, make_blob_store
+from memci_proxy.blobs.s3 import S3BlobStore
 
 KEY = "ab" * 32
 

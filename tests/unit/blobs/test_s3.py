@@ -8,8 +8,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.blobs import S3BlobStore, image_blob_name
-from proxy.blobs.sigv4 import sign_headers
+from memci_proxy.blobs import S3BlobStore, image_blob_name
+from memci_proxy.blobs.sigv4 import sign_headers
 
 KEY = "cd" * 32
 
@@ -63,7 +63,7 @@ async def test_put_get_exists_over_signed_requests() -> None:
 
 
 async def test_a_wrong_secret_is_an_error() -> None:
-    from proxy.blobs import BlobStoreError
+    from memci_proxy.blobs import BlobStoreError
 
     app, _, _ = fake_s3("right")
     async with TestServer(app) as server:

@@ -1,6 +1,6 @@
 """SigV4 against the worked examples of the Amazon S3 API reference (Signature Version 4, header signing)."""
 
-from proxy.blobs.sigv4 import EMPTY_SHA256, sign_headers
+from memci_proxy.blobs.sigv4 import EMPTY_SHA256, sign_headers
 
 ACCESS = "AKIAIOSFODNN7EXAMPLE"
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

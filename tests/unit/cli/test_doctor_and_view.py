@@ -7,8 +7,8 @@ import re
 
 import httpx
 
-from proxy import doctor, prompt_view
-from proxy.settings import load_settings
+from memci_proxy import doctor, prompt_view
+from memci_proxy.settings import load_settings
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

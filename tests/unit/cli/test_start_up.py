@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from proxy.app import listening_url, warn_about_the_upstream
-from proxy.log_setup import CHATTY, configure_logging
-from proxy.upstream.route_check import judge, unreachable
+from memci_proxy.app import listening_url, warn_about_the_upstream
+from memci_proxy.log_setup import CHATTY, configure_logging
+from memci_proxy.upstream.route_check import judge, unreachable
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -58,6 +58,6 @@ async def test_the_start_warns_once_per_upstream_worker_that_does_not_serve_chat
 def test_version_is_the_installed_packages() -> None:
     from importlib.metadata import version
 
-    run = subprocess.run([sys.executable, "-m", "proxy.cli", "--version"], cwd=REPO, capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-m", "memci_proxy.cli", "--version"], cwd=REPO, capture_output=True, text=True,
                          timeout=60)
     assert run.returncode == 0 and run.stdout.strip() == f"memci-proxy {version('memci-proxy')}"

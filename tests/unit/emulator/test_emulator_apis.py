@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from proxy.emulator.apis import (
+from memci_proxy.emulator.apis import (
     ResponsesBook, message_body, message_stream, messages_chat, response_body, response_messages, responses_chat,
 )
-from proxy.emulator.chat import plan_chat
-from proxy.emulator.config import EmulatorConfig
-from proxy.emulator.state import EmulatorState
+from memci_proxy.emulator.chat import plan_chat
+from memci_proxy.emulator.config import EmulatorConfig
+from memci_proxy.emulator.state import EmulatorState
 
 
 def test_a_responses_chain_is_kept_and_cached():

@@ -3,12 +3,12 @@ from typing import Any
 
 import pytest
 
-from proxy.emulator.answers import TOOL_RESULT_PREFIX
-from proxy.emulator.chat import plan_chat
-from proxy.emulator.config import EmulatorConfig
-from proxy.emulator.errors import ErrorReply
-from proxy.emulator.responses import chat_completion_body, chat_stream_events
-from proxy.emulator.state import EmulatorState
+from memci_proxy.emulator.answers import TOOL_RESULT_PREFIX
+from memci_proxy.emulator.chat import plan_chat
+from memci_proxy.emulator.config import EmulatorConfig
+from memci_proxy.emulator.errors import ErrorReply
+from memci_proxy.emulator.responses import chat_completion_body, chat_stream_events
+from memci_proxy.emulator.state import EmulatorState
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
 
@@ -270,7 +270,7 @@ def test_markers_come_from_the_last_user_message_or_trailing_tool_results() -> N
 @pytest.mark.parametrize("content", ["plain [[len:30]]", "[[say:Spaces  and\nnew lines, 中文 too.]]", "[[len:30]]"])
 @pytest.mark.parametrize("max_tokens", [None, 7])
 def test_inserted_output_equals_the_rendered_answer_tokens(content: str, max_tokens: int | None) -> None:
-    from proxy.emulator.template import render_output
+    from memci_proxy.emulator.template import render_output
 
     state = new_state()
     plan = plan_chat(state, {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens})

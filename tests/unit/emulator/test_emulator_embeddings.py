@@ -4,8 +4,8 @@ import struct
 
 import pytest
 
-from proxy.emulator.embeddings import embed, embeddings_body
-from proxy.emulator.errors import ErrorReply
+from memci_proxy.emulator.embeddings import embed, embeddings_body
+from memci_proxy.emulator.errors import ErrorReply
 
 
 def cosine(a: list[float], b: list[float]) -> float:

@@ -1,6 +1,6 @@
-from proxy.emulator.answers import generated_tokens, select_calls
-from proxy.emulator.markers import ScriptedCall, parse_markers
-from proxy.emulator.tokenizer import Tokenizer
+from memci_proxy.emulator.answers import generated_tokens, select_calls
+from memci_proxy.emulator.markers import ScriptedCall, parse_markers
+from memci_proxy.emulator.tokenizer import Tokenizer
 
 TOOLS = [
     {"type": "function", "function": {"name": "search", "parameters": {}}},

@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.emulator.radix import RadixCache
+from memci_proxy.emulator.radix import RadixCache
 
 sequences = st.lists(st.lists(st.integers(min_value=0, max_value=3), max_size=12), max_size=25)
 

@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from proxy.emulator.chat import refuse_shapes
-from proxy.emulator.cli import add_arguments, config_from_args
-from proxy.emulator.errors import ErrorReply
+from memci_proxy.emulator.chat import refuse_shapes
+from memci_proxy.emulator.cli import add_arguments, config_from_args
+from memci_proxy.emulator.errors import ErrorReply
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "recall", "arguments": "{}"}}
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.emulator.template import (
+from memci_proxy.emulator.template import (
     DEFAULT_SYSTEM_PROMPT,
     IMAGE_PAD_TOKENS,
     TemplateError,
@@ -12,7 +12,7 @@ from proxy.emulator.template import (
     render_chat_pieces,
     render_output,
 )
-from proxy.emulator.tokenizer import Tokenizer
+from memci_proxy.emulator.tokenizer import Tokenizer
 
 WEATHER_TOOL = {
     "type": "function",

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.emulator.tokenizer import SPECIAL_TOKENS, Tokenizer
+from memci_proxy.emulator.tokenizer import SPECIAL_TOKENS, Tokenizer
 
 
 def test_special_tokens_are_single_tokens() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.engine import ACTIVE, ConversationState, EngineConfig, Plan, condense_message, page_entry_range
-from proxy.engine.layout import memory_block
-from proxy.engine.output_preview import output_text, split_lines
+from memci_proxy.engine import ACTIVE, ConversationState, EngineConfig, Plan, condense_message, page_entry_range
+from memci_proxy.engine.layout import memory_block
+from memci_proxy.engine.output_preview import output_text, split_lines
 
 
 def check_pages(state: ConversationState, messages: list[dict[str, Any]]) -> None:

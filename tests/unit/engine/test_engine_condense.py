@@ -1,4 +1,4 @@
-from proxy.engine import condense_message
+from memci_proxy.engine import condense_message
 
 
 def test_tool_output_cut_with_marker() -> None:

@@ -1,5 +1,5 @@
-from proxy.engine import ARCHIVED, PageRecord, render_contents, summary_line
-from proxy.engine.contents import page_entry_body
+from memci_proxy.engine import ARCHIVED, PageRecord, render_contents, summary_line
+from memci_proxy.engine.contents import page_entry_body
 
 DAY = 1_763_769_600.0  # 2025-11-22 00:00 UTC
 

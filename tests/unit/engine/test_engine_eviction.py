@@ -1,5 +1,5 @@
-from proxy.engine import ARCHIVED, EVICTED, PageRecord
-from proxy.engine.eviction import lru_evictions, lru_order, rule_evictions
+from memci_proxy.engine import ARCHIVED, EVICTED, PageRecord
+from memci_proxy.engine.eviction import lru_evictions, lru_order, rule_evictions
 
 
 def page(n: int, archived_turn: int, recalls: int = 0, last_recalled: int = -1, status: int = ARCHIVED,

@@ -1,5 +1,5 @@
-from proxy.engine import ConversationState, chain_hashes, common_prefix_len, entry_hash, entry_hashes
-from proxy.engine.fingerprint import advance_prefix, encode_messages
+from memci_proxy.engine import ConversationState, chain_hashes, common_prefix_len, entry_hash, entry_hashes
+from memci_proxy.engine.fingerprint import advance_prefix, encode_messages
 
 
 def test_entry_hash_ignores_key_order_and_unknown_fields() -> None:

@@ -6,7 +6,7 @@ user message that spliced hidden messages then followed, inside the previous pro
 
 from engine_checks import check_tool_pairing, tail_start
 
-from proxy.engine import ConversationState, EngineConfig, EstimateCounter, TurnInput, add_hidden, plan
+from memci_proxy.engine import ConversationState, EngineConfig, EstimateCounter, TurnInput, add_hidden, plan
 
 C = EstimateCounter()
 SYSTEM = [{"role": "system", "content": "You are terse."}]

@@ -1,4 +1,4 @@
-"""Per-model token costs learned from the upstream's reported prompt_tokens (proxy.engine.learner)."""
+"""Per-model token costs learned from the upstream's reported prompt_tokens (memci_proxy.engine.learner)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.engine.learner import (
+from memci_proxy.engine.learner import (
     IMAGE_TOKENS, CountLearner, Features, LearnedCounter, fit_answer, fit_counter, fit_wants, request_features,
 )
-from proxy.engine.tokens import EstimateCounter
+from memci_proxy.engine.tokens import EstimateCounter
 
 
 def upstream(f: Features, text=1.9, image=66, tools=1.1, message=5, bias=12) -> int:
@@ -88,7 +88,7 @@ def test_request_features_count_images_messages_and_tools():
 
 
 def test_a_conversation_fit_is_per_model_and_round_trips_through_the_state():
-    from proxy.engine.state import ConversationState
+    from memci_proxy.engine.state import ConversationState
 
     base = EstimateCounter()
     f = Features(1000, 2, 0, 10)
@@ -134,7 +134,7 @@ def test_exact_and_estimated_text_are_learned_apart():
 
 
 def test_a_settled_model_learns_from_one_answer_in_four():
-    from proxy.engine.learner import SETTLED_AFTER, SETTLED_EVERY
+    from memci_proxy.engine.learner import SETTLED_AFTER, SETTLED_EVERY
 
     fit = None
     f = Features(1000, 0, 0, 10)

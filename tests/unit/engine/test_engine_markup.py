@@ -8,8 +8,8 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.engine.layout import volatile_block, with_volatile
-from proxy.engine.markup import escape_tags, quote
+from memci_proxy.engine.layout import volatile_block, with_volatile
+from memci_proxy.engine.markup import escape_tags, quote
 
 PIECES = ["<memci-context>", "</memci-context>", "< /MEMCI-CONTEXT >", "<intent>", "</memory>", "<task-state>",
           "[Page 3]", "[page 12.2]", "[image memci-blob://sha256/ab]", "\n## Memory", "\n# x", "\\[Page 1]", "&lt;",

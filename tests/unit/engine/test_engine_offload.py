@@ -10,9 +10,9 @@ from engine_checks import check_budget, check_no_loss, check_pages, check_tool_p
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.engine import ConversationState, EngineConfig, EstimateCounter, TurnInput, plan
-from proxy.engine import output_preview
-from proxy.engine.output_preview import build_preview, split_lines
+from memci_proxy.engine import ConversationState, EngineConfig, EstimateCounter, TurnInput, plan
+from memci_proxy.engine import output_preview
+from memci_proxy.engine.output_preview import build_preview, split_lines
 
 C = EstimateCounter()
 SYSTEM = [{"role": "system", "content": "You are a coding agent."}]

@@ -1,6 +1,6 @@
 from engine_checks import check_pages
 
-from proxy.engine import EngineConfig, EstimateCounter, TurnInput, page_entry_range, plan
+from memci_proxy.engine import EngineConfig, EstimateCounter, TurnInput, page_entry_range, plan
 
 COUNTER = EstimateCounter()
 

@@ -2,7 +2,7 @@ import copy
 
 from engine_checks import check_budget, check_pages, check_tool_pairing
 
-from proxy.engine import (
+from memci_proxy.engine import (
     ARCHIVED,
     EVICTED,
     ConversationState,
@@ -19,7 +19,7 @@ from proxy.engine import (
     record_recall,
     split_leading_system,
 )
-from proxy.settings import load_settings
+from memci_proxy.settings import load_settings
 
 C = EstimateCounter()
 SYSTEM = [{"role": "system", "content": "You are terse."}]
@@ -390,7 +390,7 @@ def test_from_bytes_rejects_what_is_not_a_state_of_this_version() -> None:
 
 
 def test_the_parts_of_one_developer_message_keep_a_separator() -> None:
-    from proxy.engine.layout import system_message_text
+    from memci_proxy.engine.layout import system_message_text
 
     parts = [{"type": "text", "text": "<permissions instructions>a</permissions instructions>"},
              {"type": "text", "text": "<skills_instructions>b</skills_instructions>"}]

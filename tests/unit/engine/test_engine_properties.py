@@ -10,7 +10,7 @@ from engine_checks import check_budget, check_no_loss, check_pages, check_tool_p
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from proxy.engine import (
+from memci_proxy.engine import (
     ARCHIVED,
     ConversationState,
     EngineConfig,

@@ -2,8 +2,8 @@ import importlib.util
 
 import pytest
 
-from proxy.engine import EstimateCounter, TokenCounter, make_counter
-from proxy.engine.tokens import MESSAGE_OVERHEAD
+from memci_proxy.engine import EstimateCounter, TokenCounter, make_counter
+from memci_proxy.engine.tokens import MESSAGE_OVERHEAD
 
 
 def test_estimate_counts_cjk_one_each_and_other_text_by_four() -> None:
@@ -28,7 +28,7 @@ def test_message_counts_content_parts_tool_calls_and_overhead() -> None:
 
 
 def test_message_texts_of_plain_and_fuller_messages() -> None:
-    from proxy.engine.tokens import message_texts
+    from memci_proxy.engine.tokens import message_texts
 
     assert message_texts({"role": "user", "content": "abcd"}) == (["abcd"], 0)
     assert message_texts({"role": "user", "content": "abcd", "name": "ann"}) == (["abcd", "ann"], 0)
@@ -47,7 +47,7 @@ def test_counters_satisfy_the_protocol() -> None:
 def test_tokenizers_counter(tmp_path) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from proxy.engine import TokenizersCounter
+    from memci_proxy.engine import TokenizersCounter
 
     tok = Tokenizer(models.WordLevel({"hello": 0, "world": 1, "[UNK]": 2}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()

@@ -16,12 +16,12 @@ from confusable_homoglyphs.confusables import confusables_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.confusables import install
+from memci_proxy.confusables import install
 
-from proxy.engine.contents import summary_line
-from proxy.engine.markup import escape_tags, quote
-from proxy.recall.memory import memory_line
-from proxy.recall.pagetext import excerpt, render_page
+from memci_proxy.engine.contents import summary_line
+from memci_proxy.engine.markup import escape_tags, quote
+from memci_proxy.recall.memory import memory_line
+from memci_proxy.recall.pagetext import excerpt, render_page
 
 
 def _lookalike_table() -> dict[str, list[str]]:
@@ -153,7 +153,7 @@ def test_the_audit_probes():
 
 
 def _fold_by_character(text: str) -> tuple[str, list[int] | None]:
-    from proxy.engine.markup import _ASCII_FOLD, _fold_char
+    from memci_proxy.engine.markup import _ASCII_FOLD, _fold_char
 
     if text.isascii():
         return text.translate(_ASCII_FOLD).lower(), None
@@ -169,6 +169,6 @@ def _fold_by_character(text: str) -> tuple[str, list[int] | None]:
 
 @given(st.text(alphabet=st.sampled_from("aZ <[#\n\r\t\x00\x0b\x1c\x7f…éßﬁ＜［＃\u200b\u00a0\u2028İǅ中") | st.characters()))
 def test_a_mixed_text_folds_as_it_does_character_by_character(text: str) -> None:
-    from proxy.engine.markup import _fold
+    from memci_proxy.engine.markup import _fold
 
     assert _fold(text) == _fold_by_character(text)

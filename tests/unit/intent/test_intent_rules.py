@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.engine.intent import (
+from memci_proxy.engine.intent import (
     INTENT_PREFIX,
     LEVEL_RULES,
     RewriteResult,

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import pytest
 
-from proxy.engine import intent, markup, tokens
-from proxy.engine.intent import MAX_MESSAGE_CHARS, rewrite_rules
-from proxy.recall import memory, text
+from memci_proxy.engine import intent, markup, tokens
+from memci_proxy.engine.intent import MAX_MESSAGE_CHARS, rewrite_rules
+from memci_proxy.recall import memory, text
 
 HISTORY = [{"role": "user", "content": "Tell me about the Eiffel Tower in Paris."},
            {"role": "assistant", "content": "It is a wrought-iron lattice tower built in 1889 for the World's Fair."}]
@@ -55,7 +55,7 @@ def patterns(*modules) -> dict[str, re.Pattern]:
 
 
 # Rules that only ever read a window of the text (the word before a pronoun).
-READ_LIMIT = {"proxy.engine.intent._PREVIOUS_WORD": intent.PREVIOUS_WORD_WINDOW}
+READ_LIMIT = {"memci_proxy.engine.intent._PREVIOUS_WORD": intent.PREVIOUS_WORD_WINDOW}
 
 
 def test_every_intent_rule_on_hostile_text_of_the_largest_size_read():

@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
-from proxy.api.limits import Limits, LocalBuckets, UpstreamGate, bucket_size, take_token
-from proxy.settings import Settings
-from proxy.wire.errors import ProxyError
+from memci_proxy.api.limits import Limits, LocalBuckets, UpstreamGate, bucket_size, take_token
+from memci_proxy.settings import Settings
+from memci_proxy.wire.errors import ProxyError
 from tests.manual_clock import ManualClock
 
 

@@ -4,8 +4,8 @@ conversation sent through either API reaches the turn as the same chat messages.
 from __future__ import annotations
 
 from loadtests.api_clients import anthropic_messages, responses_items
-from proxy.api.messages_codec import chat_messages
-from proxy.api.responses_codec import input_messages
+from memci_proxy.api.messages_codec import chat_messages
+from memci_proxy.api.responses_codec import input_messages
 
 HISTORY = [
     {"role": "user", "content": "Fix the bug"},

@@ -33,13 +33,13 @@ def test_active_pages_are_read_ahead_only_near_an_epoch():
     complete active pages' terms read, and the epoch archives them without reading them again."""
     import time
 
-    from proxy.metrics import Metrics
-    from proxy.store.factory import Store
-    from proxy.store.hot.memory import InProcessHotState
-    from proxy.turn.call import chat_call
-    from proxy.turn.service import TurnService
-    from proxy.upstream.exchange import Exchange
-    from proxy.wire.validate import parse_chat_body
+    from memci_proxy.metrics import Metrics
+    from memci_proxy.store.factory import Store
+    from memci_proxy.store.hot.memory import InProcessHotState
+    from memci_proxy.turn.call import chat_call
+    from memci_proxy.turn.service import TurnService
+    from memci_proxy.upstream.exchange import Exchange
+    from memci_proxy.wire.validate import parse_chat_body
     from turn_fakes import MemoryRepository, settings
 
     bench = load_bench()

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.recall import across
-from proxy.store.ports import UserPageStats, UserPageText
-from proxy.turn.across import user_turns
+from memci_proxy.recall import across
+from memci_proxy.store.ports import UserPageStats, UserPageText
+from memci_proxy.turn.across import user_turns
 
 
 def page(cid: str, number: str, text: str, seen: float = 0.0) -> UserPageText:
@@ -119,7 +119,7 @@ def test_a_push_needs_a_term_that_names_something_specific():
 def test_terms_common_among_the_users_pages_are_remembered_and_not_searched_again():
     import asyncio
 
-    from proxy.recall.user_search import search_user
+    from memci_proxy.recall.user_search import search_user
 
     class Store:
         calls = 0
@@ -139,8 +139,8 @@ def test_terms_common_among_the_users_pages_are_remembered_and_not_searched_agai
 
 def test_a_turn_notes_the_pages_of_its_tail_only():
     """The user turns reaching past the turn's first new entry, continuation pages included, read from the end."""
-    from proxy.engine.state import PageRecord
-    from proxy.turn.across import tail_pages, user_turns
+    from memci_proxy.engine.state import PageRecord
+    from memci_proxy.turn.across import tail_pages, user_turns
 
     pages = [PageRecord(1, 1, 0, 2, 10), PageRecord(2, 1, 2, 4, 10), PageRecord(2, 2, 4, 6, 10),
              PageRecord(3, 1, 6, 8, 10)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from proxy.recall.background_vectors import BackgroundEmbedding
+from memci_proxy.recall.background_vectors import BackgroundEmbedding
 
 
 class _Recorder:

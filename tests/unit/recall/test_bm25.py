@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.recall.bm25 import BM25Index
-from proxy.recall.text import tokenize
+from memci_proxy.recall.bm25 import BM25Index
+from memci_proxy.recall.text import tokenize
 
 
 def reference_scores(

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from proxy.engine import EstimateCounter
-from proxy.engine.state import ARCHIVED, ConversationState, PageRecord
-from proxy.recall.candidate_vectors import CandidateVectors, page_sample
-from proxy.recall.fusion import cosine_similarity
-from proxy.recall.resolver import RecallContext, RecallResolver
-from proxy.recall.vector_index import PageVectors
+from memci_proxy.engine import EstimateCounter
+from memci_proxy.engine.state import ARCHIVED, ConversationState, PageRecord
+from memci_proxy.recall.candidate_vectors import CandidateVectors, page_sample
+from memci_proxy.recall.fusion import cosine_similarity
+from memci_proxy.recall.resolver import RecallContext, RecallResolver
+from memci_proxy.recall.vector_index import PageVectors
 from tests.unit.recall.test_embeddings_fusion import PAGES, FakeMetrics, MemoryVectorStore, TopicEmbedder, _context
 
 
@@ -168,7 +168,7 @@ async def test_the_user_words_of_the_candidates_are_embedded_first_and_their_bes
 
 
 def test_an_embeddings_servers_query_is_bounded_by_its_timeout_the_packaged_models_by_the_deadline() -> None:
-    from proxy.recall.vectors import build_page_vectors
+    from memci_proxy.recall.vectors import build_page_vectors
 
     served = build_page_vectors(None, "http://127.0.0.1:9/v1", timeout_s=5.0, query_deadline_s=0.05)  # type: ignore[arg-type]
     assert served.query_deadline_s == 5.0

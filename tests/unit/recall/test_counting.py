@@ -1,4 +1,4 @@
-"""What a number counts (proxy.recall.counting): the counted terms of what the user says, and the messages that ask
+"""What a number counts (memci_proxy.recall.counting): the counted terms of what the user says, and the messages that ask
 for a count or a total."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.recall.counting import COUNTED, counted_form, counted_terms, counts
-from proxy.recall.pagetext import index_terms
-from proxy.recall.text import tokenize
+from memci_proxy.recall.counting import COUNTED, counted_form, counted_terms, counts
+from memci_proxy.recall.pagetext import index_terms
+from memci_proxy.recall.text import tokenize
 
 
 def counted(text: str) -> list[str]:

@@ -6,11 +6,11 @@ import datetime as dt
 
 import pytest
 
-from proxy.engine import EstimateCounter
-from proxy.engine.state import ARCHIVED, ConversationState, PageRecord
-from proxy.recall.dates import DaySpan, asked_days, day_of, prefer_days, without_times
-from proxy.recall.resolver import RecallContext, RecallResolver
-from proxy.recall.tool import RecallArgs
+from memci_proxy.engine import EstimateCounter
+from memci_proxy.engine.state import ARCHIVED, ConversationState, PageRecord
+from memci_proxy.recall.dates import DaySpan, asked_days, day_of, prefer_days, without_times
+from memci_proxy.recall.resolver import RecallContext, RecallResolver
+from memci_proxy.recall.tool import RecallArgs
 
 TODAY = dt.date(2023, 5, 6)  # a Saturday
 D = dt.date

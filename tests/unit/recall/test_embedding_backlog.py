@@ -1,4 +1,4 @@
-"""Background page embedding (proxy.recall.embedding_backlog with PageVectors): it waits for a moment without
+"""Background page embedding (memci_proxy.recall.embedding_backlog with PageVectors): it waits for a moment without
 turns, yet under steady traffic every page is embedded within a bounded lag; the backlog and the lag are metrics."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from proxy.engine import EstimateCounter
-from proxy.metrics import Metrics
-from proxy.recall.embedding_backlog import EmbeddingBacklog
-from proxy.recall.resolver import RecallResolver
-from proxy.recall.vector_index import PageVectors
+from memci_proxy.engine import EstimateCounter
+from memci_proxy.metrics import Metrics
+from memci_proxy.recall.embedding_backlog import EmbeddingBacklog
+from memci_proxy.recall.resolver import RecallResolver
+from memci_proxy.recall.vector_index import PageVectors
 from tests.unit.recall.test_embeddings_fusion import PAGES, MemoryVectorStore, _context
 from tests.unit.recall.test_local_embedder import _embedder
 

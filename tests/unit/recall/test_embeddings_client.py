@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.emulator.embeddings import embed as emulator_embed
-from proxy.emulator.embeddings import embeddings_body
-from proxy.recall.embeddings import EmbeddingsClient, embeddings_endpoint
+from memci_proxy.emulator.embeddings import embed as emulator_embed
+from memci_proxy.emulator.embeddings import embeddings_body
+from memci_proxy.recall.embeddings import EmbeddingsClient, embeddings_endpoint
 
 Handler = Callable[[web.Request], Any]
 
@@ -118,7 +118,7 @@ async def test_timeout_is_none(serve) -> None:
 
 
 async def test_unreachable_is_none() -> None:
-    from proxy.emulator.testing import free_port
+    from memci_proxy.emulator.testing import free_port
 
     client = EmbeddingsClient(f"http://127.0.0.1:{free_port()}/v1", timeout_s=2)
     try:

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.engine import EstimateCounter
-from proxy.engine.state import ARCHIVED, ConversationState, PageRecord
-from proxy.recall.fusion import cosine_similarity
-from proxy.recall.resolver import RecallContext, RecallResolver
-from proxy.recall.vector_index import PageVectors, text_digest
+from memci_proxy.engine import EstimateCounter
+from memci_proxy.engine.state import ARCHIVED, ConversationState, PageRecord
+from memci_proxy.recall.fusion import cosine_similarity
+from memci_proxy.recall.resolver import RecallContext, RecallResolver
+from memci_proxy.recall.vector_index import PageVectors, text_digest
 
 # Pages: one message each. Page 3 speaks of the cat only with words no query below uses ("feline", "kitten").
 PAGES = {

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from proxy.engine import EstimateCounter
-from proxy.recall.entities import boosted_query, entity_terms
-from proxy.recall.resolver import RecallResolver
+from memci_proxy.engine import EstimateCounter
+from memci_proxy.recall.entities import boosted_query, entity_terms
+from memci_proxy.recall.resolver import RecallResolver
 from tests.unit.recall.test_embeddings_fusion import _context
 
 

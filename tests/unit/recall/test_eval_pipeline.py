@@ -8,7 +8,7 @@ import pytest
 
 from loadtests.eval_recall import STRATEGIES, build_query, evaluate_madial, score_ranking
 from loadtests.evaldata import load_madial_bench
-from proxy.recall.text import tokenize
+from memci_proxy.recall.text import tokenize
 
 
 def bag_of_words_embedding(texts: list[str], dimensions: int = 128) -> list[list[float]]:

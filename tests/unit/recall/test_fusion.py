@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.recall.fusion import (
+from memci_proxy.recall.fusion import (
     cosine_similarity,
     fuse_lexical_and_vector,
     rank_by_cosine,

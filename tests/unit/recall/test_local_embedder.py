@@ -1,4 +1,4 @@
-"""The packaged embedding model (proxy.recall.local_embedder): chunking, failures, metrics; and PageVectors with
+"""The packaged embedding model (memci_proxy.recall.local_embedder): chunking, failures, metrics; and PageVectors with
 it: pages embedded in the background, the query alone on the recall path, vectors reused by content digest."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.engine import EstimateCounter
-from proxy.recall.local_embedder import LocalEmbedder, chunk_text
-from proxy.recall.packaged_models import USE
-from proxy.recall.resolver import RecallResolver
-from proxy.recall.vector_index import PageVectors
+from memci_proxy.engine import EstimateCounter
+from memci_proxy.recall.local_embedder import LocalEmbedder, chunk_text
+from memci_proxy.recall.packaged_models import USE
+from memci_proxy.recall.resolver import RecallResolver
+from memci_proxy.recall.vector_index import PageVectors
 from tests.unit.recall.test_embeddings_fusion import PAGES, FakeMetrics, MemoryVectorStore, _context
 
 DIMENSION = USE.dimension  # the default model's: LocalEmbedder checks the fake's vectors against it

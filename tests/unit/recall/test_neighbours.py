@@ -3,11 +3,11 @@ the match sits in the hit's last message."""
 
 from __future__ import annotations
 
-from proxy.engine import EstimateCounter
-from proxy.engine.state import ACTIVE, ARCHIVED, ConversationState, PageRecord
-from proxy.recall.neighbours import part_after, part_before
-from proxy.recall.resolver import RecallContext, RecallResolver
-from proxy.recall.tool import RecallArgs
+from memci_proxy.engine import EstimateCounter
+from memci_proxy.engine.state import ACTIVE, ARCHIVED, ConversationState, PageRecord
+from memci_proxy.recall.neighbours import part_after, part_before
+from memci_proxy.recall.resolver import RecallContext, RecallResolver
+from memci_proxy.recall.tool import RecallArgs
 
 MESSAGES = [
     {"role": "user", "content": "Lunch ideas near the office?"},                            # page 1

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.engine import EngineConfig, EstimateCounter, TurnInput, plan
-from proxy.metrics import Metrics
-from proxy.recall.resolver import RecallContext, RecallResolver
-from proxy.recall.tool import parse_arguments, parse_lines, recall_tool
+from memci_proxy.engine import EngineConfig, EstimateCounter, TurnInput, plan
+from memci_proxy.metrics import Metrics
+from memci_proxy.recall.resolver import RecallContext, RecallResolver
+from memci_proxy.recall.tool import parse_arguments, parse_lines, recall_tool
 
 C = EstimateCounter()
 LOG = "".join(f"step {i}: compiling module_{i % 13}.c\r\n" if i % 400 else f"src/m{i}.c:{i}: error: boom {i}\n"

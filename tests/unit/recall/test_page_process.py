@@ -8,9 +8,9 @@ import importlib.util
 import numpy as np
 import pytest
 
-from proxy.recall.local_embedder import LocalEmbedder
-from proxy.recall.packaged_models import PackagedModel
-from proxy.recall.page_process import PageProcess, embed_texts
+from memci_proxy.recall.local_embedder import LocalEmbedder
+from memci_proxy.recall.packaged_models import PackagedModel
+from memci_proxy.recall.page_process import PageProcess, embed_texts
 
 
 def fake_encode(texts: list[str]) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""proxy.recall.proactive: what counts as a look-up phrase (a confidence signal of the push: no false positives on
+"""memci_proxy.recall.proactive: what counts as a look-up phrase (a confidence signal of the push: no false positives on
 the benchmark's chats), the words the pushed round searches for, and its shape (deterministic bytes)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.recall.proactive import (asks_about_reply, call_id, is_look_up, missing_terms, push_call, recall_round,
+from memci_proxy.recall.proactive import (asks_about_reply, call_id, is_look_up, missing_terms, push_call, recall_round,
                                     search_words)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "loadtests"))
@@ -104,7 +104,7 @@ def test_the_search_looks_for_the_words_the_message_is_about() -> None:
 
 @given(st.text(max_size=300))
 def test_search_words_are_words_of_the_text_with_search_terms(text: str) -> None:
-    from proxy.recall.text import tokenize
+    from memci_proxy.recall.text import tokenize
 
     for word in search_words(text).split():
         assert word in text and tokenize(word)

@@ -1,4 +1,4 @@
-"""What a pushed round shows (proxy.recall.resolver with ``newest_first``): pages newest first, but when they do not
+"""What a pushed round shows (memci_proxy.recall.resolver with ``newest_first``): pages newest first, but when they do not
 all fit, the lowest-ranked go and the best stays; excerpts sized in tokens whatever the script; the best hit shown
 longer; a page's hidden recall rounds are not searched (they quote other pages)."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import re
 
-from proxy.engine import EstimateCounter
-from proxy.engine.feedback import add_hidden
-from proxy.engine.state import ACTIVE, ARCHIVED, ConversationState, PageRecord
-from proxy.recall.pagetext import excerpt
-from proxy.recall.resolver import (CALL_EXCERPT_TOKENS, EXCERPT_CHARS, WHOLE_MESSAGE_TOKENS, RecallContext,
+from memci_proxy.engine import EstimateCounter
+from memci_proxy.engine.feedback import add_hidden
+from memci_proxy.engine.state import ACTIVE, ARCHIVED, ConversationState, PageRecord
+from memci_proxy.recall.pagetext import excerpt
+from memci_proxy.recall.resolver import (CALL_EXCERPT_TOKENS, EXCERPT_CHARS, WHOLE_MESSAGE_TOKENS, RecallContext,
                                    RecallResolver)
-from proxy.recall.tool import RecallArgs
+from memci_proxy.recall.tool import RecallArgs
 
 FILLER = "We talked about the weather and the news, and the garden was green again that day. "
 

@@ -1,4 +1,4 @@
-"""The steps of the recall search's ranking (proxy.recall.ranking)."""
+"""The steps of the recall search's ranking (memci_proxy.recall.ranking)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import datetime as dt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.recall.bm25 import BM25Index
-from proxy.recall.dates import DaySpan
-from proxy.recall.counting import COUNTED, counted_form
-from proxy.recall.pagetext import index_terms, user_text
-from proxy.recall.ranking import (PAGE, USER, DayPreference, best_views, candidate_views, lexical_candidates,
+from memci_proxy.recall.bm25 import BM25Index
+from memci_proxy.recall.dates import DaySpan
+from memci_proxy.recall.counting import COUNTED, counted_form
+from memci_proxy.recall.pagetext import index_terms, user_text
+from memci_proxy.recall.ranking import (PAGE, USER, DayPreference, best_views, candidate_views, lexical_candidates,
                                   TIME_WEIGHT, lexical_ranking, preferred_days, query_weights, vector_query)
-from proxy.recall.text import tokenize
+from memci_proxy.recall.text import tokenize
 
 D = dt.date
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from proxy.recall.tool import (
+from memci_proxy.recall.tool import (
     MAX_ARGUMENTS_CHARS, MAX_PAGES, MAX_QUERY_CHARS, parse_arguments, parse_lines,
 )
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from proxy.engine import EstimateCounter
-from proxy.engine.state import ARCHIVED, ConversationState, PageRecord
-from proxy.recall.local_embedder import chunk_text
-from proxy.recall.resolver import RecallContext, RecallResolver
-from proxy.recall.vector_index import PageVectors
+from memci_proxy.engine import EstimateCounter
+from memci_proxy.engine.state import ARCHIVED, ConversationState, PageRecord
+from memci_proxy.recall.local_embedder import chunk_text
+from memci_proxy.recall.resolver import RecallContext, RecallResolver
+from memci_proxy.recall.vector_index import PageVectors
 from tests.unit.recall.test_embeddings_fusion import FakeMetrics, MemoryVectorStore
 from tests.unit.recall.test_local_embedder import FakeModel, Metrics, _embedder
 

@@ -1,4 +1,4 @@
-"""proxy.recall.salience: a message weighed against the archive, whatever its wording. Everyday look-ups in English
+"""memci_proxy.recall.salience: a message weighed against the archive, whatever its wording. Everyday look-ups in English
 and Chinese match the page that answers them; chit-chat, a recurring theme and a lone coincidence do not; terms
 the active pages hold add nothing; the cost does not grow with the archive."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.recall.bm25 import BM25Index
-from proxy.recall.salience import (MAX_DF, MAX_TERMS, PAIR_DF, asks, counts, episodes, in_text, message_terms,
+from memci_proxy.recall.bm25 import BM25Index
+from memci_proxy.recall.salience import (MAX_DF, MAX_TERMS, PAIR_DF, asks, counts, episodes, in_text, message_terms,
                                    phrase_pairs, specific_episodes, verdict, weigh)
-from proxy.recall.text import tokenize
+from memci_proxy.recall.text import tokenize
 
 FACTS = {
     "My gym locker code is PELICAN-8823.": ["What's my gym locker code?", "Can you tell me my gym locker code?"],
@@ -89,7 +89,7 @@ _PIECES = st.sampled_from(["paint", "painted", "star", "start", "histor", "histo
 @given(st.lists(_PIECES, max_size=30).map("".join), st.sampled_from(["paint", "star", "histori", "hi", "储物", "s9", "plan", "n"]))
 def test_in_text_finds_what_its_pattern_finds(text: str, term: str) -> None:
     """The stem pre-scan is an optimisation only: the answer is the regular expression's over the whole text."""
-    from proxy.recall.salience import _term_pattern
+    from memci_proxy.recall.salience import _term_pattern
 
     assert in_text(text)(term) == (_term_pattern(term).search(text) is not None)
 
@@ -154,7 +154,7 @@ def test_a_short_number_alone_is_no_match_a_code_is() -> None:
 
 
 def test_a_match_below_the_bar_of_a_question_still_gets_its_best_page() -> None:
-    from proxy.recall.salience import NARROW, STRENGTH, Weighing, one_page_idf
+    from memci_proxy.recall.salience import NARROW, STRENGTH, Weighing, one_page_idf
 
     def at(units: float, match: float) -> Weighing:
         return Weighing(100, units * one_page_idf(100), match)

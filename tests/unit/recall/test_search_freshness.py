@@ -8,10 +8,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.engine import EstimateCounter
-from proxy.engine.state import ARCHIVED, PageRecord, common_prefix_of_records
-from proxy.recall.resolver import RecallResolver
-from proxy.recall.vector_index import PageVectors
+from memci_proxy.engine import EstimateCounter
+from memci_proxy.engine.state import ARCHIVED, PageRecord, common_prefix_of_records
+from memci_proxy.recall.resolver import RecallResolver
+from memci_proxy.recall.vector_index import PageVectors
 from tests.unit.recall.test_embeddings_fusion import PAGES, MemoryVectorStore, TopicEmbedder, _context
 
 
@@ -76,8 +76,8 @@ def test_the_records_passed_over_are_exactly_the_unchanged_leading_ones(before: 
 
 def _active_context(texts: list[str]):
     """Pages of one message each, all active, with their entries' digests (as a planned state has them)."""
-    from proxy.engine.state import ACTIVE, HASH_SIZE, ConversationState
-    from proxy.recall.search_indexes import RecallContext
+    from memci_proxy.engine.state import ACTIVE, HASH_SIZE, ConversationState
+    from memci_proxy.recall.search_indexes import RecallContext
 
     messages = [{"role": "user", "content": text} for text in texts]
     records = [PageRecord(number=i + 1, part=1, start=i, end=i + 1, tokens=20, status=ACTIVE)
@@ -106,7 +106,7 @@ async def test_pages_read_behind_an_answer_are_indexed_at_the_epoch_without_read
 
 
 async def test_a_page_whose_messages_changed_since_it_was_read_is_read_again() -> None:
-    from proxy.engine.state import HASH_SIZE
+    from memci_proxy.engine.state import HASH_SIZE
 
     resolver = RecallResolver(None, EstimateCounter(), 2048)
     source = CountingSource()

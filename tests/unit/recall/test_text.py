@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.recall.text import STOP_WORDS_EN, STOP_WORDS_ZH, keywords, stem, tokenize
+from memci_proxy.recall.text import STOP_WORDS_EN, STOP_WORDS_ZH, keywords, stem, tokenize
 
 
 def test_english_words_are_lowercased_stemmed_and_stop_words_dropped() -> None:
@@ -78,7 +78,7 @@ def test_keywords_respect_top_and_drop_single_characters() -> None:
 
 def _tokenize_unmemoised(text: str) -> list[str]:
     """The tokenizer spelled out token by token (what the memoised one must equal)."""
-    from proxy.recall.text import _TOKEN_PATTERN, MAX_TERM_CHARS, MAX_TOKENIZE_CHARS, cjk_terms
+    from memci_proxy.recall.text import _TOKEN_PATTERN, MAX_TERM_CHARS, MAX_TOKENIZE_CHARS, cjk_terms
 
     terms: list[str] = []
     for match in _TOKEN_PATTERN.finditer(text[:MAX_TOKENIZE_CHARS].casefold().replace("\u2019", "'")):
@@ -103,7 +103,7 @@ def test_the_memoised_tokenizer_gives_the_terms_of_the_plain_one(text: str) -> N
 @given(st.lists(st.text(alphabet=st.sampled_from("ab cd_ 12 the 天气 好的 AB\n"), max_size=40), max_size=5),
        st.integers(0, 8))
 def test_keywords_of_joined_texts_are_the_top_of_their_summed_counts(texts: list[str], top: int) -> None:
-    from proxy.recall.text import keyword_counts, top_keywords
+    from memci_proxy.recall.text import keyword_counts, top_keywords
 
     summed = keyword_counts("")
     for text in texts:

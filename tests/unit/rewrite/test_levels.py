@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-import proxy.rewrite.levels as levels
-from proxy.rewrite import (
+import memci_proxy.rewrite.levels as levels
+from memci_proxy.rewrite import (
     LEVEL_MODEL,
     LEVEL_PASSTHROUGH,
     LEVEL_RULES,

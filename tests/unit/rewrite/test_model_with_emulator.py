@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from proxy.emulator.testing import running_emulator
-from proxy.rewrite import LEVEL_MODEL, LEVEL_RULES, ModelRewriter, rewrite
+from memci_proxy.emulator.testing import running_emulator
+from memci_proxy.rewrite import LEVEL_MODEL, LEVEL_RULES, ModelRewriter, rewrite
 
 HISTORY = [{"role": "user", "content": "Tell me about the Python GIL."}]
 TIMEOUT_S = 0.3

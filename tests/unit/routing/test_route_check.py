@@ -1,4 +1,4 @@
-"""The one check of the chat route (proxy.upstream.route_check): its verdicts, its cache for `/ready`, and doctor
+"""The one check of the chat route (memci_proxy.upstream.route_check): its verdicts, its cache for `/ready`, and doctor
 judging with it (the end-to-end runs of /ready and doctor are in tests/e2e/test_operations.py)."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import asyncio
 
 import httpx
 
-from proxy import doctor
-from proxy.settings import load_settings
-from proxy.upstream import route_check
-from proxy.upstream.route_check import RouteWatch, judge, ready
-from proxy.wire.errors import upstream_unreachable
+from memci_proxy import doctor
+from memci_proxy.settings import load_settings
+from memci_proxy.upstream import route_check
+from memci_proxy.upstream.route_check import RouteWatch, judge, ready
+from memci_proxy.wire.errors import upstream_unreachable
 
 NO_ROUTE = b'{"error":{"message":"no route for POST /chat/completions","type":"not_found_error"}}'
 
@@ -40,7 +40,7 @@ def test_ready_tolerates_a_worker_down_but_not_a_worker_without_the_route() -> N
 
 
 class CountingUpstream:
-    """proxy.upstream.port.Upstream's send, counting probes; answers ``status`` or raises when ``down``."""
+    """memci_proxy.upstream.port.Upstream's send, counting probes; answers ``status`` or raises when ``down``."""
 
     def __init__(self, status: int = 400) -> None:
         self.status, self.down, self.calls = status, False, 0

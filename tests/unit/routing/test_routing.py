@@ -1,7 +1,7 @@
 """Rendezvous hashing stability, down-marking with a cool-down on an injected clock."""
 
-from proxy.turn.identity import pass_through_route_key
-from proxy.upstream.routing import WorkerRouter, rendezvous_order
+from memci_proxy.turn.identity import pass_through_route_key
+from memci_proxy.upstream.routing import WorkerRouter, rendezvous_order
 from tests.manual_clock import ManualClock
 
 WORKERS = [f"http://10.0.0.{i}:30000/v1" for i in range(1, 5)]

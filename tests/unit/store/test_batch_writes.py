@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.store.ports import SnapshotBase, TurnWrite, snapshot_digest
-from proxy.store.sql import batch_writes
+from memci_proxy.store.ports import SnapshotBase, TurnWrite, snapshot_digest
+from memci_proxy.store.sql import batch_writes
 
 
 class FakeConnection:

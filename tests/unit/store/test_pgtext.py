@@ -8,7 +8,7 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.store.sql import pgtext
+from memci_proxy.store.sql import pgtext
 
 # Any code point, lone surrogates included, with the escape character and NUL made common.
 _CHARS = st.one_of(st.characters(codec=None, categories=None), st.sampled_from(["\x00", pgtext.ESCAPE, "0", "u",

@@ -1,4 +1,4 @@
-"""The answer's room in the window (proxy.turn.answer_room): the max_tokens sent upstream is lowered so that prompt
+"""The answer's room in the window (memci_proxy.turn.answer_room): the max_tokens sent upstream is lowered so that prompt
 plus answer fit, a turn whose fixed part does not fit is refused with a 400 naming the sizes (never sent unmanaged),
 and the same holds for the unmanaged request of a store that is down."""
 
@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from proxy.wire.errors import ProxyError
+from memci_proxy.wire.errors import ProxyError
 from turn_fakes import Chat, ChatUpstream, MemoryRepository, answer_of, call_of, make_service
 
 WINDOW = 4096  # the fakes' context_window

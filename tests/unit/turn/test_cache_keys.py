@@ -1,9 +1,9 @@
-"""prompt_cache_key and the session-affinity header of managed requests (proxy.turn.cache_keys)."""
+"""prompt_cache_key and the session-affinity header of managed requests (memci_proxy.turn.cache_keys)."""
 
 from __future__ import annotations
 
-from proxy.settings import Settings
-from proxy.turn.cache_keys import upstream_headers, with_prompt_cache_key
+from memci_proxy.settings import Settings
+from memci_proxy.turn.cache_keys import upstream_headers, with_prompt_cache_key
 
 
 def test_the_conversation_id_is_the_default_prompt_cache_key():

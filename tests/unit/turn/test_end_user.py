@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.engine import chain_hashes, entry_hashes
-from proxy.turn.call import chat_call
-from proxy.turn.end_user import MAX_USER_ID_CHARS, EndUserError, end_user_id, user_key
-from proxy.turn.identity import conversation_id_for_session
-from proxy.wire.errors import ProxyError
+from memci_proxy.engine import chain_hashes, entry_hashes
+from memci_proxy.turn.call import chat_call
+from memci_proxy.turn.end_user import MAX_USER_ID_CHARS, EndUserError, end_user_id, user_key
+from memci_proxy.turn.identity import conversation_id_for_session
+from memci_proxy.wire.errors import ProxyError
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]
 

@@ -1,10 +1,10 @@
-"""Which engine the upstream is (proxy.upstream.engine_id), from answers seen from the real servers."""
+"""Which engine the upstream is (memci_proxy.upstream.engine_id), from answers seen from the real servers."""
 
 from __future__ import annotations
 
 import json
 
-from proxy.upstream.engine_id import NO_CACHE, RADIX, SINGLE_SLOT, engine_of, root_of
+from memci_proxy.upstream.engine_id import NO_CACHE, RADIX, SINGLE_SLOT, engine_of, root_of
 
 # GET /server_info of SGLang 0.5.23 (the fields read, among its ~300 server arguments)
 SGLANG = {"model_path": "/models/smollm2", "tokenizer_path": "/models/smollm2", "version": "0.5.23",

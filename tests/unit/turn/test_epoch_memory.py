@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from proxy.workers.covering import Covered
+from memci_proxy.workers.covering import Covered
 from turn_fakes import Chat, ChatUpstream, make_service
 
 TURNS = 60

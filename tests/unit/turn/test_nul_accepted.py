@@ -1,13 +1,13 @@
 """A managed chat holding U+0000 is answered and stored like any other (the SQL store escapes what PostgreSQL
-cannot hold: proxy.store.sql.pgtext); the upstream gets the client's exact text."""
+cannot hold: memci_proxy.store.sql.pgtext); the upstream gets the client's exact text."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from proxy.turn.call import ChatCall, chat_call
-from proxy.wire.validate import parse_chat_body
+from memci_proxy.turn.call import ChatCall, chat_call
+from memci_proxy.wire.validate import parse_chat_body
 from turn_fakes import ChatUpstream, MemoryRepository, answer_of, make_service
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from proxy.wire.errors import ProxyError
+from memci_proxy.wire.errors import ProxyError
 from turn_fakes import ChatUpstream, MemoryRepository, answer_of, call_of, make_service
 
 LOG = "".join(f"test_{i} PASSED\n" for i in range(4000))

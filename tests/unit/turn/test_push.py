@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from proxy.engine import ConversationState
+from memci_proxy.engine import ConversationState
 from turn_fakes import Chat, ChatUpstream, MemoryRepository, make_service
 
 
@@ -138,9 +138,9 @@ async def test_epochs_are_accounted_in_metrics_and_the_admin_view() -> None:
 
 
 def test_push_room_is_planned_only_for_messages_whose_archived_match_the_active_pages_lack() -> None:
-    from proxy.engine.config import EngineConfig
-    from proxy.recall.bm25 import BM25Index
-    from proxy.turn.push import PUSH_HIGH_WATERMARK, latest_user_text, need_of, with_push_room
+    from memci_proxy.engine.config import EngineConfig
+    from memci_proxy.recall.bm25 import BM25Index
+    from memci_proxy.turn.push import PUSH_HIGH_WATERMARK, latest_user_text, need_of, with_push_room
 
     index = BM25Index()
     index.add("1", "user: We chose the blue logo and the budget is 4200 euros for the print run.")
@@ -174,7 +174,7 @@ def test_push_room_is_planned_only_for_messages_whose_archived_match_the_active_
 
 async def test_a_look_up_near_the_top_of_the_budget_gets_an_epoch_and_its_round() -> None:
     """Without the room planned for it the push would answer "no room" until the next epoch."""
-    from proxy.turn.push import PUSH_HIGH_WATERMARK
+    from memci_proxy.turn.push import PUSH_HIGH_WATERMARK
 
     upstream = ChatUpstream()
     service = make_service(upstream, MemoryRepository())
@@ -205,11 +205,11 @@ async def test_a_look_up_near_the_top_of_the_budget_gets_an_epoch_and_its_round(
 
 
 def test_a_page_an_earlier_round_brought_back_into_the_prompt_is_not_pushed_again() -> None:
-    from proxy.engine import EstimateCounter
-    from proxy.engine.feedback import add_hidden
-    from proxy.engine.state import ACTIVE, ARCHIVED, PageRecord
-    from proxy.recall.bm25 import BM25Index
-    from proxy.turn.push import need_of
+    from memci_proxy.engine import EstimateCounter
+    from memci_proxy.engine.feedback import add_hidden
+    from memci_proxy.engine.state import ACTIVE, ARCHIVED, PageRecord
+    from memci_proxy.recall.bm25 import BM25Index
+    from memci_proxy.turn.push import need_of
 
     index = BM25Index()
     index.add("1", "user: We chose the blue logo and the budget is 4200 euros for the print run.")
@@ -229,8 +229,8 @@ def test_a_page_an_earlier_round_brought_back_into_the_prompt_is_not_pushed_agai
 
 
 def test_look_ups_and_questions_plan_room_and_a_narrow_match_does_not() -> None:
-    from proxy.recall.salience import NOTHING
-    from proxy.turn.push import PUSH_HIGH_WATERMARK, QUESTION_HIGH_WATERMARK, Need
+    from memci_proxy.recall.salience import NOTHING
+    from memci_proxy.turn.push import PUSH_HIGH_WATERMARK, QUESTION_HIGH_WATERMARK, Need
 
     narrow, full = Need("q?", NOTHING, "question", "narrow"), Need("q?", NOTHING, "question", "pushed")
     assert narrow.wanted and not narrow.room_wanted

@@ -1,6 +1,6 @@
-"""What an upstream's refusal says (proxy.upstream.refusal), the window that follows the upstream
-(proxy.turn.window), the shapes of the proxy's recall rounds (proxy.turn.shapes) and the upstream's cache kind
-(proxy.upstream.cache_kind)."""
+"""What an upstream's refusal says (memci_proxy.upstream.refusal), the window that follows the upstream
+(memci_proxy.turn.window), the shapes of the proxy's recall rounds (memci_proxy.turn.shapes) and the upstream's cache kind
+(memci_proxy.upstream.cache_kind)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from turn_fakes import MockUpstream
 
-import proxy.turn.window as window_module
-from proxy.settings import Settings
-from proxy.turn.shapes import RECALLED, ShapeChoice, holds_rounds, next_shape, render
-from proxy.turn.window import ContextWindow
-from proxy.upstream.cache_kind import RADIX, SINGLE_SLOT, CacheKind, kind_of
-from proxy.upstream.refusal import context_refusal
+import memci_proxy.turn.window as window_module
+from memci_proxy.settings import Settings
+from memci_proxy.turn.shapes import RECALLED, ShapeChoice, holds_rounds, next_shape, render
+from memci_proxy.turn.window import ContextWindow
+from memci_proxy.upstream.cache_kind import RADIX, SINGLE_SLOT, CacheKind, kind_of
+from memci_proxy.upstream.refusal import context_refusal
 
 
 def error(message: str, **fields) -> bytes:

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import msgspec
 
-from proxy.workers.covering import Covered
-from proxy.workers.prefix import SUMMARY_INSTRUCTION, SummaryBase, covers, job_body, page_instruction
+from memci_proxy.workers.covering import Covered
+from memci_proxy.workers.prefix import SUMMARY_INSTRUCTION, SummaryBase, covers, job_body, page_instruction
 from turn_fakes import Chat, ChatUpstream, make_service
 
 encode = msgspec.json.Encoder().encode

@@ -1,4 +1,4 @@
-"""The upstream's /tokenize as a token counter (proxy.upstream.tokenize), over httpx.MockTransport."""
+"""The upstream's /tokenize as a token counter (memci_proxy.upstream.tokenize), over httpx.MockTransport."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import httpx
 import pytest
 from turn_fakes import MockUpstream
 
-from proxy.engine.tokens import EstimateCounter
-from proxy.upstream.tokenize import RETRY_AFTER_S, UpstreamTokenCounter, tokenize_url
+from memci_proxy.engine.tokens import EstimateCounter
+from memci_proxy.upstream.tokenize import RETRY_AFTER_S, UpstreamTokenCounter, tokenize_url
 from tests.manual_clock import ManualClock
 
 TEXT = "The quick brown fox jumps over the lazy dog, twice."
@@ -104,9 +104,9 @@ async def test_misses_are_estimated_in_the_upstreams_units():
 
 
 def test_the_turn_counts_with_the_upstream_tokenizer_unless_a_file_is_set():
-    from proxy.metrics import Metrics
-    from proxy.settings import Settings
-    from proxy.turn.counting import TurnCounts
+    from memci_proxy.metrics import Metrics
+    from memci_proxy.settings import Settings
+    from memci_proxy.turn.counting import TurnCounts
 
     upstream = MockUpstream(Tokenizer())
     assert isinstance(TurnCounts(Settings(), upstream, Metrics()).base, UpstreamTokenCounter)  # empty cache too
@@ -161,7 +161,7 @@ async def test_texts_below_min_chars_are_estimated_and_not_asked():
 
 
 def test_an_answers_completion_tokens_count_its_text_when_it_is_one_plain_message():
-    from proxy.turn.counting import answer_text_count
+    from memci_proxy.turn.counting import answer_text_count
 
     def body(message, finish="stop", n=1, **usage):
         return json.dumps({"choices": [{"index": i, "message": message, "finish_reason": finish} for i in range(n)],
@@ -288,9 +288,9 @@ async def test_llama_cpp_pythons_extras_route_counts_when_tokenize_is_not_found(
 async def test_a_plan_counts_only_what_every_replica_counts_alike():
     """Short texts counted behind a turn, answers this process relayed and its exact/estimate ratio stay out of a
     plan's counts (another replica does not have them); long texts, which a turn waits for, are counted exactly."""
-    from proxy.metrics import Metrics
-    from proxy.settings import Settings
-    from proxy.turn.counting import SharedCounts, TurnCounts
+    from memci_proxy.metrics import Metrics
+    from memci_proxy.settings import Settings
+    from memci_proxy.turn.counting import SharedCounts, TurnCounts
 
     counts = TurnCounts(Settings(tokenize_wait_min_chars=400), MockUpstream(Tokenizer()), Metrics())
     shared = counts.shared

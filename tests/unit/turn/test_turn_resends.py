@@ -1,4 +1,4 @@
-"""A managed turn the upstream refuses is sent once more, in process (proxy.turn.service): planned for the window the
+"""A managed turn the upstream refuses is sent once more, in process (memci_proxy.turn.service): planned for the window the
 upstream has now, or with the proxy's recall rounds in a shape it takes (remembered)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-import proxy.recall.loop as loop_module
-from proxy.recall.rounds import assistant_call_message
+import memci_proxy.recall.loop as loop_module
+from memci_proxy.recall.rounds import assistant_call_message
 from turn_fakes import Chat, ChatUpstream, make_service
 
 

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from proxy.engine import ConversationState
-from proxy.store.ports import STALE, SnapshotBase, StaleState, TurnWrite
-from proxy.store.hot.memory import InProcessHotState
-from proxy.turn.identity import continues, split_system
-from proxy.turn.prompts import LastPrompt, LastPrompts
+from memci_proxy.engine import ConversationState
+from memci_proxy.store.ports import STALE, SnapshotBase, StaleState, TurnWrite
+from memci_proxy.store.hot.memory import InProcessHotState
+from memci_proxy.turn.identity import continues, split_system
+from memci_proxy.turn.prompts import LastPrompt, LastPrompts
 from turn_fakes import Chat, ChatUpstream, MemoryRepository, answer_of, call_of, make_service
 
 
@@ -221,11 +221,11 @@ async def test_plain_forwarding_is_the_exchange_with_zero_rounds():
         await chat.send(chat.user_text(i))
     assert all("tools" not in body for body in upstream.requests)
     await service.close()
-    assert len(upstream.requests) == 3  # (each request is counted at the edge: proxy.api.request_metrics)
+    assert len(upstream.requests) == 3  # (each request is counted at the edge: memci_proxy.api.request_metrics)
 
 
 def test_a_fork_is_an_edit_of_the_known_history():
-    from proxy.engine import EngineConfig, EstimateCounter, TurnInput, plan
+    from memci_proxy.engine import EngineConfig, EstimateCounter, TurnInput, plan
     from turn_fakes import settings
 
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
@@ -296,7 +296,7 @@ async def test_a_new_conversation_is_told_to_the_memory_workers_so_its_summary_i
             self.new.append(cid)
 
         async def covering(self, tenant: str, cid: str, through: int, end_user: str = ""):
-            from proxy.workers.covering import Covered
+            from memci_proxy.workers.covering import Covered
 
             self.summary_reads.append(cid)
             return Covered("", "")
@@ -336,7 +336,7 @@ async def test_an_answer_without_recall_rounds_reaches_the_client_byte_for_byte(
 
 
 async def test_the_stored_pages_follow_the_state_though_an_epoch_writes_only_the_changed_ones():
-    from proxy.turn.rows import _page_row
+    from memci_proxy.turn.rows import _page_row
 
     repo = MemoryRepository()
     writes: list[int] = []

@@ -14,11 +14,11 @@ import aiohttp
 import httpx
 import pytest
 
-from proxy.metrics import Metrics
-from proxy.upstream import outcome
-from proxy.upstream.exchange import Exchange, Outgoing
-from proxy.upstream.failures import KINDS
-from proxy.wire.errors import upstream_timeout, upstream_unreachable
+from memci_proxy.metrics import Metrics
+from memci_proxy.upstream import outcome
+from memci_proxy.upstream.exchange import Exchange, Outgoing
+from memci_proxy.upstream.failures import KINDS
+from memci_proxy.wire.errors import upstream_timeout, upstream_unreachable
 from turn_fakes import Chat, MockUpstream, answer_of, call_of, make_service
 
 SECRET = "the user's secret words"
@@ -176,14 +176,14 @@ async def test_a_managed_turn_whose_connection_drops_mid_stream_is_a_cut(caplog,
 
 
 def test_every_kind_is_documented() -> None:
-    from proxy.metrics_doc import markdown
+    from memci_proxy.metrics_doc import markdown
 
     doc = markdown()
     assert all(f"`{kind}`" in doc for kind in KINDS) and "`stream_cut`" in doc
 
 
 async def test_a_later_recall_round_that_cannot_connect_ends_the_stream_with_an_error_event(caplog) -> None:
-    from proxy.wire.errors import upstream_unreachable as unreachable
+    from memci_proxy.wire.errors import upstream_unreachable as unreachable
     from turn_fakes import ChatUpstream
 
     chat_upstream = ChatUpstream()

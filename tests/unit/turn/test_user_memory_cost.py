@@ -3,9 +3,9 @@ asking conversation's own pages before its search (the search leaves it out)."""
 
 from __future__ import annotations
 
-from proxy.engine.state import ConversationState, PageRecord
-from proxy.metrics import Metrics
-from proxy.turn.across import UserMemory
+from memci_proxy.engine.state import ConversationState, PageRecord
+from memci_proxy.metrics import Metrics
+from memci_proxy.turn.across import UserMemory
 
 QUESTION = "What did I say about the zebracanary festival in Lisbon?"
 

@@ -13,17 +13,17 @@ from typing import Any
 
 import httpx
 
-from proxy.metrics import Metrics
-from proxy.settings import Settings
-from proxy.store.factory import Store
-from proxy.store.hot.memory import InProcessHotState
-from proxy.store.ports import (
+from memci_proxy.metrics import Metrics
+from memci_proxy.settings import Settings
+from memci_proxy.store.factory import Store
+from memci_proxy.store.hot.memory import InProcessHotState
+from memci_proxy.store.ports import (
     BEHIND, NOT_FOUND, REPLAYED, SAVED, STALE, ConversationConflict, ConversationNotFound, EntryRow, PageRow,
     SnapshotBehind, StaleState, TurnWrite, snapshot_digest,
 )
-from proxy.turn.call import ChatCall, chat_call
-from proxy.turn.service import TurnService
-from proxy.upstream.exchange import Answer, Exchange
+from memci_proxy.turn.call import ChatCall, chat_call
+from memci_proxy.turn.service import TurnService
+from memci_proxy.upstream.exchange import Answer, Exchange
 
 
 # --- the store of truth ---------------------------------------------------------------------------------------
@@ -42,7 +42,7 @@ class StoredConversation:
 
 
 class MemoryRepository:
-    """Implements proxy.store.ports.ConversationRepository in memory, with the same compare-and-set rules as the
+    """Implements memci_proxy.store.ports.ConversationRepository in memory, with the same compare-and-set rules as the
     SQL repository. ``fail`` makes every write raise (a store that is down); ``delay`` slows writes down."""
 
     def __init__(self) -> None:
@@ -187,7 +187,7 @@ class _Body:
 
 
 class _Response:
-    """An httpx response in the shape of proxy.upstream.port.UpstreamResponse."""
+    """An httpx response in the shape of memci_proxy.upstream.port.UpstreamResponse."""
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
@@ -206,7 +206,7 @@ class _Response:
 
 
 class MockUpstream:
-    """Implements proxy.upstream.port.Upstream over httpx.MockTransport: ``handler(request) -> httpx.Response``."""
+    """Implements memci_proxy.upstream.port.Upstream over httpx.MockTransport: ``handler(request) -> httpx.Response``."""
 
     def __init__(self, handler: Callable[[httpx.Request], Any]) -> None:
         self.client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://upstream.test/v1")

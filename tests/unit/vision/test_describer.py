@@ -9,8 +9,8 @@ import hashlib
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.blobs import FilesystemBlobStore, description_blob_name, image_blob_name
-from proxy.vision import ImageDescriber, VisionClient, VisionError, intake_images, make_describer
+from memci_proxy.blobs import FilesystemBlobStore, description_blob_name, image_blob_name
+from memci_proxy.vision import ImageDescriber, VisionClient, VisionError, intake_images, make_describer
 
 TENANT = "tenant-a"
 DATA = b"\x89PNG" + b"\x01" * 100
@@ -69,7 +69,7 @@ async def test_a_persisted_description_is_loaded_without_the_model(tmp_path) -> 
 
 
 class Owners:
-    """proxy.store.ports.BlobOwnership in memory."""
+    """memci_proxy.store.ports.BlobOwnership in memory."""
 
     def __init__(self) -> None:
         self.refs: set[tuple[str, str, str]] = set()

@@ -6,8 +6,8 @@ import base64
 import hashlib
 import json
 
-from proxy.engine import ARCHIVED, EngineConfig, EstimateCounter, TurnInput, plan
-from proxy.engine.condense import (
+from memci_proxy.engine import ARCHIVED, EngineConfig, EstimateCounter, TurnInput, plan
+from memci_proxy.engine.condense import (
     BLOB_URL_PREFIX,
     condense_message,
     decay_images,
@@ -15,7 +15,7 @@ from proxy.engine.condense import (
     image_reference,
     message_images,
 )
-from proxy.engine.contents import summary_line
+from memci_proxy.engine.contents import summary_line
 
 C = EstimateCounter()
 T0 = 1_763_769_600.0
@@ -134,7 +134,7 @@ def test_frozen_texts_cover_only_active_decayed_images() -> None:
 
 
 def test_an_epoch_with_images_restarts_a_ratio_below_one() -> None:
-    from proxy.engine import observe_usage
+    from memci_proxy.engine import observe_usage
 
     plans, state, msgs = run(8, {})
     state = observe_usage(state, 100, None, plans[-1].estimated_tokens, T0 + 8)  # images cost far less than estimated

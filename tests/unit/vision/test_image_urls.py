@@ -1,4 +1,4 @@
-"""Image URLs the vision model may be given (proxy.vision.urls), and what the describer does with the others."""
+"""Image URLs the vision model may be given (memci_proxy.vision.urls), and what the describer does with the others."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from proxy.vision import ImageDescriber
-from proxy.vision.urls import address_refusal, resolve_host, url_refusal
+from memci_proxy.vision import ImageDescriber
+from memci_proxy.vision.urls import address_refusal, resolve_host, url_refusal
 from tests.unit.vision.test_describer import FakeClient, message
 
 REFUSED = {

@@ -1,4 +1,4 @@
-"""Every request body is decoded in one place (proxy.wire.validate.decode_json): bad bytes are a 400
+"""Every request body is decoded in one place (memci_proxy.wire.validate.decode_json): bad bytes are a 400
 ``invalid_request_error``, never an exception of the decoder."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.wire.errors import ProxyError
-from proxy.wire.validate import parse_chat_body, parse_json_object, require_utf8, stored_text
+from memci_proxy.wire.errors import ProxyError
+from memci_proxy.wire.validate import parse_chat_body, parse_json_object, require_utf8, stored_text
 
 NOT_UTF8 = [b'{"a":"caf\xe9"}', b'{"\xc3\x28":1}', b"\xff", b'{"messages":"\xed\xa0\x80"}', b'{"a":"\xf4\x90\x80\x80"}',
             b"\xef\xbb\xbf{}"[:2] + b"{}", b'{"messages":[{"role":"user","content":"\x80"}]}']

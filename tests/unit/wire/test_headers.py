@@ -1,6 +1,6 @@
-from proxy.metrics import Metrics
-from proxy.settings import Settings
-from proxy.upstream.client import UpstreamClient, response_headers
+from memci_proxy.metrics import Metrics
+from memci_proxy.settings import Settings
+from memci_proxy.upstream.client import UpstreamClient, response_headers
 
 
 def test_forwarded_headers_keep_what_matters():

@@ -1,12 +1,12 @@
-"""Client text in log lines is quoted (proxy.wire.logtext), at the call sites and by the handlers' filter."""
+"""Client text in log lines is quoted (memci_proxy.wire.logtext), at the call sites and by the handlers' filter."""
 
 from __future__ import annotations
 
 import io
 import logging
 
-from proxy.log_redaction import RedactSecrets
-from proxy.wire.logtext import field, safe_arg
+from memci_proxy.log_redaction import RedactSecrets
+from memci_proxy.wire.logtext import field, safe_arg
 
 FORGED = "memci-blob://sha256/\nFORGED 2026-01-01 00:00:00 INFO memci: admin logged in\r\u2028\u202eX\x1b[2J"
 

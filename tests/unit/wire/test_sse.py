@@ -1,8 +1,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.wire.sse import SSESplitter, event_data
-from proxy.upstream.relay import usage_of_event
+from memci_proxy.wire.sse import SSESplitter, event_data
+from memci_proxy.upstream.relay import usage_of_event
 
 events = st.lists(
     st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), min_size=1, max_size=40),

@@ -2,8 +2,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.wire.errors import ProxyError
-from proxy.wire.validate import parse_json_object, validate_chat_request
+from memci_proxy.wire.errors import ProxyError
+from memci_proxy.wire.validate import parse_json_object, validate_chat_request
 
 
 def ok(**kw):
@@ -52,7 +52,7 @@ def test_bad_json_is_400(raw):
 
 @pytest.mark.parametrize("depth", [10, 256, 257, 900, 5000, 200_000])
 def test_deeply_nested_bodies_are_a_400_at_any_depth(depth):
-    from proxy.wire.validate import MAX_JSON_DEPTH
+    from memci_proxy.wire.validate import MAX_JSON_DEPTH
 
     body = b'{"messages": [{"role": "user", "content": "hi"}], "metadata": ' + b"[" * depth + b"]" * depth + b"}"
     if depth + 1 <= MAX_JSON_DEPTH:
@@ -78,7 +78,7 @@ _json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(
 
 @given(value=_json_values, limit=st.integers(min_value=1, max_value=8))
 def test_the_depth_check_agrees_with_the_nesting_depth(value, limit):
-    from proxy.wire.validate import _too_deep
+    from memci_proxy.wire.validate import _too_deep
 
     if isinstance(value, (dict, list)):
         assert _too_deep(value, limit) == (_depth(value) > limit)

@@ -6,11 +6,11 @@ import datetime as dt
 
 import pytest
 
-from proxy.workers.archival import plan_by_age
-from proxy.workers.backoff import MAX_ATTEMPTS, after_failure
-from proxy.workers.summaries import merge_summaries
-from proxy.workers.summarizer import SummaryFailed
-from proxy.workers.text import batches, cut_to_tokens, estimate_tokens, fact_digest, parse_facts
+from memci_proxy.workers.archival import plan_by_age
+from memci_proxy.workers.backoff import MAX_ATTEMPTS, after_failure
+from memci_proxy.workers.summaries import merge_summaries
+from memci_proxy.workers.summarizer import SummaryFailed
+from memci_proxy.workers.text import batches, cut_to_tokens, estimate_tokens, fact_digest, parse_facts
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 

@@ -1,5 +1,5 @@
 """What an epoch takes from the memory workers: the summary and profile once their jobs have taken in every page
-archived before it (proxy.workers.covering), cached by how far they cover, never by a time to live."""
+archived before it (memci_proxy.workers.covering), cached by how far they cover, never by a time to live."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import asyncio
 import datetime as dt
 from dataclasses import dataclass
 
-from proxy.engine.state import ARCHIVED, ConversationState, PageRecord
-from proxy.workers.covering import EMPTY, Covered, CoveredMemory, archived_through
+from memci_proxy.engine.state import ARCHIVED, ConversationState, PageRecord
+from memci_proxy.workers.covering import EMPTY, Covered, CoveredMemory, archived_through
 
 
 @dataclass
@@ -104,9 +104,9 @@ async def test_turns_between_epochs_do_not_ask_again_at_once_while_the_jobs_are_
 
 
 async def test_an_epoch_waiting_for_its_jobs_starts_them_ahead_of_the_other_conversations():
-    from proxy.workers.config import MemoryConfig
-    from proxy.workers.queue import InProcessJobQueue, Job
-    from proxy.workers.runner import MemoryWorker
+    from memci_proxy.workers.config import MemoryConfig
+    from memci_proxy.workers.queue import InProcessJobQueue, Job
+    from memci_proxy.workers.runner import MemoryWorker
 
     repo, queue, handled = Repo(), InProcessJobQueue(), []
     worker = MemoryWorker(repo, summarizer=None, queue=queue, config=MemoryConfig(wait_s=2.0))

@@ -9,14 +9,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from proxy.workers.config import MemoryConfig
-from proxy.workers.prefix import (
+from memci_proxy.workers.config import MemoryConfig
+from memci_proxy.workers.prefix import (
     PROFILE_INSTRUCTION, SUMMARY_INSTRUCTION, SummaryBase, covers, is_job_body, job_body, page_instruction,
 )
-from proxy.workers.queue import InProcessJobQueue
-from proxy.workers.runner import MemoryWorker
-from proxy.workers.summaries import PageText, answers, prefix_groups
-from proxy.workers.summarizer import PAGES_PROMPT
+from memci_proxy.workers.queue import InProcessJobQueue
+from memci_proxy.workers.runner import MemoryWorker
+from memci_proxy.workers.summaries import PageText, answers, prefix_groups
+from memci_proxy.workers.summarizer import PAGES_PROMPT
 
 encode = msgspec.json.Encoder().encode
 
@@ -127,7 +127,7 @@ async def test_answers_use_the_base_and_fall_back_for_what_it_does_not_hold() ->
 
 
 async def test_a_job_answered_with_a_tool_call_is_asked_again_without_the_conversations_tools() -> None:
-    from proxy.workers.summarizer import AnsweredWithToolCall
+    from memci_proxy.workers.summarizer import AnsweredWithToolCall
 
     class Tempted(FakeSummarizer):
         async def _complete_after(self, body: dict[str, Any], base_url: str, auth: str = "") -> str:
@@ -164,7 +164,7 @@ async def test_without_an_idle_delay_jobs_are_queued_right_after_the_epoch() -> 
 
 
 async def test_with_an_idle_delay_jobs_wait_for_a_quiet_conversation(monkeypatch: pytest.MonkeyPatch) -> None:
-    import proxy.workers.runner as runner
+    import memci_proxy.workers.runner as runner
 
     clock = [1000.0]
     monkeypatch.setattr(runner.time, "monotonic", lambda: clock[0])
@@ -266,8 +266,8 @@ def test_a_replica_that_kept_the_prompt_of_the_turn_before_sends_the_same_instru
 
 
 def test_a_page_whose_first_message_carries_the_memory_block_is_held_by_the_prompt() -> None:
-    from proxy.engine.layout import memory_block, with_blocks
-    from proxy.workers.prefix import covers
+    from memci_proxy.engine.layout import memory_block, with_blocks
+    from memci_proxy.workers.prefix import covers
 
     page = [{"role": "user", "content": "what about <b>billing</b>?"}, {"role": "assistant", "content": "Soon."}]
     lead = memory_block("", "They talked.", "## Contents of archived pages\n[Page 1] ...")

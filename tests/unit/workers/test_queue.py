@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from proxy.workers.queue import ARCHIVE_JOB, PROFILE_JOB, SUMMARY_JOB, InProcessJobQueue, Job
-from proxy.workers.runner import MemoryWorker
+from memci_proxy.workers.queue import ARCHIVE_JOB, PROFILE_JOB, SUMMARY_JOB, InProcessJobQueue, Job
+from memci_proxy.workers.runner import MemoryWorker
 
 
 async def test_one_waiting_job_per_key() -> None:
@@ -61,7 +61,7 @@ async def test_latest_summary_is_empty_when_the_store_fails() -> None:
 def test_config_reads_only_its_own_settings() -> None:
     from types import SimpleNamespace
 
-    from proxy.workers.config import MemoryConfig
+    from memci_proxy.workers.config import MemoryConfig
 
     settings = SimpleNamespace(max_summary_tokens=500, archive_verbatim_days=3, summary_cache_ttl_s=0.0,
                                cache_ttl=300.0, history_soft_limit=200)
@@ -108,7 +108,7 @@ async def test_tick_retries_due_work_and_enqueues_the_daily_sweep_once() -> None
 
 
 async def test_a_waiting_job_taken_by_its_caller_is_not_handed_out_again():
-    from proxy.workers.queue import InProcessJobQueue, Job
+    from memci_proxy.workers.queue import InProcessJobQueue, Job
 
     queue = InProcessJobQueue()
     first, second = Job("summary", "t", "c1"), Job("summary", "t", "c2")

@@ -3,7 +3,7 @@ database for it (one query fewer per new conversation's second turn)."""
 
 from __future__ import annotations
 
-from proxy.workers.runner import MemoryWorker
+from memci_proxy.workers.runner import MemoryWorker
 
 
 class CountingRepo:
@@ -27,7 +27,7 @@ async def test_a_created_conversation_reads_no_summary_from_the_database():
 
 
 def test_a_summary_prompt_labels_each_role_once():
-    from proxy.workers.text import messages_text
+    from memci_proxy.workers.text import messages_text
 
     text = messages_text([{"role": "user", "content": "hi"},
                           {"role": "assistant", "content": None,

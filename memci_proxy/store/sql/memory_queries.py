@@ -1,0 +1,381 @@
+"""Long-term memory over PostgreSQL (migration 0004): summaries by conversation, day and month, topics, the
+end user's profile facts, and the archive maintenance reads (messages per day, archive flags, pruning).
+
+The table models are in ``memory_models`` (imported here, so known wherever the repository is).
+Every method is scoped by tenant like the rest of the repository; ``due_summaries`` and
+``conversations_with_entries`` are the workers' cross-tenant scans.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, delete, exists, func, literal, select, update
+from sqlalchemy import text as sql_text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memci_proxy.store.sql.memory_models import MemoryProfileFact, MemorySummary, MemoryTopics
+from memci_proxy.store.sql.models import Conversation, Entry, Event, Page
+
+SUMMARY_KINDS = ("conversation", "day", "month", "profile")
+PENDING, DONE = "pending", "done"
+# Archive flag of a stored message (seed 001's tri-state): no row for its day / month, a pending row, a done row.
+FLAG_FALSE, FLAG_PENDING, FLAG_TRUE = "false", "pending", "true"
+
+
+summaries_t = MemorySummary.__table__
+topics_t = MemoryTopics.__table__
+facts_t = MemoryProfileFact.__table__
+conv = Conversation.__table__
+entries_t = Entry.__table__
+pages_t = Page.__table__
+events_t = Event.__table__
+
+_DAY = func.to_char(func.timezone("UTC", entries_t.c.created_at), "YYYY-MM-DD")
+
+
+@dataclass
+class SummaryRecord:
+    conversation_id: str
+    kind: str
+    period: str
+    status: str
+    text: str
+    tokens: int
+    first_seq: int
+    last_seq: int
+    message_count: int
+    compressions: int
+    attempts: int
+    next_attempt_at: dt.datetime | None
+    last_error: str | None
+
+
+@dataclass
+class DayStats:
+    """The stored messages of one UTC day."""
+
+    day: str  # YYYY-MM-DD
+    first_seq: int
+    last_seq: int
+    count: int
+
+
+def _record(row: Any) -> SummaryRecord:
+    return SummaryRecord(**{k: getattr(row, k) for k in SummaryRecord.__dataclass_fields__})
+
+
+def _owned(tenant: str, conversation_id: str) -> Any:
+    return exists().where(conv.c.id == conversation_id, conv.c.tenant == tenant)
+
+
+def flag_of(day: str, statuses: dict[tuple[str, str], str]) -> str:
+    """A message's archive flag from the status of its day's and its month's summary rows."""
+    status = statuses.get(("month", day[:7])) or statuses.get(("day", day))
+    if status == DONE:
+        return FLAG_TRUE
+    if status == PENDING:
+        return FLAG_PENDING
+    return FLAG_FALSE
+
+
+class MemoryQueries:
+    """Mixed into SqlConversationRepository."""
+
+    engine: AsyncEngine
+
+    # --- summaries ----------------------------------------------------------------------------
+    async def get_summary(
+        self, tenant: str, conversation_id: str, kind: str, period: str = ""
+    ) -> SummaryRecord | None:
+        stmt = select(summaries_t).where(
+            summaries_t.c.conversation_id == conversation_id, summaries_t.c.kind == kind,
+            summaries_t.c.period == period, _owned(tenant, conversation_id),
+        )
+        async with self.engine.connect() as connection:
+            row = (await connection.execute(stmt)).first()
+        return None if row is None else _record(row)
+
+    async def list_summaries(
+        self, tenant: str, conversation_id: str, kinds: tuple[str, ...] = ("day", "month"), retrievable: bool = False
+    ) -> list[SummaryRecord]:
+        """Rows of those kinds, oldest period first. ``retrievable``: done rows only, and no day summary of a
+        month that has a done month summary (seed 001: the month hides its days)."""
+        stmt = select(summaries_t).where(
+            summaries_t.c.conversation_id == conversation_id, summaries_t.c.kind.in_(list(kinds)),
+            _owned(tenant, conversation_id),
+        )
+        if retrievable:
+            months = summaries_t.alias("months")
+            stmt = stmt.where(summaries_t.c.status == DONE).where(
+                ~exists().where(
+                    summaries_t.c.kind == "day",
+                    months.c.conversation_id == summaries_t.c.conversation_id,
+                    months.c.kind == "month",
+                    months.c.status == DONE,
+                    months.c.period == func.left(summaries_t.c.period, 7),
+                )
+            )
+        stmt = stmt.order_by(summaries_t.c.period, summaries_t.c.kind)
+        async with self.engine.connect() as connection:
+            return [_record(r) for r in (await connection.execute(stmt)).all()]
+
+    async def mark_pending(
+        self, tenant: str, conversation_id: str, kind: str, period: str, first_seq: int = 0, last_seq: int = -1,
+        message_count: int = 0,
+    ) -> bool:
+        """A pending row for a summary about to be made; False when a row exists already (left as it is)."""
+        stmt = (
+            insert(summaries_t)
+            .from_select(
+                ["conversation_id", "kind", "period", "status", "first_seq", "last_seq", "message_count"],
+                select(
+                    literal(conversation_id), literal(kind), literal(period), literal(PENDING),
+                    literal(first_seq), literal(last_seq), literal(message_count),
+                ).where(_owned(tenant, conversation_id)),
+            )
+            .on_conflict_do_nothing()
+            .returning(summaries_t.c.kind)
+        )
+        async with self.engine.begin() as connection:
+            return (await connection.execute(stmt)).first() is not None
+
+    async def put_summary(
+        self, tenant: str, conversation_id: str, kind: str, period: str, summary: str, tokens: int,
+        first_seq: int, last_seq: int, message_count: int, compressions: int = 0,
+    ) -> None:
+        """The summary is made: status done, back-off cleared."""
+        values = dict(
+            status=DONE, text=summary, tokens=tokens, first_seq=first_seq, last_seq=last_seq,
+            message_count=message_count, compressions=compressions, attempts=0, next_attempt_at=None,
+            last_error=None, updated_at=func.now(),
+        )
+        stmt = (
+            insert(summaries_t)
+            .from_select(
+                ["conversation_id", "kind", "period", *values],
+                select(literal(conversation_id), literal(kind), literal(period), *[
+                    v if k == "updated_at" else literal(v, type_=summaries_t.c[k].type) for k, v in values.items()
+                ]).where(_owned(tenant, conversation_id)),
+            )
+            .on_conflict_do_update(index_elements=["conversation_id", "kind", "period"], set_=values)
+        )
+        async with self.engine.begin() as connection:
+            await connection.execute(stmt)
+
+    async def record_summary_failure(
+        self, tenant: str, conversation_id: str, kind: str, period: str, attempts: int,
+        next_attempt_at: dt.datetime, error: str,
+    ) -> None:
+        """A failed attempt: the row keeps its status (a pending day stays protected) and waits for its retry."""
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                insert(summaries_t)
+                .from_select(
+                    ["conversation_id", "kind", "period", "status"],
+                    select(literal(conversation_id), literal(kind), literal(period), literal(PENDING)).where(
+                        _owned(tenant, conversation_id)
+                    ),
+                )
+                .on_conflict_do_nothing()
+            )
+            await connection.execute(
+                update(summaries_t)
+                .where(summaries_t.c.conversation_id == conversation_id, summaries_t.c.kind == kind,
+                       summaries_t.c.period == period)
+                .values(attempts=attempts, next_attempt_at=next_attempt_at, last_error=error[:500],
+                        updated_at=func.now())
+            )
+
+    async def due_summaries(self, now: dt.datetime, limit: int = 100) -> list[tuple[str, SummaryRecord]]:
+        """(tenant, row) of every summary whose retry time has come, all tenants, earliest first."""
+        stmt = (
+            select(conv.c.tenant, summaries_t)
+            .join(conv, conv.c.id == summaries_t.c.conversation_id)
+            .where(summaries_t.c.next_attempt_at.is_not(None), summaries_t.c.next_attempt_at <= now)
+            .order_by(summaries_t.c.next_attempt_at)
+            .limit(limit)
+        )
+        async with self.engine.connect() as connection:
+            return [(r.tenant, _record(r)) for r in (await connection.execute(stmt)).all()]
+
+    # --- topics -------------------------------------------------------------------------------
+    async def put_topics(self, tenant: str, conversation_id: str, topics: dict[str, list[str]]) -> None:
+        """Topics per page number ('' for the whole conversation), replacing what was there."""
+        if not topics:
+            return
+        async with self.engine.begin() as connection:
+            if not (await connection.execute(select(_owned(tenant, conversation_id)))).scalar():
+                return
+            stmt = insert(topics_t).values(
+                [{"conversation_id": conversation_id, "number": n, "topics": t} for n, t in topics.items()]
+            )
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["conversation_id", "number"],
+                set_={"topics": stmt.excluded.topics, "updated_at": func.now()},
+            )
+            await connection.execute(stmt)
+
+    async def load_topics(self, tenant: str, conversation_id: str, numbers: Sequence[str] | None = None
+                          ) -> dict[str, list[str]]:
+        """Topics per page number ('' for the whole conversation): of the pages ``numbers`` when given, else of all."""
+        stmt = select(topics_t.c.number, topics_t.c.topics).where(
+            topics_t.c.conversation_id == conversation_id, _owned(tenant, conversation_id)
+        )
+        if numbers is not None:
+            stmt = stmt.where(topics_t.c.number.in_(list(numbers)))
+        async with self.engine.connect() as connection:
+            return {r.number: list(r.topics) for r in (await connection.execute(stmt)).all()}
+
+    async def find_by_topic(self, tenant: str, topic: str, limit: int = 50) -> list[tuple[str, str]]:
+        """(conversation id, page number or '') whose topics hold ``topic`` (GIN index: topics @> ARRAY[topic])."""
+        stmt = (
+            select(topics_t.c.conversation_id, topics_t.c.number)
+            .join(conv, conv.c.id == topics_t.c.conversation_id)
+            .where(conv.c.tenant == tenant, topics_t.c.topics.contains([topic.lower()]))
+            .order_by(topics_t.c.updated_at.desc())
+            .limit(limit)
+        )
+        async with self.engine.connect() as connection:
+            return [(r.conversation_id, r.number) for r in (await connection.execute(stmt)).all()]
+
+    # --- profile facts ------------------------------------------------------------------------
+    async def add_profile_facts(self, tenant: str, conversation_id: str, facts: list[tuple[str, str]]) -> int:
+        """(digest, fact) pairs learnt from the conversation; returns how many were new."""
+        if not facts:
+            return 0
+        async with self.engine.begin() as connection:
+            owner = (await connection.execute(
+                select(conv.c.end_user).where(conv.c.id == conversation_id, conv.c.tenant == tenant))).first()
+            if owner is None:
+                return 0
+            stmt = (
+                insert(facts_t)
+                .values([
+                    {"conversation_id": conversation_id, "digest": d, "tenant": tenant, "fact": f,
+                     "end_user": owner.end_user} for d, f in facts
+                ])
+                .on_conflict_do_nothing()
+                .returning(facts_t.c.digest)
+            )
+            return len((await connection.execute(stmt)).all())
+
+    async def profile_facts(self, tenant: str, conversation_id: str, end_user: str = "", limit: int = 50) -> list[str]:
+        """The end user's facts (learnt from any of their conversations), or without one (``end_user`` "") the
+        conversation's own; oldest first (stable order: the profile text only grows), duplicates once."""
+        scope = ((facts_t.c.tenant == tenant) & (facts_t.c.end_user == end_user) if end_user else
+                 (facts_t.c.tenant == tenant) & (facts_t.c.conversation_id == conversation_id))
+        stmt = (
+            select(facts_t.c.fact, func.min(facts_t.c.created_at).label("first"))
+            .where(scope)
+            .group_by(facts_t.c.fact)
+            .order_by(sql_text("first"), facts_t.c.fact)
+            .limit(limit)
+        )
+        async with self.engine.connect() as connection:
+            return [r.fact for r in (await connection.execute(stmt)).all()]
+
+    # --- archive maintenance ------------------------------------------------------------------
+    async def conversations_with_entries(self, after_id: str = "", limit: int = 200) -> list[tuple[str, str]]:
+        """(tenant, conversation id) of conversations holding messages, by id (paging with ``after_id``)."""
+        stmt = (
+            select(conv.c.tenant, conv.c.id)
+            .where(conv.c.id > after_id, exists().where(entries_t.c.conversation_id == conv.c.id))
+            .order_by(conv.c.id)
+            .limit(limit)
+        )
+        async with self.engine.connect() as connection:
+            return [(r.tenant, r.id) for r in (await connection.execute(stmt)).all()]
+
+    async def entry_days(self, tenant: str, conversation_id: str) -> list[DayStats]:
+        """Stored messages per UTC day, oldest day first."""
+        day = _DAY.label("day")
+        stmt = (
+            select(day, func.min(entries_t.c.seq), func.max(entries_t.c.seq), func.count())
+            .where(entries_t.c.conversation_id == conversation_id, _owned(tenant, conversation_id))
+            .group_by(day)
+            .order_by(day)
+        )
+        async with self.engine.connect() as connection:
+            return [DayStats(*r) for r in (await connection.execute(stmt)).all()]
+
+    async def load_entries_of_days(
+        self, tenant: str, conversation_id: str, days: list[str]
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """(seq, message) of the messages stored on those UTC days, in order."""
+        stmt = (
+            select(entries_t.c.seq, entries_t.c.message)
+            .where(entries_t.c.conversation_id == conversation_id, _DAY.in_(days), _owned(tenant, conversation_id))
+            .order_by(entries_t.c.seq)
+        )
+        async with self.engine.connect() as connection:
+            return [(r.seq, r.message) for r in (await connection.execute(stmt)).all()]
+
+    async def archive_flags(self, tenant: str, conversation_id: str) -> dict[int, str]:
+        """seq -> 'false' | 'pending' | 'true' for every stored message."""
+        async with self.engine.connect() as connection:
+            statuses = {
+                (r.kind, r.period): r.status
+                for r in (
+                    await connection.execute(
+                        select(summaries_t.c.kind, summaries_t.c.period, summaries_t.c.status).where(
+                            summaries_t.c.conversation_id == conversation_id,
+                            summaries_t.c.kind.in_(["day", "month"]),
+                            _owned(tenant, conversation_id),
+                        )
+                    )
+                ).all()
+            }
+            rows = (
+                await connection.execute(
+                    select(entries_t.c.seq, _DAY.label("day")).where(
+                        entries_t.c.conversation_id == conversation_id, _owned(tenant, conversation_id)
+                    )
+                )
+            ).all()
+        return {r.seq: flag_of(r.day, statuses) for r in rows}
+
+    async def prune_archived_entries(self, tenant: str, conversation_id: str, count: int) -> int:
+        """Delete up to ``count`` of the oldest messages whose archive flag is true and that are not in an active
+        page; returns how many went. Unarchived and pending messages are never touched."""
+        if count <= 0:
+            return 0
+        flags = await self.archive_flags(tenant, conversation_id)
+        async with self.engine.begin() as connection:
+            active = (
+                await connection.execute(
+                    select(pages_t.c.first_seq, pages_t.c.last_seq).where(
+                        pages_t.c.conversation_id == conversation_id, pages_t.c.state == "active"
+                    )
+                )
+            ).all()
+            first_active = min((r.first_seq for r in active), default=None)
+            victims = [
+                seq for seq in sorted(flags)
+                if flags[seq] == FLAG_TRUE and (first_active is None or seq < first_active)
+            ][:count]
+            if not victims:
+                return 0
+            result = await connection.execute(
+                delete(entries_t).where(
+                    and_(entries_t.c.conversation_id == conversation_id, entries_t.c.seq.in_(victims))
+                )
+            )
+            return result.rowcount or 0
+
+    async def count_entries(self, tenant: str, conversation_id: str) -> int:
+        stmt = select(func.count()).select_from(entries_t).where(
+            entries_t.c.conversation_id == conversation_id, _owned(tenant, conversation_id)
+        )
+        async with self.engine.connect() as connection:
+            return int((await connection.execute(stmt)).scalar_one())
+
+    async def add_event(self, tenant: str, conversation_id: str | None, kind: str, payload: dict[str, Any]) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                insert(events_t).values(tenant=tenant, conversation_id=conversation_id, kind=kind, payload=payload)
+            )

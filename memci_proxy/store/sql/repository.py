@@ -1,0 +1,353 @@
+"""ConversationRepository over PostgreSQL: SQLAlchemy 2 Core, async, asyncpg driver."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy import ARRAY, Text, any_, bindparam, delete, exists, func, literal, select, text, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from memci_proxy.store.ports import (
+    BEHIND,
+    NOT_FOUND,
+    STALE,
+    ConversationConflict,
+    ConversationNotFound,
+    EntryRow,
+    EventRow,
+    PageRow,
+    SnapshotBase,
+    SnapshotBehind,
+    StaleState,
+    TurnWrite,
+)
+from memci_proxy.store.sql import batch_writes, pgtext
+from memci_proxy.store.sql import turn_statements as turn
+from memci_proxy.store.sql.admin_queries import ConversationAdminQueries
+from memci_proxy.store.sql.memory_queries import MemoryQueries
+from memci_proxy.store.sql.models import BlobRef, Conversation, Entry, Event, Fingerprint, HiddenMessage, Page
+from memci_proxy.store.sql.response_chains import delete_conversation_chains
+from memci_proxy.store.sql.search_queries import PageSearchQueries, page_row
+from memci_proxy.store.sql.urls import to_async_url
+from memci_proxy.store.sql.vector_queries import PageVectorQueries
+from memci_proxy.store.sql.user_memory_queries import UserMemoryQueries
+
+T = TypeVar("T")
+
+def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20, echo: bool = False,
+                           pre_ping: bool = True) -> AsyncEngine:
+    """An asyncpg engine for any PostgreSQL URL form; JSON columns through msgspec, escaped (memci_proxy.store.sql.pgtext)
+    where they hold what PostgreSQL cannot store."""
+    return create_async_engine(
+        to_async_url(url),
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_pre_ping=pre_ping,
+        pool_recycle=1800,
+        echo=echo,
+        hide_parameters=True,  # error messages (and so logs) never carry message content or keys
+        json_serializer=pgtext.dumps,
+        json_deserializer=pgtext.loads,
+    )
+
+
+conv = Conversation.__table__
+entries_t = Entry.__table__
+pages_t = Page.__table__
+fingerprints_t = Fingerprint.__table__
+events_t = Event.__table__
+
+TAIL_WINDOW = 32  # hashes looked up first by find_longest_prefix
+
+_HASHES = bindparam("hashes", type_=ARRAY(Text))
+_LONGEST_PREFIX = (
+    select(fingerprints_t.c.chain_hash, fingerprints_t.c.conversation_id)
+    .where(fingerprints_t.c.tenant == bindparam("tenant"), fingerprints_t.c.chain_hash == any_(_HASHES))
+    .order_by(fingerprints_t.c.length.desc())
+    .limit(1)
+)
+
+
+_SET_SUMMARIES = text(
+    "UPDATE pages SET summary = new.summary "
+    "FROM unnest(:numbers, :summaries) AS new(number, summary), conversations c "
+    "WHERE pages.conversation_id = :conversation_id AND pages.number = new.number "
+    "AND c.id = pages.conversation_id AND c.tenant = :tenant "
+    "RETURNING pages.number"
+).bindparams(bindparam("numbers", type_=ARRAY(Text)), bindparam("summaries", type_=ARRAY(Text)))
+
+
+def _owned(conversation_id: str, tenant: str) -> Any:
+    """SQL condition: the conversation exists and belongs to the tenant (for child-table queries)."""
+    return exists().where(conv.c.id == conversation_id, conv.c.tenant == tenant)
+
+
+# What a PageRow holds: not the tsvector (a page's indexed words, about as large as its text) nor the timestamps.
+_PAGE_COLUMNS = (pages_t.c.number, pages_t.c.first_seq, pages_t.c.last_seq, pages_t.c.state, pages_t.c.tokens,
+                 pages_t.c.summary, pages_t.c.recall_count, pages_t.c.last_recalled_turn)
+
+
+class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, PageVectorQueries, MemoryQueries,
+                                UserMemoryQueries):
+    """Implements memci_proxy.store.ports.ConversationRepository, ConversationAdmin and PageVectorStore; full-text
+    page search."""
+
+    def __init__(self, engine: AsyncEngine, write_engine: AsyncEngine | None = None) -> None:
+        self.engine = engine
+        # Turns are written on connections that are not pinged first (the writer retries a failed batch).
+        self.write_engine = write_engine or engine
+
+    # --- conversations ---------------------------------------------------------------------
+    async def create_conversation(
+        self,
+        tenant: str,
+        conversation_id: str,
+        session_key: str | None = None,
+        parent_id: str | None = None,
+        forked_at: int | None = None,
+        end_user: str = "",
+    ) -> None:
+        if parent_id is None and await self._created(tenant, conversation_id, session_key, end_user):
+            return  # the common case, one statement on the driver's connection
+        stmt = (
+            insert(conv)
+            .values(
+                id=conversation_id, tenant=tenant, session_key=session_key, parent_id=parent_id, forked_at=forked_at,
+                end_user=end_user or None,
+            )
+            .on_conflict_do_nothing()
+            .returning(conv.c.id)
+        )
+        async with self.engine.begin() as connection:
+            if (await connection.execute(stmt)).first() is not None:
+                if parent_id is not None and forked_at:
+                    await self._inherit_prefix(connection, tenant, parent_id, conversation_id, forked_at)
+                return
+            row = (
+                await connection.execute(select(conv.c.tenant, conv.c.session_key).where(conv.c.id == conversation_id))
+            ).first()
+        if row is not None and row.tenant == tenant and row.session_key == session_key:
+            return  # created before: idempotent
+        if row is not None:
+            raise ConversationConflict(f"conversation id {conversation_id!r} is already in use")
+        raise ConversationConflict(f"session key {session_key!r} belongs to another conversation")
+
+    async def _created(self, tenant: str, conversation_id: str, session_key: str | None, end_user: str) -> bool:
+        return await self._on_driver(
+            lambda raw: batch_writes.create_conversation(raw, tenant, conversation_id, session_key, end_user))
+
+    async def _on_driver(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """``work`` on a write connection's asyncpg connection."""
+        async with self.write_engine.connect() as connection:
+            try:
+                return await work((await connection.get_raw_connection()).driver_connection)
+            except BaseException:
+                await connection.invalidate()  # the driver's own error: the pool cannot tell a broken connection
+                raise
+
+    @staticmethod
+    async def _inherit_prefix(
+        connection: AsyncConnection, tenant: str, parent_id: str, child_id: str, forked_at: int
+    ) -> None:
+        """A fork shares its parent's first `forked_at` entries (and their hidden messages): copy them, so that
+        every page of the fork reads from the fork alone."""
+        hidden_t = HiddenMessage.__table__
+        owned = exists().where(conv.c.id == parent_id, conv.c.tenant == tenant)
+        await connection.execute(
+            insert(entries_t).from_select(
+                ["conversation_id", "seq", "hash", "role", "message", "tokens", "created_at"],
+                select(literal(child_id), entries_t.c.seq, entries_t.c.hash, entries_t.c.role, entries_t.c.message,
+                       entries_t.c.tokens, entries_t.c.created_at)
+                .where(entries_t.c.conversation_id == parent_id, entries_t.c.seq < forked_at, owned),
+            ).on_conflict_do_nothing()
+        )
+        await connection.execute(
+            insert(hidden_t).from_select(
+                ["conversation_id", "after_seq", "ordinal", "message", "created_at"],
+                select(literal(child_id), hidden_t.c.after_seq, hidden_t.c.ordinal, hidden_t.c.message,
+                       hidden_t.c.created_at)
+                .where(hidden_t.c.conversation_id == parent_id, hidden_t.c.after_seq < forked_at, owned),
+            ).on_conflict_do_nothing()
+        )
+        # The copied entries may reference the parent's images: the fork owns them too (deleting the parent must
+        # not delete bytes the fork still shows). All of the parent's are taken: a superset never loses any.
+        refs_t = BlobRef.__table__
+        await connection.execute(
+            insert(refs_t).from_select(
+                ["conversation_id", "key", "tenant"],
+                select(literal(child_id), refs_t.c.key, refs_t.c.tenant)
+                .where(refs_t.c.conversation_id == parent_id, refs_t.c.tenant == tenant, owned),
+            ).on_conflict_do_nothing()
+        )
+
+    async def find_by_session_key(self, tenant: str, session_key: str) -> str | None:
+        stmt = select(conv.c.id).where(conv.c.tenant == tenant, conv.c.session_key == session_key)
+        async with self.engine.connect() as connection:
+            return (await connection.execute(stmt)).scalar_one_or_none()
+
+    async def find_longest_prefix(self, tenant: str, chain_hashes: list[str]) -> tuple[str, int] | None:
+        """A continuing conversation matches near the end: the last TAIL_WINDOW hashes are tried
+        first (a hit there is the longest match); only a miss asks about the whole list."""
+        if not chain_hashes:
+            return None
+        async with self.engine.connect() as connection:
+            row = None
+            if len(chain_hashes) > TAIL_WINDOW:
+                tail = {"tenant": tenant, "hashes": chain_hashes[-TAIL_WINDOW:]}
+                row = (await connection.execute(_LONGEST_PREFIX, tail)).first()
+                rest = chain_hashes[:-TAIL_WINDOW]
+            else:
+                rest = chain_hashes
+            if row is None:
+                row = (await connection.execute(_LONGEST_PREFIX, {"tenant": tenant, "hashes": rest})).first()
+        if row is None:
+            return None
+        position = len(chain_hashes) - 1 - chain_hashes[::-1].index(row.chain_hash)
+        return row.conversation_id, position + 1
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        """Child rows go by ON DELETE CASCADE; events (no foreign key: they may outlive) explicitly."""
+        async with self.engine.begin() as connection:
+            deleted = (
+                await connection.execute(
+                    delete(conv).where(conv.c.id == conversation_id, conv.c.tenant == tenant).returning(conv.c.id)
+                )
+            ).first()
+            if deleted is None:
+                return False
+            await delete_conversation_chains(connection, tenant, conversation_id)
+            await connection.execute(
+                delete(events_t).where(events_t.c.conversation_id == conversation_id, events_t.c.tenant == tenant)
+            )
+        return True
+
+    # --- turns ----------------------------------------------------------------------------------
+    async def save_turn(
+        self,
+        tenant: str,
+        conversation_id: str,
+        entries: list[EntryRow],
+        pages: list[PageRow],
+        fingerprints: list[tuple[str, int]],
+        snapshot: bytes,
+        state_version: int,
+        events: list[EventRow],
+        contents: tuple[int, str] | None = None,
+        hidden: Sequence[tuple[int, int, dict[str, Any]]] = (),
+        base: SnapshotBase | None = None,
+    ) -> None:
+        """A replay (same version and snapshot as stored) re-upserts its rows harmlessly and does
+        not insert its events twice."""
+        write = TurnWrite(tenant, conversation_id, snapshot, state_version, base, list(entries), list(pages),
+                          list(fingerprints), list(events), contents, list(hidden))
+        outcome = (await self.save_turns([write]))[0]
+        if outcome == NOT_FOUND:
+            raise ConversationNotFound(conversation_id)
+        if outcome == BEHIND:
+            raise SnapshotBehind(f"conversation {conversation_id}: the stored state is older than the base "
+                                 f"{base.version if base else '-'}")
+        if outcome == STALE:
+            raise StaleState(f"conversation {conversation_id}: another state is stored than the one version "
+                             f"{state_version} was planned from")
+
+    async def save_turns(self, writes: list[TurnWrite]) -> list[str]:
+        """One statement (one round trip, one transaction) for the whole batch: memci_save_turns compares and
+        sets every snapshot, then writes the rows of those that applied. At most one write per conversation per
+        call (several are written one call after the other)."""
+        if not writes:
+            return []
+        if len({w.conversation_id for w in writes}) < len(writes):
+            outcomes: list[str] = []
+            for w in writes:
+                outcomes += await self.save_turns([w])
+            return outcomes
+        return await self._on_driver(lambda raw: batch_writes.save_turns(raw, writes))
+
+    # --- reads --------------------------------------------------------------------------------
+    async def load_snapshot(self, tenant: str, conversation_id: str) -> tuple[bytes, int] | None:
+        stmt = select(conv.c.state, conv.c.state_version).where(conv.c.id == conversation_id, conv.c.tenant == tenant)
+        async with self.engine.connect() as connection:
+            row = (await connection.execute(stmt)).first()
+        if row is None or row.state is None:
+            return None
+        return bytes(row.state), row.state_version
+
+    async def load_entries(self, tenant: str, conversation_id: str, first_seq: int, last_seq: int) -> list[EntryRow]:
+        stmt = (
+            select(entries_t.c.seq, entries_t.c.hash, entries_t.c.role, entries_t.c.message, entries_t.c.tokens)
+            .where(
+                entries_t.c.conversation_id == conversation_id,
+                entries_t.c.seq.between(first_seq, last_seq),
+                _owned(conversation_id, tenant),
+            )
+            .order_by(entries_t.c.seq)
+        )
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(stmt)).all()
+        return [EntryRow(seq=r.seq, hash=r.hash, role=r.role, message=r.message, tokens=r.tokens) for r in rows]
+
+    async def load_pages(
+        self, tenant: str, conversation_id: str, states: tuple[str, ...] = ("archived", "evicted"),
+        after_seq: int | None = None,
+    ) -> list[PageRow]:
+        conditions = [pages_t.c.conversation_id == conversation_id, pages_t.c.state.in_(list(states)),
+                      _owned(conversation_id, tenant)]
+        if after_seq is not None:
+            conditions.append(pages_t.c.first_seq > after_seq)
+        stmt = select(*_PAGE_COLUMNS).where(*conditions).order_by(pages_t.c.first_seq, pages_t.c.number)
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(stmt)).all()
+        return [page_row(r) for r in rows]
+
+    # --- small writes outside a turn ------------------------------------------------------------
+    async def update_recall_stats(self, tenant: str, conversation_id: str, numbers: list[str], turn: int) -> None:
+        if not numbers:
+            return
+        stmt = (
+            update(pages_t)
+            .where(
+                pages_t.c.conversation_id == conversation_id,
+                pages_t.c.number.in_(list(numbers)),
+                _owned(conversation_id, tenant),
+            )
+            .values(
+                recall_count=pages_t.c.recall_count + 1,
+                last_recalled_turn=func.greatest(pages_t.c.last_recalled_turn, turn),
+            )
+        )
+        async with self.engine.begin() as connection:
+            await connection.execute(stmt)
+
+    async def set_page_summaries(self, tenant: str, conversation_id: str, summaries: dict[str, str]) -> int:
+        """Replace the summaries of some pages (background summary jobs); returns pages updated."""
+        if not summaries:
+            return 0
+        async with self.engine.begin() as connection:
+            result = await connection.execute(
+                _SET_SUMMARIES,
+                {
+                    "tenant": tenant,
+                    "conversation_id": conversation_id,
+                    "numbers": list(summaries),
+                    "summaries": [pgtext.escape(summary) for summary in summaries.values()],
+                },
+            )
+            return len(result.all())
+
+    async def append_events(self, events: list[EventRow]) -> None:
+        """Record events outside a turn (background jobs, e.g. archive_backlog)."""
+        if events:
+            async with self.engine.begin() as connection:
+                await connection.execute(turn.INSERT_EVENTS, turn.event_params(events))
+
+    async def ping(self) -> bool:
+        try:
+            async with self.engine.connect() as connection:
+                return (await connection.execute(select(literal(1)))).scalar_one() == 1
+        except Exception:  # noqa: BLE001 - any failure means "not reachable"
+            return False
+
+    async def close(self) -> None:
+        await self.engine.dispose()

@@ -1,0 +1,88 @@
+"""A managed turn's recall rounds as the upstream exchange runs them: each call answered within the room the plan
+left, each finished exchange kept (durably) before the next round goes upstream."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from memci_proxy.engine import ConversationState, Plan
+from memci_proxy.metrics import Metrics
+from memci_proxy.recall.loop import LoopConfig
+from memci_proxy.recall.resolver import RecallContext, RecallResolver
+from memci_proxy.recall.rounds import LoopRecord, ToolCall
+from memci_proxy.recall.tool import parse_arguments
+
+# What one call adds to the prompt besides its result: the assistant's call and its framing, in tokens.
+CALL_FRAMING_TOKENS = 48
+RESULT_FRAMING_TOKENS = 8
+MIN_ROOM_TOKENS = 64 + CALL_FRAMING_TOKENS + RESULT_FRAMING_TOKENS  # below: no recall result fits any more
+
+
+def recall_room(plan: Plan, state: ConversationState, safety_margin_tokens: float, unit: float = 1.0) -> int:
+    """Tokens the recall rounds may add: what the plan left free, plus half of the window's safety margin (kept for
+    estimate errors, which the learned correction ratio mostly removes; a prompt near the high watermark would
+    otherwise leave recall no room at all). Estimates are scaled by that ratio, with a 5% margin. The room is in the
+    resolver's base counts: `unit` is how many planned tokens one of them is (a model's learned text cost)."""
+    ratio = max(1.0, state.correction_ratio) * max(1.0, unit)
+    return max(0, int((0.95 * (plan.budget + 0.5 * safety_margin_tokens) - plan.estimated_tokens) / ratio))
+
+
+class TurnRecall:
+    """Implements memci_proxy.upstream.exchange.RecallRounds for one turn.
+
+    Recall rounds append to the prompt: what they add must fit in ``room`` tokens (the caller computes it from
+    what the plan left free). With n > 1 each choice continues on its own, so every call gets the whole room.
+    """
+
+    def __init__(self, config: LoopConfig, context: RecallContext, resolver: RecallResolver, metrics: Metrics,
+                 room: int, choices: int, keep: Callable[[list[dict[str, Any]]], Awaitable[None]]) -> None:
+        self.config = config
+        self.record = LoopRecord()
+        self.context = context
+        self.resolver = resolver
+        self.metrics = metrics
+        self.initial_room = self.room = room
+        self.choices = choices
+        self._keep = keep
+        self.density = 1.0  # the upstream's count of recall text per counted token, as measured this turn
+
+    async def exact(self, text: str, counted: int) -> int:
+        """The upstream's count of a result when the counter can ask it (`/tokenize`), else the counted one; the
+        next results' limits shrink by what this one was under-counted (recall text is denser than chat)."""
+        prefetch = getattr(self.resolver.counter, "prefetch", None)
+        lookup = getattr(self.resolver.counter, "lookup", None)
+        if prefetch is None or lookup is None or not text:
+            return counted
+        await prefetch([text], timeout=getattr(self.resolver.counter, "timeout", None))  # waited for, short or long
+        exact = lookup(text)
+        if exact is None:
+            return counted
+        if counted > 0:
+            self.density = max(self.density, exact / counted)
+        return max(exact, counted)
+
+    async def resolve(self, call: ToolCall) -> str:
+        m = self.metrics
+        count = self.resolver.counter.count_text
+        args = parse_arguments(call.arguments)
+        if self.choices > 1:
+            limit = self.initial_room - count(call.arguments or "") - CALL_FRAMING_TOKENS
+            outcome = await self.resolver.resolve(self.context, args, limit=limit)
+        else:
+            self.room -= count(call.arguments or "") + CALL_FRAMING_TOKENS
+            outcome = await self.resolver.resolve(self.context, args, limit=int(self.room / self.density))
+            self.room -= await self.exact(outcome.text, count(outcome.text)) + RESULT_FRAMING_TOKENS
+            if self.room < MIN_ROOM_TOKENS:
+                self.config.answer_now = True  # another call could only add "no room": the model answers next
+        m.recall_calls.labels(outcome.kind).inc()
+        self.record.kinds.append(outcome.kind)
+        self.record.pages_recalled.extend(outcome.pages)
+        if outcome.pages:
+            m.recall_pages.inc(len(outcome.pages))
+        if args.query:
+            m.recall_search_seconds.observe(outcome.search_seconds)
+        return outcome.text
+
+    async def keep(self, exchange: list[dict[str, Any]]) -> None:
+        await self._keep(exchange)

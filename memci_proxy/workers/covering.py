@@ -1,0 +1,141 @@
+"""What an epoch takes from the memory workers into the prompt: the conversation's summary (B4) and its own profile
+(B2a) as they stand once the jobs have taken in every page archived *before* that epoch.
+
+A job's result enters the prompt at a point fixed by the conversation's history, never by the moment the job
+finished or by the process that asks: at an epoch planned from a state whose archived pages end at message
+``through`` (``archived_through``), the summary and profile rows must have taken in at least that far (their
+``last_seq``); the text they then hold is the same on every replica. When they have not yet (the previous epoch's
+jobs still running), the epoch waits for them, at most ``summary_wait_s``; if they are still behind, or backing off
+after a failure, the epoch keeps the summary and profile the state already shows.
+
+The values are cached per process by how far they cover (immutable for a coverage), so a replica reads PostgreSQL
+only while the jobs it waits for are not done; no time to live decides what a prompt holds.
+
+An end user's profile (a user id: facts from all their conversations) is read as before (``latest_profile``), at
+the same points: which other conversations' jobs have finished is not part of this conversation's history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from memci_proxy.caches import BoundedLru
+from memci_proxy.engine.state import ACTIVE, ConversationState
+from memci_proxy.workers.summaries import render_profile
+
+POLL_FIRST_S = 0.05
+POLL_MAX_S = 0.5
+BEHIND_RECHECK_S = 1.0  # a turn asks PostgreSQL again this long after it found the jobs behind (epochs always ask)
+FAILED_RECHECK_S = 30.0  # after it found them backing off
+
+
+@dataclass(frozen=True)
+class Covered:
+    summary: str
+    profile: str
+
+
+def archived_through(state: ConversationState | None) -> int:
+    """The last message (seq) of the pages the state has archived; -1 when none."""
+    if state is None:
+        return -1
+    return max((p.end - 1 for p in state.pages if p.status != ACTIVE), default=-1)
+
+
+def _covers(row: Any) -> int:
+    return row.last_seq if row is not None and row.status == "done" else -1
+
+
+def _backing_off(row: Any, now: dt.datetime) -> bool:
+    return row is not None and row.next_attempt_at is not None and row.next_attempt_at > now
+
+
+class CoveredMemory:
+    """The summary and the conversation's own profile by coverage, cached per process (bounded)."""
+
+    def __init__(self, repo: Any, max_facts: int,
+                 user_profile: Callable[[str, str, str], Awaitable[str]],
+                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
+                 on_wait: Callable[[str], None] | None = None) -> None:
+        self.repo, self.max_facts, self.user_profile, self.clock = repo, max_facts, user_profile, clock
+        self.on_wait = on_wait  # told each wait's outcome (memci_summary_waits)
+        self._cache: BoundedLru[tuple[str, str], tuple[int, Covered]] = BoundedLru(
+            "covered_memory", 10_000, 48 * 2**20,
+            size_of=lambda k, v: 200 + len(k[0]) + len(k[1]) + len(v[1].summary) + len(v[1].profile))
+        # conversations whose jobs were found behind: (through, monotonic time to ask again); only turns that make no
+        # epoch use it (what they plan does not depend on it), so it saves reads, never changes a prompt
+        self._behind: BoundedLru[tuple[str, str], tuple[int, float]] = BoundedLru(
+            "covered_memory_behind", 10_000, 4 * 2**20, size_of=lambda k, v: 120 + len(k[0]) + len(k[1]))
+        self.waits: dict[str, int] = {}  # epochs that waited for the jobs, by outcome ("ready", "behind", "failed")
+
+    async def read(self, tenant: str, conversation_id: str, through: int, end_user: str = "") -> Covered | None:
+        """The summary and profile covering at least message ``through``; None while the jobs are behind."""
+        behind = self._behind.get((tenant, conversation_id))
+        if behind is not None and behind[0] == through and time.monotonic() < behind[1]:
+            return None
+        found = await self._own(tenant, conversation_id, through)
+        if found is None or found is _FAILED:
+            again = FAILED_RECHECK_S if found is _FAILED else BEHIND_RECHECK_S
+            self._behind.put((tenant, conversation_id), (through, time.monotonic() + again))
+            return None
+        return await self._for_user(found, tenant, conversation_id, end_user)
+
+    async def _for_user(self, found: Covered, tenant: str, conversation_id: str, end_user: str) -> Covered:
+        if end_user:
+            return Covered(found.summary, await self.user_profile(tenant, conversation_id, end_user))
+        return found
+
+    async def wait(self, tenant: str, conversation_id: str, through: int, end_user: str, timeout_s: float
+                   ) -> Covered | None:
+        """``read``, again until the jobs have covered ``through`` (at most ``timeout_s``; not when they failed)."""
+        deadline, pause = time.monotonic() + timeout_s, POLL_FIRST_S
+        while True:
+            found = await self._own(tenant, conversation_id, through)
+            if found is _FAILED:
+                self._count("failed")
+                return None
+            if found is not None:
+                self._count("ready")
+                return await self._for_user(found, tenant, conversation_id, end_user)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._count("behind")
+                return None
+            await asyncio.sleep(min(pause, left))
+            pause = min(POLL_MAX_S, pause * 2)
+
+    def forget(self, tenant: str, conversation_id: str) -> None:
+        self._cache.pop((tenant, conversation_id))
+        self._behind.pop((tenant, conversation_id))
+
+    def _count(self, outcome: str) -> None:
+        self.waits[outcome] = self.waits.get(outcome, 0) + 1
+        if self.on_wait is not None:
+            self.on_wait(outcome)
+
+    async def _own(self, tenant: str, conversation_id: str, through: int) -> Covered | None:
+        if through < 0:
+            return EMPTY
+        key = (tenant, conversation_id)
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] >= through:
+            return cached[1]
+        summary = await self.repo.get_summary(tenant, conversation_id, "conversation")
+        profile = await self.repo.get_summary(tenant, conversation_id, "profile")
+        covers = min(_covers(summary), _covers(profile))
+        if covers < through:
+            now = self.clock()
+            return _FAILED if _backing_off(summary, now) or _backing_off(profile, now) else None
+        facts = await self.repo.profile_facts(tenant, conversation_id, "", self.max_facts)
+        found = Covered(summary.text if summary is not None else "", render_profile(facts))
+        self._cache.put(key, (covers, found))
+        return found
+
+
+EMPTY = Covered("", "")
+_FAILED = Covered("\0failed", "")  # a sentinel: the jobs are backing off, waiting is pointless
