@@ -248,9 +248,11 @@ def explain(settings: Settings, facts: UpstreamFacts | None, report: Report) -> 
                        f"{config.reserve(None):,} - safety margin {config.margin():,} (a request's max_tokens replaces "
                        f"the reserve, up to {config.reserve(1 << 40):,} = output_reserve_share "
                        f"{config.output_reserve_share} of the window; a larger one is lowered upstream to fit)")
-    report.add("plan", f"compaction epoch when the prompt passes {int(config.high_watermark * budget):,} tokens "
-                       f"(active_high_watermark {config.high_watermark}), down to {int(config.low_watermark * budget):,} "
-                       f"(active_low_watermark {config.low_watermark}); between epochs prompts only grow at their end")
+    report.add("plan", f"compaction epoch when the prompt passes the client's fixed part (system message and tools) "
+                       f"plus {config.high_watermark} of the room above it (active_high_watermark; "
+                       f"{int(config.high_watermark * budget):,} tokens with no fixed part), down to the fixed part plus "
+                       f"{config.low_watermark} of that room (active_low_watermark; {int(config.low_watermark * budget):,}); "
+                       "between epochs prompts only grow at their end")
     if settings.recall_enabled:
         report.add("plan", f"pull: the model may call the `{settings.recall_tool_name}` tool (answered by the proxy, "
                            f"at most {settings.recall_max_rounds} rounds a request)")

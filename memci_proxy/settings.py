@@ -143,10 +143,12 @@ class Settings:
     safety_margin: float = field(default=0.10, metadata=_doc("Fraction of the window kept free.", min=0.0, max=0.9))
     active_high_watermark: float = field(
         default=0.95,
-        metadata=_doc("Fraction of the budget at which a compaction epoch starts.", min=0.05, max=1.0),
+        metadata=_doc("A compaction epoch starts when the prompt passes the client's fixed part (its system message "
+                      "and tools) plus this fraction of the budget's room above it.", min=0.05, max=1.0),
     )
     active_low_watermark: float = field(
-        default=0.40, metadata=_doc("Fraction of the budget a compaction epoch brings the prompt down to.", min=0.01, max=1.0)
+        default=0.40, metadata=_doc("A compaction epoch brings the prompt down to the client's fixed part plus this fraction of "
+                                "the room above it.", min=0.01, max=1.0)
     )
     contents_max_tokens: int = field(
         default=2048, metadata=_doc("Largest contents page (and never over 8% of the prompt budget); past it entries are evicted LRU.", min=64)

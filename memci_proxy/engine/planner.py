@@ -111,6 +111,14 @@ def _system_tokens(text: str | None, counter: TokenCounter) -> int:
     return 0 if text is None else counter.count_message({"role": "system", "content": text})
 
 
+def watermarks(cfg: EngineConfig, budget: int, fixed_part: float) -> tuple[float, float]:
+    """The estimated prompt at which an epoch starts, and the one it brings the prompt down to: the fixed part plus
+    ``high_watermark`` and ``low_watermark`` of the room above it (the whole budget when there is none)."""
+    base = min(max(0.0, fixed_part), float(budget))
+    room = budget - base
+    return base + cfg.high_watermark * room, base + cfg.low_watermark * room
+
+
 def _cache_cold(s: ConversationState, now: float, cfg: EngineConfig) -> bool:
     if s.last_turn_time is not None and now - s.last_turn_time > cfg.cache_ttl:
         return True
@@ -204,6 +212,8 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         s.profile, s.summary = turn.profile, turn.summary
     if contents_dirty:
         s.contents_text = render_contents(s.pages, recall_tool)
+    if s.b1_tokens < 0 or b1_digest != s.b1_digest:
+        s.b1_tokens = _system_tokens(b1 or None, counter)
     if state is None or contents_dirty or b1_digest != s.b1_digest:
         s.b1_digest = b1_digest
         s.system_text = render_system_text(b1, s.profile, s.summary, s.contents_text)
@@ -229,12 +239,16 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
         return math.ceil((s.system_tokens + s.active_tokens + fixed) * ratio)
 
     est = estimate()
+    # The watermarks are shares of the room the client's fixed part (its system message and tools) leaves: with a
+    # large fixed part (an agent's 14k tokens of instructions and tools) a share of the whole budget would sit at or
+    # under the fixed part itself, and every turn would be an epoch.
+    high_mark, low_mark = watermarks(cfg, budget, (s.b1_tokens + max(0, turn.tools_tokens)) * ratio)
     reason: str | None = None
-    if est > cfg.high_watermark * budget:
+    if est > high_mark:
         reason = EPOCH_HIGH_WATERMARK
     elif state is not None and _cache_cold(state, turn.now, cfg):
         refresh = turn.profile != s.profile or turn.summary != s.summary
-        if est > cfg.low_watermark * budget or refresh:
+        if est > low_mark or refresh:
             reason = EPOCH_COLD_CACHE
 
     result = EpochResult()
@@ -247,8 +261,8 @@ def plan(state: ConversationState | None, turn: TurnInput, config: EngineConfig,
             ratio = s.correction_ratio = 1.0
         image_texts = ChainMap(s.image_texts, turn.image_descriptions)  # texts already sent win
         result = run_epoch(
-            s, msgs, cfg, counter, fixed, ratio, cfg.low_watermark * budget, cfg.contents_limit(budget),
-            image_texts, last_resort_target=cfg.high_watermark * budget,
+            s, msgs, cfg, counter, fixed, ratio, low_mark, cfg.contents_limit(budget),
+            image_texts, last_resort_target=high_mark,
         )
         s.image_texts = _frozen_image_texts(s, msgs, image_texts)
         refresh = turn.profile != s.profile or turn.summary != s.summary

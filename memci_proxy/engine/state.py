@@ -77,6 +77,7 @@ class ConversationState(msgspec.Struct, kw_only=True):
     next_page: int = 1
     # System message of the current epoch: B1 digest, B2a profile, B4 summary and contents page.
     b1_digest: str = ""
+    b1_tokens: int = -1  # tokens of B1 alone (-1: not counted yet): with the tools, the client's fixed part
     profile: str = ""
     summary: str = ""
     contents_text: str = ""

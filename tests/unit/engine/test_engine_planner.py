@@ -19,6 +19,7 @@ from memci_proxy.engine import (
     record_recall,
     split_leading_system,
 )
+from memci_proxy.engine.planner import watermarks
 from memci_proxy.settings import load_settings
 
 C = EstimateCounter()
@@ -124,7 +125,8 @@ def test_prompt_is_append_only_between_epochs_and_epochs_bring_it_under_the_low_
             assert cur.messages[: len(prev.messages)] == prev.messages  # no volatile blocks: no tail
             assert cur.stable_prefix_messages == len(prev.messages)
         else:
-            assert cur.estimated_tokens <= cfg.low_watermark * cur.budget
+            fixed = C.count_message(SYSTEM[0])
+            assert cur.estimated_tokens <= watermarks(cfg, cur.budget, fixed)[1]
             # the client's system message stays (and the tools a template renders after it)
             assert cur.archived and cur.stable_prefix_messages == 1
             assert cur.messages[0] == prev.messages[0] == {"role": "system", "content": SYSTEM[0]["content"]}
@@ -135,6 +137,42 @@ def test_prompt_is_append_only_between_epochs_and_epochs_bring_it_under_the_low_
     assert "[Page 1] 2025-11-22, 2 messages" in epochs[0].messages[1]["content"]
     assert "`recall` tool" in epochs[0].messages[1]["content"]
     assert archived_pages(epochs[0].state)[0] == "1"
+
+
+def test_watermarks_are_shares_of_the_room_above_the_fixed_part() -> None:
+    cfg = EngineConfig(high_watermark=0.95, low_watermark=0.40)
+    assert watermarks(cfg, 10_000, 0) == (9_500, 4_000)
+    assert watermarks(cfg, 10_000, 6_000) == (6_000 + 0.95 * 4_000, 6_000 + 0.40 * 4_000)
+    assert watermarks(cfg, 10_000, 12_000) == (10_000, 10_000)  # no room: the budget itself
+
+
+def test_a_large_fixed_part_does_not_make_every_turn_an_epoch() -> None:
+    """An agent's fixed part (instructions and tools) of 60% of the budget: the epochs are spaced as a small fixed
+    part's are over the room left, and each brings the prompt to the fixed part plus the low share of that room."""
+    cfg = EngineConfig(context_window=12_000, output_reserve=1_000)
+    budget = cfg.budget(None)
+    system = [{"role": "system", "content": "rule " * int(0.36 * budget)}]
+    tools_tokens = int(0.15 * budget)
+    fixed = C.count_message({"role": "system", "content": system[0]["content"]}) + tools_tokens
+    assert 0.55 * budget < fixed < 0.65 * budget  # above the low watermark of the whole budget
+    msgs: list[dict] = []
+    state, plans = None, []
+    for i in range(60):
+        msgs = msgs + [{"role": "user", "content": f"question {i} " + "word " * 60}]
+        p = plan(state, TurnInput(system=system, messages=msgs, now=T0 + i, tools_tokens=tools_tokens), cfg, C)
+        plans.append(p)
+        state = p.state
+        msgs = msgs + [{"role": "assistant", "content": f"answer {i} " + "text " * 60}]
+    epochs = [p for p in plans if p.epoch]
+    high, low = watermarks(cfg, budget, fixed)
+    assert 2 <= len(epochs) <= 12, len(epochs)  # a share of the whole budget made nearly every turn one
+    assert all(prev.estimated_tokens <= high for prev, cur in zip(plans, plans[1:]) if cur.epoch)
+    for prev, cur in zip(plans, plans[1:]):
+        assert cur.estimated_tokens <= budget
+        if cur.epoch:
+            assert cur.estimated_tokens <= low
+        else:
+            assert cur.messages[: len(prev.messages)] == prev.messages
 
 
 def test_budget_depends_on_max_tokens() -> None:
