@@ -360,7 +360,9 @@ def run_strategy(key: str, workload: Workload, args: argparse.Namespace, workdir
     window = UNBOUNDED_WINDOW if key == "pass-through" and not args.upstream else args.window
     strategy: Strategy | None = {"pass-through": PassThrough(), "sliding": SlidingWindow(),
                                  "three-tier": ThreeTier(), "proxy": None}[key]
-    with (external_upstream(args.upstream) if args.upstream else emulator_upstream(window, workdir)) as upstream:
+    model_files = ("--model-dir", args.emulator_model_dir) if args.emulator_model_dir else ()
+    with (external_upstream(args.upstream) if args.upstream else emulator_upstream(window, workdir, model_files)) \
+            as upstream:
         started = time.perf_counter()
         bar = Progress(workload.requests, f"{workload.name}: {key}", bars=bars_wanted(args.progress), unit="requests")
         if key == "proxy":
@@ -483,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="baselines trim by chars/4 alone (seed 002), not corrected by the upstream's counts")
     parser.add_argument("--model", default="bench", help="model name sent (a real server's served model)")
     parser.add_argument("--upstream", default=None, help="a real server's /v1 URL (SGLang); flushed between strategies")
+    parser.add_argument("--emulator-model-dir", default=None, metavar="DIR",
+                        help="the emulator renders and counts prompts with this Hugging Face model's chat template and "
+                             "tokenizer (its --model-dir): the same units as that model's server, for comparing with it")
     parser.add_argument("--max-tokens", type=int, default=None,
                         help="the answers' max_tokens (default: the workload's, 256); a small value keeps a CPU "
                              "engine's decoding short")

@@ -20,11 +20,9 @@ from memci_proxy.emulator.config import EmulatorConfig
 from memci_proxy.emulator.errors import ErrorReply, bad_request
 from memci_proxy.emulator.markers import Script, parse_markers, plain_text
 from memci_proxy.emulator.state import EmulatorState
-from memci_proxy.emulator.template import TemplateError, render_chat_pieces, render_output
-from memci_proxy.emulator.tokenizer import SPECIAL_TOKENS
+from memci_proxy.emulator.template import TemplateError, render_output
 
 SYSTEM_FINGERPRINT = "fp_memci_emulator"
-END_OF_TURN_ID = SPECIAL_TOKENS.index("<|im_end|>")  # special tokens hold the first ids of every vocabulary
 _ID_PREFIX = os.urandom(6).hex()
 _id_counter = itertools.count(1)
 
@@ -173,7 +171,7 @@ def plan_chat(state: EmulatorState, body: Any) -> ChatPlan:
         script=script,
     )
     try:
-        prompt_pieces = render_chat_pieces(messages, body.get("tools") or None)
+        prompt_pieces = state.render_chat_pieces(messages, body.get("tools") or None)
     except TemplateError as error:
         raise bad_request(str(error), param="messages") from None
     tokenizer = state.tokenizer
@@ -202,7 +200,7 @@ def plan_chat(state: EmulatorState, body: Any) -> ChatPlan:
         else:  # a text answer renders as itself followed by <|im_end|> (see template.render_output)
             output_ids = tokenizer.ids_of(choice.content_tokens)
             if choice.finish_reason != "length":
-                output_ids.append(END_OF_TURN_ID)
+                output_ids.append(tokenizer.end_of_turn_id)
         choice.completion_tokens = len(output_ids)
         state.cache.insert(prompt_ids + output_ids)
 

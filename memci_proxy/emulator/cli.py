@@ -28,6 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "tool_messages (400, a server without tools); may be repeated",
     )
     parser.add_argument(
+        "--model-dir", default=None, metavar="DIR",
+        help="a Hugging Face model's directory (tokenizer.json and its chat template): render and count prompts as "
+             "that model's server does, to compare cache figures with it (needs the tokenizers package)",
+    )
+    parser.add_argument(
         "--cache-tokens",
         type=int,
         default=defaults.cache_capacity_tokens,
@@ -59,6 +64,7 @@ def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
         max_model_len=args.max_model_len,
         strict_context=not getattr(args, "lenient_context", False),
         refuse=tuple(getattr(args, "refuse", None) or ()),
+        model_dir=getattr(args, "model_dir", None),
         cache_capacity_tokens=args.cache_tokens,
         embedding_dim=args.embedding_dim,
         per_uncached_token_s=args.per_uncached_token,

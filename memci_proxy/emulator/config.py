@@ -17,6 +17,9 @@ class EmulatorConfig:
     # Message shapes refused as some servers do: "null_content" (an assistant message with content null: 500, as
     # llama-cpp-python's server), "tool_messages" (any tool call or tool message: 400, a server without tools).
     refuse: tuple[str, ...] = ()
+    # A Hugging Face model's directory (tokenizer.json, chat template): prompts rendered and counted as that model's
+    # server does (memci_proxy.emulator.model_files); None: the built-in ChatML template and word tokenizer.
+    model_dir: str | None = None
     # Radix cache capacity in tokens; least recently used leaves are evicted above it.
     cache_capacity_tokens: int = 2_000_000
     embedding_dim: int = 64

@@ -22,7 +22,6 @@ from memci_proxy.emulator.errors import ErrorReply, bad_request
 from memci_proxy.emulator.markers import Script, parse_markers
 from memci_proxy.emulator.responses import MALFORMED_EVENT, chat_completion_body, chat_stream_events
 from memci_proxy.emulator.state import EmulatorState
-from memci_proxy.emulator.template import render_chat
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -172,7 +171,7 @@ class EmulatorApp:
 
     async def _count_tokens(self, scope: Scope, receive: Receive, send: Send) -> None:
         chat = apis.messages_chat({**_decode_body(await _read_body(receive)), "_count_only": True})
-        prompt = render_chat(chat["messages"], chat.get("tools"), True)
+        prompt = "".join(self.state.render_chat_pieces(chat["messages"], chat.get("tools"), True))
         await _send_json(send, 200, {"input_tokens": self.state.tokenizer.count(prompt)})
 
     async def _api_plan(self, scope: Scope, receive: Receive, send: Send, chat: dict[str, Any],

@@ -9,6 +9,7 @@ from typing import Any
 
 from memci_proxy.emulator.config import EmulatorConfig
 from memci_proxy.emulator.radix import RadixCache
+from memci_proxy.emulator.template import render_chat_pieces
 from memci_proxy.emulator.tokenizer import Tokenizer
 
 
@@ -26,7 +27,13 @@ class Totals:
 class EmulatorState:
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
-        self.tokenizer = Tokenizer()
+        self.tokenizer: Any = Tokenizer()
+        self.render_chat_pieces: Any = render_chat_pieces
+        if config.model_dir:
+            from memci_proxy.emulator.model_files import load_model_files
+
+            self.tokenizer, template = load_model_files(config.model_dir)
+            self.render_chat_pieces = template.render_chat_pieces
         self.cache = RadixCache(config.cache_capacity_tokens)
         self.totals = Totals()
         self.recent: deque[dict[str, Any]] = deque(maxlen=config.request_log_size)

@@ -104,6 +104,8 @@ class Tokenizer:
     def token_id(self, token: str) -> int:
         return self._vocabulary[token]
 
+    end_of_turn_id = SPECIAL_TOKENS.index("<|im_end|>")  # special tokens hold the first ids
+
     @property
     def vocabulary_size(self) -> int:
         return len(self._vocabulary)
