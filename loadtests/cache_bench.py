@@ -48,6 +48,8 @@ from loadtests.plots import DEFAULT_DIR as DEFAULT_PLOT_DIR
 from loadtests.plots import plot_workload
 from loadtests.progress import Progress, bars_wanted
 from loadtests.workloads import KINDS, Workload, make_workload, user_content
+from memci_proxy.emulator.chat import script_source
+from memci_proxy.emulator.markers import parse_markers
 from memci_proxy.emulator.template import content_text, render_chat
 from memci_proxy.emulator.tokenizer import Tokenizer
 from memci_proxy.workers.prefix import is_job_body
@@ -197,9 +199,15 @@ class Run:
                 message = record_message = self._last_message
                 if record.error:
                     record_message = {"role": "assistant", "content": f"(no answer: {record.error})"}
+                calls = (message or {}).get("tool_calls") or [] if not record.error else []
+                if not calls and results and not record.error and not self.upstream.is_emulator:
+                    # a real model that calls no tool (SmolLM2 under SGLang): the loop goes on with the call its
+                    # script names, as the emulator would have made it (the model's own answer is dropped)
+                    scripted = scripted_call_message(self.history, len(self.records))
+                    if scripted is not None:
+                        record_message, calls = scripted, scripted["tool_calls"]
                 self._append({k: v for k, v in record_message.items() if k in ("role", "content", "tool_calls")})
                 self.rendered_before = self._history_tokens(False)
-                calls = (message or {}).get("tool_calls") or [] if not record.error else []
                 if not calls:
                     break
                 for call in calls:
@@ -256,6 +264,18 @@ class Run:
         if probe is not None:
             record.probe_seen = any(probe in json.dumps(b, ensure_ascii=False) for b in bodies) if bodies else None
         return record
+
+
+def scripted_call_message(history: list[dict], number: int) -> dict | None:
+    """The assistant message calling the tools the history's latest markers name (``[[call:...]]`` in the last user
+    message or the trailing tool results, as the emulator reads them), or None when they name none."""
+    source, _ = script_source(history)
+    calls = parse_markers(source).calls
+    if not calls:
+        return None
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"call_{number}_{i}", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        for i, c in enumerate(calls)]}
 
 
 def pushed_tokens(sent: list[dict], newest: dict) -> int:

@@ -250,8 +250,8 @@ def explain(settings: Settings, facts: UpstreamFacts | None, report: Report) -> 
                        f"{config.output_reserve_share} of the window; a larger one is lowered upstream to fit)")
     report.add("plan", f"compaction epoch when the prompt passes the client's fixed part (system message and tools) "
                        f"plus {config.high_watermark} of the room above it (active_high_watermark; "
-                       f"{int(config.high_watermark * budget):,} tokens with no fixed part), down to the fixed part plus "
-                       f"{config.low_watermark} of that room (active_low_watermark; {int(config.low_watermark * budget):,}); "
+                       f"{int(config.high_watermark * budget):,} tokens with no fixed part), down to "
+                       f"{int(config.low_watermark * budget):,} (active_low_watermark {config.low_watermark}); "
                        "between epochs prompts only grow at their end")
     if settings.recall_enabled:
         report.add("plan", f"pull: the model may call the `{settings.recall_tool_name}` tool (answered by the proxy, "

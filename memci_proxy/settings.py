@@ -147,8 +147,8 @@ class Settings:
                       "and tools) plus this fraction of the budget's room above it.", min=0.05, max=1.0),
     )
     active_low_watermark: float = field(
-        default=0.40, metadata=_doc("A compaction epoch brings the prompt down to the client's fixed part plus this fraction of "
-                                "the room above it.", min=0.01, max=1.0)
+        default=0.40, metadata=_doc("Fraction of the budget a compaction epoch brings the prompt down to (under a larger fixed "
+                                "part: every page but the open one archived).", min=0.01, max=1.0)
     )
     contents_max_tokens: int = field(
         default=2048, metadata=_doc("Largest contents page (and never over 8% of the prompt budget); past it entries are evicted LRU.", min=64)
