@@ -23,6 +23,7 @@ The peers run from virtualenvs of their own that the benchmark creates on first 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -38,11 +39,13 @@ if __package__ in (None, ""):
 
 import httpx
 
+from loadtests.bench_servers import flush_sglang_cache
 from loadtests.overhead import Server, free_port, group_cpu_seconds, groups_with, litellm_config
 from loadtests.peer_lanes import MODEL, Conversation
 from loadtests.peer_venvs import DEFAULT_CACHE, PEERS, PeerInstall, ensure_peer
 from loadtests.peers_report import TARGET_KEYS, RequestRecord, Row, Totals, cpu_target, markdown, summarise
 from loadtests.progress import Progress
+from loadtests.replicas import metric_sum
 from loadtests.workloads import make_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,12 +67,13 @@ class Target:
     name: str
     server: Server
     base: str  # the /v1 base URL clients use
-    emulator: Server
-    emulator_root: str
+    emulator: Server | None
+    emulator_root: str  # the emulator's root URL, or the real server's (``real``)
     home: Path | None = None  # the proxy's MEMCI_HOME (its embedded PostgreSQL's command line names it)
     groups: set[int] = field(default_factory=set)
     database: set[int] = field(default_factory=set)  # the embedded PostgreSQL's process groups (in ``groups`` too)
     client: httpx.Client | None = None
+    real: bool = False  # in front of a real server (--upstream): totals from its /metrics, shared by every target
 
     def find_groups(self) -> None:
         self.database = groups_with(str(self.home)) - {self.server.pid()} if self.home else set()
@@ -82,8 +86,23 @@ class Target:
         return sum(group_cpu_seconds(g) for g in self.database)
 
     def totals(self) -> Totals:
+        if self.real:
+            return engine_totals(self.emulator_root)
         stats = httpx.get(self.emulator_root + "/emulator/stats", timeout=30).json()
         return Totals(stats["requests"], stats["prompt_tokens"], stats["cached_tokens"])
+
+    def stop(self) -> None:
+        self.server.stop()
+        if self.emulator is not None:
+            self.emulator.stop()
+
+
+def engine_totals(root: str) -> Totals:
+    """A real server's own counters (SGLang started with --enable-metrics): requests, prompt and cached tokens."""
+    text = httpx.get(root + "/metrics", timeout=30).text
+    return Totals(int(metric_sum([text], "sglang:num_requests_total")),
+                  int(metric_sum([text], "sglang:prompt_tokens_total")),
+                  int(metric_sum([text], "sglang:cached_tokens_total")))
 
 
 def emulator(python: str, workdir: Path, name: str, window: int) -> tuple[Server, str]:
@@ -118,18 +137,25 @@ def target_command(key: str, python: str, upstream: str, workdir: Path, peers: d
     raise ValueError(f"unknown target {key!r}")
 
 
-def start_target(key: str, python: str, workdir: Path, window: int, peers: dict[str, PeerInstall]) -> Target:
+def start_target(key: str, python: str, workdir: Path, window: int, peers: dict[str, PeerInstall],
+                 upstream: str | None = None) -> Target:
+    """A target in front of its own emulator, or in front of the real server ``upstream`` (a /v1 URL)."""
     name = TARGET_KEYS[key]
-    emu, emu_root = emulator(python, workdir, f"emulator-{key}", window if key == "managed" else UNBOUNDED_WINDOW)
+    if upstream:
+        emu, emu_root = None, upstream.rstrip("/").removesuffix("/v1")
+    else:
+        emu, emu_root = emulator(python, workdir, f"emulator-{key}", window if key == "managed" else UNBOUNDED_WINDOW)
     try:
         cmd, health, env, home = target_command(key, python, emu_root + "/v1", workdir, peers)
         server = Server(key, cmd, health, env, workdir, cwd=REPO if key in ("passthrough", "managed") else workdir)
         server.start(timeout=240)
     except (RuntimeError, OSError) as exc:
-        emu.stop()
+        if emu is not None:
+            emu.stop()
         raise RuntimeError(str(exc)) from exc
     base = re.sub(r"/(ready|livez|health.*)$", "", health) + "/v1"
-    return Target(name, server, base, emu, emu_root, home, client=httpx.Client(timeout=600, headers=HEADERS))
+    return Target(name, server, base, emu, emu_root, home, client=httpx.Client(timeout=600, headers=HEADERS),
+                  real=bool(upstream))
 
 
 def post(client: httpx.Client, url: str, payload: bytes, retried: list[int] | None = None
@@ -160,14 +186,15 @@ def post(client: httpx.Client, url: str, payload: bytes, retried: list[int] | No
         return seconds, None, "unreadable answer"
 
 
-def warm_up(target: Target, direct: httpx.Client, direct_url: str) -> None:
+def warm_up(target: Target, direct: httpx.Client | None, direct_url: str | None) -> None:
     """One short request each way (connections, lazy imports, the embedded database), not measured."""
     body = json.dumps({"model": MODEL, "max_tokens": 16, "messages": [
         {"role": "system", "content": "Warm-up."}, {"role": "user", "content": "Hello there. [[len:8]]"}]}).encode()
     for _ in range(2):
         assert target.client is not None
         _, _, error = post(target.client, target.base + "/chat/completions", body)
-        post(direct, direct_url, body)
+        if direct is not None and direct_url is not None:
+            post(direct, direct_url, body)
     if error:
         raise RuntimeError(f"warm-up request failed: {error}")
 
@@ -177,90 +204,113 @@ def run_workload(kind: str, turns: int, keys: list[str], args: argparse.Namespac
     workload = make_workload(kind, turns, args.seed,
                              agent_output_chars=AGENT_OUTPUT_CHARS if kind == "agent" else None)
     assert workload is not None
+    if args.max_tokens:
+        workload = dataclasses.replace(workload, max_tokens=args.max_tokens)
     window = args.chat_window if kind == "chat" else args.agent_window
     workdir = Path(tempfile.mkdtemp(prefix=f"memci-peers-{kind}-"))
-    direct_emu, direct_root = emulator(args.python, workdir, "emulator-direct", UNBOUNDED_WINDOW)
-    direct = httpx.Client(timeout=600, headers=HEADERS)
+    upstream = args.upstream
+    direct_emu, direct_root = (None, None) if upstream else emulator(args.python, workdir, "emulator-direct",
+                                                                      UNBOUNDED_WINDOW)
+    direct = None if upstream else httpx.Client(timeout=600, headers=HEADERS)
+    direct_url = None if direct_root is None else direct_root + "/v1/chat/completions"
     targets: list[Target] = []
     records: dict[str, list[RequestRecord]] = {}
-    info: dict = {"workload": kind, "requests": workload.requests, "window_managed": window, "notes": []}
+    info: dict = {"workload": kind, "requests": workload.requests, "window_managed": window, "notes": [],
+                  "upstream": upstream}
     try:
         for key in keys:
             print(f"{kind}: starting {TARGET_KEYS[key]}", file=sys.stderr)
             try:
-                target = start_target(key, args.python, workdir, window, peers)
+                target = start_target(key, args.python, workdir, window, peers, upstream)
             except RuntimeError as exc:
                 reason = f"{kind}: {TARGET_KEYS[key]} did not start: {str(exc).strip().splitlines()[0][:300]}"
                 skipped.append(reason)
                 print(f"skipping: {reason}", file=sys.stderr)
                 continue
             try:
-                warm_up(target, direct, direct_root + "/v1/chat/completions")
+                warm_up(target, direct, direct_url)
             except RuntimeError as exc:
                 skipped.append(f"{kind}: {target.name}: {exc}")
                 print(f"skipping: {kind}: {target.name}: {exc}", file=sys.stderr)
-                target.server.stop()
-                target.emulator.stop()
+                target.stop()
                 continue
             targets.append(target)
         for target in targets:
             target.find_groups()
             records[target.name] = []
-        marks = {t.name: t.totals() for t in targets}
         conversations = {t.name: Conversation(workload) for t in targets}
         retried: dict[str, list[int]] = {t.name: [] for t in targets}
-        cpu_before = {t.name: (t.cpu(), t.database_cpu()) for t in targets}
-        with Progress(workload.requests, f"{kind}: requests to every target", bars=args.progress or None) as bar:
-            step = 0
-            while any(c.body is not None for c in conversations.values()):
-                order = targets[step % len(targets):] + targets[:step % len(targets)] if targets else []
-                for target in order:
-                    conversation = conversations[target.name]
-                    if conversation.body is None:
-                        continue
-                    payload = json.dumps(conversation.body).encode()
-                    before = target.cpu()
-                    seconds, message, error = post(target.client, target.base + "/chat/completions", payload,
-                                                   retried[target.name])
-                    cpu = target.cpu() - before
-                    direct_seconds, _, direct_error = post(direct, direct_root + "/v1/chat/completions", payload)
-                    records[target.name].append(RequestRecord(step, seconds, None if direct_error else direct_seconds,
-                                                              cpu, error))
-                    conversation.answer(message)
-                step += 1
-                bar.update(step)
-        time.sleep(args.settle)  # background work the last requests left (the managed proxy's write-behind, jobs)
+        # Against the emulators the targets are interleaved request by request; against one real server they take
+        # turns, each after its radix cache is emptied (interleaved, they would read each other's prefixes).
+        groups = [[t] for t in targets] if upstream else [targets]
         rows = []
-        for target in targets:
-            after, mark = target.totals(), marks[target.name]
-            totals = Totals(after.requests - mark.requests, after.prompt_tokens - mark.prompt_tokens,
-                            after.cached_tokens - mark.cached_tokens)
-            cpu, database = cpu_before[target.name]
-            row = summarise(kind, target.name, records[target.name], target.cpu() - cpu, totals,
-                            database_cpu_seconds=target.database_cpu() - database if target.database else None)
-            notes = []
-            if breaks := conversations[target.name].breaks:
-                notes.append(f"tool loop broken {breaks} times (outputs pasted as user messages)")
-            if retried[target.name]:
-                notes.append(f"{len(retried[target.name])} requests sent again (the connection closed unanswered)")
-            row.note = "; ".join(notes)
-            rows.append(row)
+        for group in groups:
+            if upstream and not flush_sglang_cache(upstream.rstrip("/").removesuffix("/v1")):
+                info["notes"].append(f"{kind}: {upstream} did not empty its cache before {group[0].name}")
+            marks = {t.name: t.totals() for t in group}
+            cpu_before = {t.name: (t.cpu(), t.database_cpu()) for t in group}
+            drive(kind, workload, group, conversations, records, retried, direct, direct_url, args)
+            time.sleep(args.settle)  # background work the last requests left (the managed proxy's write-behind, jobs)
+            for target in group:
+                after, mark = target.totals(), marks[target.name]
+                totals = Totals(after.requests - mark.requests, after.prompt_tokens - mark.prompt_tokens,
+                                after.cached_tokens - mark.cached_tokens)
+                cpu, database = cpu_before[target.name]
+                row = summarise(kind, target.name, records[target.name], target.cpu() - cpu, totals,
+                                database_cpu_seconds=target.database_cpu() - database if target.database else None)
+                notes = []
+                if breaks := conversations[target.name].breaks:
+                    notes.append(f"tool loop broken {breaks} times (outputs pasted as user messages)")
+                if retried[target.name]:
+                    notes.append(f"{len(retried[target.name])} requests sent again (the connection closed unanswered)")
+                row.note = "; ".join(notes)
+                rows.append(row)
         info["records"] = {name: [asdict(r) for r in recs] for name, recs in records.items()}
         return rows, info
     finally:
         for target in targets:
             if target.client is not None:
                 target.client.close()
-            target.server.stop()
-            target.emulator.stop()
+            target.stop()
             if count := target.server.tracebacks():
                 info["notes"].append(f"{kind}: {target.name} logged {count} tracebacks ({target.server.log_path})")
-        direct.close()
-        direct_emu.stop()
+        if direct is not None:
+            direct.close()
+        if direct_emu is not None:
+            direct_emu.stop()
         if info["notes"] or any(s.startswith(f"{kind}:") for s in skipped):
             info["notes"].append(f"{kind}: server logs kept in {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def drive(kind: str, workload, group: list[Target], conversations: dict[str, Conversation],
+          records: dict[str, list[RequestRecord]], retried: dict[str, list[int]], direct: httpx.Client | None,
+          direct_url: str | None, args: argparse.Namespace) -> None:
+    """Send the group's conversations to the end, request n to every target (rotating order) before n+1; each body
+    also straight to ``direct_url`` when there is one (the added latency's twin)."""
+    label = f"{kind}: requests to every target" if len(group) > 1 else f"{kind}: {group[0].name}"
+    with Progress(workload.requests, label, bars=args.progress or None) as bar:
+        step = 0
+        while any(conversations[t.name].body is not None for t in group):
+            order = group[step % len(group):] + group[:step % len(group)]
+            for target in order:
+                conversation = conversations[target.name]
+                if conversation.body is None:
+                    continue
+                payload = json.dumps(conversation.body).encode()
+                before = target.cpu()
+                seconds, message, error = post(target.client, target.base + "/chat/completions", payload,
+                                               retried[target.name])
+                cpu = target.cpu() - before
+                direct_seconds, direct_error = None, "no twin"
+                if direct is not None and direct_url is not None:
+                    direct_seconds, _, direct_error = post(direct, direct_url, payload)
+                records[target.name].append(RequestRecord(step, seconds, None if direct_error else direct_seconds,
+                                                          cpu, error))
+                conversation.answer(message)
+            step += 1
+            bar.update(step)
 
 
 def resolve_peers(keys: list[str], args: argparse.Namespace, skipped: list[str]) -> tuple[list[str], dict]:
@@ -299,6 +349,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="interpreter of the proxy and the emulators")
     parser.add_argument("--progress", action="store_true", help="a progress bar on stderr even when not a terminal")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--upstream", default=None, metavar="URL",
+                        help="a real server's /v1 URL (SGLang with --enable-metrics; it answers any model name) "
+                             "in front of which every target runs, one target after another, the server's "
+                             "cache emptied before each; tokens and cached share from its own /metrics; no added "
+                             "latency (no twin)")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="the requests' max_tokens (default: the workload's); a small value keeps a CPU engine's "
+                             "decoding short")
     args = parser.parse_args(argv)
     keys = [k.strip() for k in args.targets.split(",") if k.strip()]
     kinds = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -317,8 +375,9 @@ def main(argv: list[str] | None = None) -> int:
         details.append(info)
     versions = {TARGET_KEYS[k]: f"{p.package.distribution} {p.version}" for k, p in peers.items()}
     load = f"load average {load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
-    print(f"## Peers, {started}, {os.cpu_count()} CPUs ({load}); windows of the managed proxy: chat "
-          f"{args.chat_window}, agent {args.agent_window}; agent outputs {AGENT_OUTPUT_CHARS[0]}-"
+    where = (f"every target in front of {args.upstream}, one after another (its own /metrics)" if args.upstream else
+             f"windows of the managed proxy: chat {args.chat_window}, agent {args.agent_window}")
+    print(f"## Peers, {started}, {os.cpu_count()} CPUs ({load}); {where}; agent outputs {AGENT_OUTPUT_CHARS[0]}-"
           f"{AGENT_OUTPUT_CHARS[1]} chars\n")
     if versions:
         print("Peers: " + ", ".join(f"{name} = {version}" for name, version in versions.items()) + "\n")

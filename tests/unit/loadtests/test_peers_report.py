@@ -135,3 +135,25 @@ def test_a_peer_whose_install_fails_is_reported_with_pip_s_reason(tmp_path, monk
     assert result.executable is None
     assert result.reason == (f"install of {PEERS['litellm'].requirement} failed: exit 1: "
                              "ERROR: No matching distribution found for x")
+
+
+def test_a_real_servers_totals_come_from_its_own_counters(monkeypatch) -> None:
+    import httpx
+
+    from loadtests import peers
+
+    text = ('sglang:prompt_tokens_total{engine_type="unified",is_streaming="false",model_name="m"} 300.0\n'
+            'sglang:prompt_tokens_total{engine_type="unified",is_streaming="true",model_name="m"} 100.0\n'
+            'sglang:cached_tokens_total{engine_type="unified",model_name="m"} 250.0\n'
+            'sglang:num_requests_total{engine_type="unified",is_streaming="false",model_name="m"} 4.0\n'
+            'sglang:prompt_tokens_histogram_sum{model_name="m"} 400.0\n')
+    seen: list[str] = []
+
+    def fake_get(url: str, timeout: float) -> httpx.Response:
+        seen.append(url)
+        return httpx.Response(200, text=text)
+
+    monkeypatch.setattr(peers.httpx, "get", fake_get)
+    totals = peers.engine_totals("http://127.0.0.1:31000")
+    assert (totals.requests, totals.prompt_tokens, totals.cached_tokens) == (4, 400, 250)
+    assert seen == ["http://127.0.0.1:31000/metrics"]
