@@ -11,7 +11,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml setup.py MANIFEST.in README.md alembic.ini ./
-COPY proxy ./proxy
+COPY memci_proxy ./memci_proxy
 COPY migrations ./migrations
 COPY config ./config
 RUN pip wheel --no-deps --wheel-dir /dist . \
