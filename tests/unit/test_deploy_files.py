@@ -334,7 +334,7 @@ def test_dockerfile_builds_a_wheel_and_runs_it_without_the_source_tree() -> None
     assert "-e" not in shlex.split(build_runs), "an editable install would need the source tree at run time"
     # the builder gets what the wheel is made of: the build hook, the package and the files it ships
     copied = {src.rstrip("/").removeprefix("./") for word, rest in build if word == "COPY" for src in copy_sources(rest)}
-    for needed in ("pyproject.toml", "setup.py", "proxy"):
+    for needed in ("pyproject.toml", "setup.py", "memci_proxy"):
         assert needed in copied, f"the builder stage does not copy {needed}"
     for shipped in package_data.SHIPPED:
         assert any(shipped == c or shipped.startswith(c + "/") for c in copied), f"the wheel would lack {shipped}"
