@@ -245,7 +245,7 @@ def run_workload(kind: str, turns: int, keys: list[str], args: argparse.Namespac
         groups = [[t] for t in targets] if upstream else [targets]
         rows = []
         for group in groups:
-            if upstream and not flush_sglang_cache(upstream.rstrip("/").removesuffix("/v1")):
+            if upstream and not empty_cache(upstream.rstrip("/").removesuffix("/v1")):
                 info["notes"].append(f"{kind}: {upstream} did not empty its cache before {group[0].name}")
             marks = {t.name: t.totals() for t in group}
             cpu_before = {t.name: (t.cpu(), t.database_cpu()) for t in group}
@@ -282,6 +282,17 @@ def run_workload(kind: str, turns: int, keys: list[str], args: argparse.Namespac
             info["notes"].append(f"{kind}: server logs kept in {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def empty_cache(root: str, patience_s: float = 120.0) -> bool:
+    """Empty a real server's radix cache; SGLang refuses while requests run (the previous target's memory jobs, a
+    peer's background calls), so ask again each second until it is idle or ``patience_s`` ran out."""
+    deadline = time.monotonic() + patience_s
+    while not flush_sglang_cache(root):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1.0)
+    return True
 
 
 def drive(kind: str, workload, group: list[Target], conversations: dict[str, Conversation],

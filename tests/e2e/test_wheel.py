@@ -69,7 +69,7 @@ def started(env_dir: Path, args: list[str], health: str, env: dict[str, str], lo
 def test_the_installed_package_is_the_wheel_with_its_data(installed: Path) -> None:
     python = installed / "bin" / "python"
     code = ("import memci_proxy, memci_proxy.package_data as p, memci_proxy.settings as s, memci_proxy.store.sql.migrate as m;"
-            "print(proxy.__file__); print(p.is_checkout()); print(s.DEFAULT_CONFIG_FILE); print(m.MIGRATIONS_DIR)")
+            "print(memci_proxy.__file__); print(p.is_checkout()); print(s.DEFAULT_CONFIG_FILE); print(m.MIGRATIONS_DIR)")
     out = subprocess.run([str(python), "-c", code], cwd=installed, capture_output=True, text=True, check=True,
                          env=clean_env(installed / "home")).stdout.split("\n")
     module, checkout, config, migrations = out[:4]

@@ -48,9 +48,9 @@ def imports() -> dict[str, set[str]]:
 
 def package_of(module: str) -> str | None:
     parts = module.split(".")
-    if parts[0] != "proxy" or len(parts) < 2:
+    if parts[0] != "memci_proxy" or len(parts) < 2:
         return None
-    return "proxy." + parts[1] if (PACKAGE / parts[1]).is_dir() else module
+    return "memci_proxy." + parts[1] if (PACKAGE / parts[1]).is_dir() else module
 
 
 def package_graph() -> dict[str, set[str]]:
@@ -123,7 +123,7 @@ def test_the_layers_point_inwards():
     import sys
 
     assert outside - set(sys.stdlib_module_names) - ENGINE_THIRD_PARTY - {""} == set()
-    assert not any(t.startswith("proxy.") and not t.startswith("memci_proxy.engine") for t in engine_imports)
+    assert not any(t.startswith("memci_proxy.") and not t.startswith("memci_proxy.engine") for t in engine_imports)
 
 
 def test_the_request_path_is_five_files():

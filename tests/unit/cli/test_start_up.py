@@ -30,7 +30,7 @@ def test_initdb_and_migration_loggers_speak_only_at_debug() -> None:
 def test_the_xdg_warning_is_filtered_for_every_command() -> None:
     """platformdirs' warning, as it is raised, is silenced by importing the package (what every command does), and
     no other warning is."""
-    code = ("import warnings, proxy; "
+    code = ("import warnings, memci_proxy; "
             "warnings.warn('XDG_RUNTIME_DIR is not set, falling back to /tmp/runtime-0', RuntimeWarning); "
             "warnings.warn('another warning', RuntimeWarning)")
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
