@@ -19,6 +19,8 @@ from pathlib import Path
 
 import httpx
 
+from loadtests.replicas import metric_sum
+
 REPO = Path(__file__).resolve().parents[1]
 # The proxy's source tree (default: this checkout). Point it at an exported commit to benchmark that commit.
 PROXY_SRC = Path(os.environ.get("MEMCI_BENCH_PROXY_SRC") or REPO)
@@ -81,7 +83,8 @@ class Server:
         except ProcessLookupError:
             pass
 
-__all__ = ["Server", "free_port", "Upstream", "emulator_upstream", "external_upstream", "proxy_server", "flush_sglang_cache"]
+__all__ = ["Server", "free_port", "Upstream", "emulator_upstream", "external_upstream", "proxy_server", "flush_sglang_cache",
+           "empty_when_idle", "counters"]
 
 
 class Upstream:
@@ -142,6 +145,24 @@ def flush_sglang_cache(root: str) -> bool:
         except httpx.HTTPError:
             return False
     return False
+
+
+def empty_when_idle(root: str, patience_s: float = 120.0) -> bool:
+    """Empty SGLang's radix cache once it is idle: it refuses ``/flush_cache`` while requests run (a previous target's
+    memory jobs, a peer's background calls), so ask again each second until it answers 200 or ``patience_s`` ran
+    out."""
+    deadline = time.monotonic() + patience_s
+    while not flush_sglang_cache(root):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1.0)
+    return True
+
+
+def counters(url: str, names: tuple[str, ...]) -> dict[str, float]:
+    """The sums of some counters (every label set) in a /metrics text; missing ones are 0."""
+    text = httpx.get(url, timeout=30).text
+    return {name: metric_sum([text], name) for name in names}
 
 
 @contextlib.contextmanager

@@ -35,9 +35,8 @@ if __package__ in (None, ""):
 
 import httpx
 
-from loadtests.bench_servers import REPO, emulator_upstream, external_upstream, proxy_server
+from loadtests.bench_servers import REPO, counters, emulator_upstream, external_upstream, proxy_server
 from loadtests.progress import Progress, bars_wanted, seconds_of
-from loadtests.replicas import metric_sum
 from loadtests.progress import add_argument as add_progress_argument
 from loadtests.cache_bench import UNBOUNDED_WINDOW
 
@@ -92,12 +91,6 @@ def proxy_env(target: str, args: argparse.Namespace) -> dict[str, str]:
     env = {"MEMCI_MANAGE_CONTEXT": "false"} if target == "proxy-passthrough" else {}
     env.update(dict(kv.split("=", 1) for kv in args.proxy_env))
     return env
-
-
-def counters(url: str, names: tuple[str, ...]) -> dict[str, float]:
-    """The sums of some counters (every label set) in a /metrics text; missing ones are 0."""
-    text = httpx.get(url, timeout=30).text
-    return {name: metric_sum([text], name) for name in names}
 
 
 ENGINE_COUNTERS = ("sglang:prompt_tokens_total", "sglang:cached_tokens_total")

@@ -39,13 +39,12 @@ if __package__ in (None, ""):
 
 import httpx
 
-from loadtests.bench_servers import flush_sglang_cache
+from loadtests.bench_servers import counters, empty_when_idle
 from loadtests.overhead import Server, free_port, group_cpu_seconds, groups_with, litellm_config
 from loadtests.peer_lanes import MODEL, Conversation
 from loadtests.peer_venvs import DEFAULT_CACHE, PEERS, PeerInstall, ensure_peer
 from loadtests.peers_report import TARGET_KEYS, RequestRecord, Row, Totals, cpu_target, markdown, summarise
 from loadtests.progress import Progress
-from loadtests.replicas import metric_sum
 from loadtests.workloads import make_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,13 +66,12 @@ class Target:
     name: str
     server: Server
     base: str  # the /v1 base URL clients use
-    emulator: Server | None
-    emulator_root: str  # the emulator's root URL, or the real server's (``real``)
+    emulator: Server | None  # None: in front of a real server (--upstream), shared by every target
+    emulator_root: str  # the emulator's root URL, or the real server's
     home: Path | None = None  # the proxy's MEMCI_HOME (its embedded PostgreSQL's command line names it)
     groups: set[int] = field(default_factory=set)
     database: set[int] = field(default_factory=set)  # the embedded PostgreSQL's process groups (in ``groups`` too)
     client: httpx.Client | None = None
-    real: bool = False  # in front of a real server (--upstream): totals from its /metrics, shared by every target
 
     def find_groups(self) -> None:
         self.database = groups_with(str(self.home)) - {self.server.pid()} if self.home else set()
@@ -86,7 +84,7 @@ class Target:
         return sum(group_cpu_seconds(g) for g in self.database)
 
     def totals(self) -> Totals:
-        if self.real:
+        if self.emulator is None:
             return engine_totals(self.emulator_root)
         stats = httpx.get(self.emulator_root + "/emulator/stats", timeout=30).json()
         return Totals(stats["requests"], stats["prompt_tokens"], stats["cached_tokens"])
@@ -97,12 +95,13 @@ class Target:
             self.emulator.stop()
 
 
+ENGINE_COUNTERS = ("sglang:num_requests_total", "sglang:prompt_tokens_total", "sglang:cached_tokens_total")
+
+
 def engine_totals(root: str) -> Totals:
     """A real server's own counters (SGLang started with --enable-metrics): requests, prompt and cached tokens."""
-    text = httpx.get(root + "/metrics", timeout=30).text
-    return Totals(int(metric_sum([text], "sglang:num_requests_total")),
-                  int(metric_sum([text], "sglang:prompt_tokens_total")),
-                  int(metric_sum([text], "sglang:cached_tokens_total")))
+    found = counters(root + "/metrics", ENGINE_COUNTERS)
+    return Totals(*(int(found[name]) for name in ENGINE_COUNTERS))
 
 
 def emulator(python: str, workdir: Path, name: str, window: int) -> tuple[Server, str]:
@@ -154,8 +153,7 @@ def start_target(key: str, python: str, workdir: Path, window: int, peers: dict[
             emu.stop()
         raise RuntimeError(str(exc)) from exc
     base = re.sub(r"/(ready|livez|health.*)$", "", health) + "/v1"
-    return Target(name, server, base, emu, emu_root, home, client=httpx.Client(timeout=600, headers=HEADERS),
-                  real=bool(upstream))
+    return Target(name, server, base, emu, emu_root, home, client=httpx.Client(timeout=600, headers=HEADERS))
 
 
 def post(client: httpx.Client, url: str, payload: bytes, retried: list[int] | None = None
@@ -245,7 +243,7 @@ def run_workload(kind: str, turns: int, keys: list[str], args: argparse.Namespac
         groups = [[t] for t in targets] if upstream else [targets]
         rows = []
         for group in groups:
-            if upstream and not empty_cache(upstream.rstrip("/").removesuffix("/v1")):
+            if upstream and not empty_when_idle(group[0].emulator_root):
                 info["notes"].append(f"{kind}: {upstream} did not empty its cache before {group[0].name}")
             marks = {t.name: t.totals() for t in group}
             cpu_before = {t.name: (t.cpu(), t.database_cpu()) for t in group}
@@ -282,17 +280,6 @@ def run_workload(kind: str, turns: int, keys: list[str], args: argparse.Namespac
             info["notes"].append(f"{kind}: server logs kept in {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-
-
-def empty_cache(root: str, patience_s: float = 120.0) -> bool:
-    """Empty a real server's radix cache; SGLang refuses while requests run (the previous target's memory jobs, a
-    peer's background calls), so ask again each second until it is idle or ``patience_s`` ran out."""
-    deadline = time.monotonic() + patience_s
-    while not flush_sglang_cache(root):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(1.0)
-    return True
 
 
 def drive(kind: str, workload, group: list[Target], conversations: dict[str, Conversation],

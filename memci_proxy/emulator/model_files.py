@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memci_proxy.emulator.template import TemplateError, content_text
+from memci_proxy.emulator.template import TemplateError, check_shapes, content_text
 
 
 class ModelFilesError(ValueError):
@@ -104,9 +104,7 @@ class ModelTemplate:
 
     def render_chat_pieces(self, messages: list[Any], tools: list[Any] | None = None,
                            add_generation_prompt: bool = True) -> list[str]:
-        if not isinstance(messages, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
-                                                     for m in messages):
-            raise TemplateError("each message must be an object with a string 'role'")
+        check_shapes(messages, tools)
         plain = []
         for message in messages:
             item = dict(message)

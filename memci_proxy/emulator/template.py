@@ -122,12 +122,8 @@ def _system_header(messages: list[dict[str, Any]], tools: list[Any] | None) -> s
     return "<|im_start|>system\n" + system_text + "<|im_end|>\n"
 
 
-def render_chat_pieces(messages: list[Any], tools: list[Any] | None = None, add_generation_prompt: bool = True) -> list[str]:
-    """The prompt of a chat request as pieces (one per turn) whose concatenation is the prompt text.
-
-    Every piece boundary sits next to a special token or a newline, so tokenizing the pieces one by one
-    gives the same tokens as tokenizing the whole prompt (which lets a tokenizer memoise pieces).
-    """
+def check_shapes(messages: Any, tools: Any) -> None:
+    """TemplateError unless messages are a list of objects with a string role and tools a list (or None)."""
     if not isinstance(messages, list):
         raise TemplateError("messages must be a list")
     for message in messages:
@@ -135,6 +131,15 @@ def render_chat_pieces(messages: list[Any], tools: list[Any] | None = None, add_
             raise TemplateError("each message must be an object with a string 'role'")
     if tools is not None and not isinstance(tools, list):
         raise TemplateError("tools must be a list")
+
+
+def render_chat_pieces(messages: list[Any], tools: list[Any] | None = None, add_generation_prompt: bool = True) -> list[str]:
+    """The prompt of a chat request as pieces (one per turn) whose concatenation is the prompt text.
+
+    Every piece boundary sits next to a special token or a newline, so tokenizing the pieces one by one
+    gives the same tokens as tokenizing the whole prompt (which lets a tokenizer memoise pieces).
+    """
+    check_shapes(messages, tools)
     pieces = [_system_header(messages, tools)]
     last = len(messages) - 1
     for index, message in enumerate(messages):
