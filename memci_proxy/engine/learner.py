@@ -226,10 +226,15 @@ def fit_of(fit: CountFit | None, model: str) -> CountFit | None:
     return fit if fit is not None and fit.model == model else None
 
 
+def fit_ready(fit: CountFit | None, model: str) -> bool:
+    """Whether a turn for `model` plans with the learned costs: the fit has seen enough answers."""
+    fit = fit_of(fit, model)
+    return fit is not None and fit.observations >= MIN_OBSERVATIONS
+
+
 def fit_counter(fit: CountFit | None, model: str, base: TokenCounter) -> TokenCounter:
     """The learned counter once the conversation's fit for `model` has seen enough answers, else `base`."""
-    fit = fit_of(fit, model)
-    if fit is None or fit.observations < MIN_OBSERVATIONS:
+    if not fit_ready(fit, model):
         return base
     return fit_learner(fit).counter(base)
 

@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from memci_proxy.engine import Plan, TokenCounter
-from memci_proxy.engine.learner import LearnedCounter, fit_answer, fit_counter, fit_wants, request_features
+from memci_proxy.engine.learner import LearnedCounter, fit_answer, fit_counter, fit_ready, fit_wants, request_features
 from memci_proxy.engine.state import ConversationState
 from memci_proxy.engine.tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD, EstimateCounter, make_counter, message_texts
 from memci_proxy.metrics import Metrics
@@ -168,7 +168,16 @@ class TurnCounts:
         if not self.learning:
             return state
         features = request_features(plan.messages, tools_json) if fit_wants(state.counts, model) else None
-        return msgspec.structs.replace(state, counts=fit_answer(state.counts, model, features, reported))
+        ready = fit_ready(state.counts, model)
+        state = msgspec.structs.replace(state, counts=fit_answer(state.counts, model, features, reported))
+        if not ready and fit_ready(state.counts, model):
+            # From the next turn on the plans count with the learned costs, which carry what the correction ratio
+            # learned of the plain estimate (a tools' schema the estimate counts at half, say). Kept, the ratio would
+            # count that twice: a fixed part planned at 1.4 times its size, refused where it fits. The parts still
+            # counted plainly (the system message until the next epoch, older entries) are covered by the safety
+            # margin, and the ratio, floored at 1 from now on, rises again if the learned plan under-counts.
+            state = msgspec.structs.replace(state, correction_ratio=1.0)
+        return state
 
     async def close(self) -> None:
         if self.tokenizer is not None:

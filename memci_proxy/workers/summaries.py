@@ -19,8 +19,8 @@ from memci_proxy.recall.text import keyword_counts, top_keywords
 from memci_proxy.workers.backoff import BACKLOG_EVENT, after_failure
 from memci_proxy.workers.config import MemoryConfig
 from memci_proxy.workers.prefix import PROFILE_INSTRUCTION, SUMMARY_INSTRUCTION, SummaryBase, job_body, page_instruction
-from memci_proxy.workers.summarizer import (COMPRESS_PROMPT, PAGES_PROMPT, PROFILE_PROMPT, AnsweredWithToolCall, Summarizer,
-                                      SummaryFailed)
+from memci_proxy.workers.summarizer import (COMPRESS_PROMPT, PAGES_PROMPT, PROFILE_PROMPT, AnsweredWithToolCall,
+                                             PromptTooLong, Summarizer, SummaryFailed)
 from memci_proxy.workers.text import batches, cut_to_tokens, estimate_tokens, fact_digest, messages_text, parse_facts
 
 log = logging.getLogger("memci.workers")
@@ -95,6 +95,8 @@ async def answers(summarizer: Summarizer, pages: list[PageText], bases: Sequence
                 text = await complete_after(job_body(base.body, instruction, max_tokens, answer), base.base_url,
                                             base.auth)
             except AnsweredWithToolCall:  # the conversation's tools tempted the model: the plain prompt has none
+                pass
+            except PromptTooLong:  # the prompt and the job's answer pass the window: the plain prompt is short
                 pass
             else:
                 yield group, text

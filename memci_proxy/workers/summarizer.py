@@ -15,6 +15,8 @@ from typing import Any, Protocol
 import aiohttp
 import msgspec
 
+from memci_proxy.upstream.refusal import context_refusal
+
 PAGES_PROMPT = (
     "Summarise the following part of a conversation between a user and an assistant in a few sentences: "
     "decisions, facts, open questions and names that later turns may need. Reply with the summary only."
@@ -50,6 +52,12 @@ class SummaryFailed(Exception):
 
 class AnsweredWithToolCall(SummaryFailed):
     """A job on a conversation's prompt (its tools offered) was answered with a tool call instead of text."""
+
+
+class PromptTooLong(SummaryFailed):
+    """A job on a conversation's prompt was refused by the upstream as longer than its window (the prompt, kept byte
+    for byte, plus the instruction and the summary's answer: a conversation whose fixed part nearly fills the
+    window). Resending it cannot help; the job's plain prompt can."""
 
 
 class Summarizer(Protocol):
@@ -128,6 +136,8 @@ class ModelSummarizer:
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
             ) as response:
                 if response.status != 200:
+                    if context_refusal(response.status, await response.read()).too_long:
+                        raise PromptTooLong(f"summariser answered HTTP {response.status}: the prompt is too long")
                     raise SummaryFailed(f"summariser answered HTTP {response.status}")
                 payload = await response.json(content_type=None)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:

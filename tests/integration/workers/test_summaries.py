@@ -230,3 +230,27 @@ async def test_summary_on_the_kept_prompt_is_cached_and_a_failure_is_retried_pla
         assert worker.calls == {"prefix": 3, "plain": 1}
     finally:
         await summarizer.aclose()
+
+
+async def test_a_kept_prompt_too_long_for_the_window_is_summarised_plain_at_once(
+    repo: SqlConversationRepository, emulator_url: str
+) -> None:
+    """A conversation whose prompt nearly fills the window (an agent's fixed part on a small window): the prefix job,
+    that prompt plus the instruction and the summary's answer, is refused as too long. The same job is asked plain
+    at once, not failed and retried ten minutes later on the same prompt."""
+    from memci_proxy.workers.prefix import SummaryBase
+
+    summarizer = ModelSummarizer(emulator_url, model="emu-summariser", timeout_s=10)
+    worker = MemoryWorker(repo, summarizer, InProcessJobQueue(), MemoryConfig(cache_ttl_s=0), clock=lambda: T0)
+    try:
+        history = await History(repo, "c9").create()
+        await history.add_pages(PAGES)
+        base = _base_prompt(PAGES)
+        base["messages"][0]["content"] = "You are the billing team's assistant. " * 40_000  # past any window
+        worker.keep_base(TENANT, "c9", SummaryBase(base, emulator_url, 0.0))
+        assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c9"), T0) == "done"
+        assert worker.calls == {"prefix": 1, "plain": 1}
+        row = await repo.get_summary(TENANT, "c9", "conversation")
+        assert row.status == "done" and row.attempts == 0 and row.text
+    finally:
+        await summarizer.aclose()
