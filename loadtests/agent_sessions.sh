@@ -10,6 +10,13 @@
 #   loadtests/agent_sessions.sh codex 16384 30
 #
 # AGENTS_DIR (default ~/.cache/memci-agents) keeps the npm installs; CLAUDE_CODE_VERSION / CODEX_VERSION pin them.
+# EMULATOR_MODEL_DIR: a model's tokenizer.json and chat template for the emulator (its --model-dir), so that the
+# window is counted in that model's tokens rather than the built-in tokenizer's (which counts JSON's punctuation one
+# token a mark: about twice a BPE tokenizer's count of a tools schema). EMULATOR_CHAT_TEMPLATE replaces its chat
+# template, e.g. loadtests/chatml_tools.jinja (ChatML rendering the tools' schemas in the system turn, as tool-calling
+# models' templates do; SmolLM2's own template leaves the tools out):
+#   EMULATOR_MODEL_DIR=~/.cache/memci-real-sglang/model EMULATOR_CHAT_TEMPLATE=loadtests/chatml_tools.jinja \
+#     loadtests/agent_sessions.sh codex 16384 30
 set -euo pipefail
 agent=${1:?claude or codex}; window=${2:-32768}; turns=${3:-30}
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,7 +33,18 @@ free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1
 emu_port=$(free_port); proxy_port=$(free_port)
 cleanup() { kill -- -"$emu_pid" -"$proxy_pid" 2>/dev/null || true; }
 trap cleanup EXIT
-(cd "$repo" && exec setsid "$python" -m memci_proxy.emulator --port "$emu_port" --max-model-len "$window") \
+emu_args=()
+if [ -n "${EMULATOR_MODEL_DIR:-}" ]; then
+  mkdir -p "$work/model"
+  for f in tokenizer.json tokenizer_config.json chat_template.jinja; do
+    [ -f "$EMULATOR_MODEL_DIR/$f" ] && ln -s "$(cd "$EMULATOR_MODEL_DIR" && pwd)/$f" "$work/model/$f"
+  done
+  if [ -n "${EMULATOR_CHAT_TEMPLATE:-}" ]; then
+    rm -f "$work/model/chat_template.jinja"; cp "$EMULATOR_CHAT_TEMPLATE" "$work/model/chat_template.jinja"
+  fi
+  emu_args=(--model-dir "$work/model")
+fi
+(cd "$repo" && exec setsid "$python" -m memci_proxy.emulator --port "$emu_port" --max-model-len "$window" "${emu_args[@]}") \
   > "$work/emulator.log" 2>&1 & emu_pid=$!
 for _ in $(seq 1 60); do curl -sf "127.0.0.1:$emu_port/health" >/dev/null && break; sleep 1; done
 (cd "$repo" && MEMCI_HOME="$work/home" MEMCI_LOG_LEVEL=warning DATABASE_URL= REDIS_URL= MEMCI_CONFIG= \

@@ -95,3 +95,26 @@ def test_the_flag_and_a_directory_without_a_tokenizer(model_dir: Path, tmp_path:
     (tmp_path / "tokenizer.json").write_text((model_dir / "tokenizer.json").read_text())
     with pytest.raises(ModelFilesError, match="no chat template"):
         load_model_files(tmp_path)
+
+
+def test_the_agent_sessions_tools_template_renders_schemas_calls_and_results(model_dir: Path, tmp_path: Path) -> None:
+    """loadtests/chatml_tools.jinja (the agent sessions' EMULATOR_CHAT_TEMPLATE): the tools' schemas in the system turn,
+    the assistant's calls and the tool results in the prompt, so that an agent's fixed part is counted as a
+    tool-calling model's template renders it."""
+    (tmp_path / "tokenizer.json").write_text((model_dir / "tokenizer.json").read_text())
+    template_file = Path(__file__).resolve().parents[3] / "loadtests" / "chatml_tools.jinja"
+    (tmp_path / "chat_template.jinja").write_text(template_file.read_text())
+    _, template = load_model_files(tmp_path)
+    tools = [{"type": "function", "function": {"name": "Bash", "parameters": {"type": "object"}}}]
+    text = "".join(template.render_chat_pieces(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "list"},
+         {"role": "assistant", "content": None,
+          "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls"}'}}]},
+         {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}], tools=tools))
+    assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
+    assert json.dumps(tools[0], ensure_ascii=False) in text
+    assert '<tool_call>\n{"name": "Bash", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>' in text
+    assert "<tool_response>\na.txt\n</tool_response>" in text and text.endswith("<|im_start|>assistant\n")
+    without = "".join(template.render_chat_pieces([{"role": "system", "content": "Be brief."},
+                                                   {"role": "user", "content": "hi"}]))
+    assert without == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
