@@ -50,6 +50,13 @@ class EmulatorProcess(LocalServer):
         data = r.json()
         return data["data"]
 
+    def turn_requests(self, n: int = 1) -> list[dict]:
+        """The latest ``n`` requests that are not the proxy's memory jobs (a summary job queued at an epoch may reach
+        the upstream after the turn that follows it)."""
+        from memci_proxy.workers.prefix import is_job_body
+
+        return [r for r in self.requests(n + 50) if not is_job_body(r.get("body"))][-n:]
+
     def stats(self) -> dict:
         return httpx.get(self.url + "/emulator/stats", timeout=5).json()
 

@@ -62,7 +62,7 @@ def test_an_agent_runs_a_tool(proxy, emu):
     result = asyncio.run(run())
     assert calls == ["Paris"]
     assert isinstance(result.final_output, str) and result.final_output
-    sent = emu.requests(1)[0]["body"]
+    sent = emu.turn_requests(1)[0]["body"]
     assert sent["messages"][-1]["role"] == "tool" and "Sunny in Paris" in sent["messages"][-1]["content"]
     assert {t["function"]["name"] for t in sent["tools"]} == {"get_weather", "recall"}
 

@@ -79,7 +79,7 @@ def test_a_key_bound_to_a_user_is_that_user(pair, client_for):
     for extra in ({}, {"user": "alice", "safety_identifier": "alice"}, {"extra_headers": forged}):
         answer, _, _ = chat(bob, [system, {"role": "user", "content": question}], **extra)
         assert "7731" not in json.dumps(last_request(pair.emulator, question)) and "7731" not in answer
-        headers = pair.emulator.requests(1)[0]["headers"]
+        headers = pair.emulator.turn_requests(1)[0]["headers"]
         assert "x-memci-auth-user" not in headers and "x-memci-user" not in headers  # never sent upstream
 
     # the tenant's APIs: a bound key acts for its own user alone

@@ -86,9 +86,9 @@ def test_delete_removes_the_responses_chain(proxy, emu):
     cid, second = raw.headers["x-memci-conversation-id"], raw.parse()
     r = httpx.delete(proxy.url + f"/memci/conversations/{cid}", headers={"Authorization": "Bearer sk-chain-deleter"})
     assert r.status_code == 200 and r.json()["deleted"] is True
-    last = emu.requests(1)[0]
+    last = emu.turn_requests(1)[0]
     for gone in (first.id, second.id):
         with pytest.raises(openai.NotFoundError) as missing:
             client.responses.create(model="m", input="continue", previous_response_id=gone)
         assert missing.value.body["code"] == "previous_response_not_found"
-    assert emu.requests(1)[0] == last  # nothing went upstream
+    assert emu.turn_requests(1)[0] == last  # nothing went upstream

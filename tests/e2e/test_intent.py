@@ -28,7 +28,7 @@ def pair(emulator_and_proxy, slow_model):
 
 
 def last_user_sent(emu) -> str:
-    return emu.requests(1)[0]["body"]["messages"][-1]["content"]
+    return emu.turn_requests(1)[0]["body"]["messages"][-1]["content"]
 
 
 def test_rewritten_intent_goes_next_to_the_users_words(proxy, emu):

@@ -57,7 +57,7 @@ def test_300_turns_stay_under_budget_with_a_contents_page(managed, emulator_8k, 
         assert headers["x-memci-conversation-id"] == conversation
     assert int(headers["x-memci-pages-archived"]) > 100
     assert epochs >= 3
-    sent = emulator_8k.requests(1)[0]["body"]["messages"]
+    sent = emulator_8k.turn_requests(1)[0]["body"]["messages"]
     assert sent[0]["role"] == "system"
     assert sent[0]["content"] == "You are a patient tutor."  # the client's system prompt alone: cached across epochs
     assert sent[1]["content"].startswith("<memci-context>\n## Contents of archived pages")
@@ -143,7 +143,7 @@ def test_restart_mid_conversation_carries_on_with_the_same_pages(tmp_path, clien
         conversation = headers["x-memci-conversation-id"]
         archived = int(headers["x-memci-pages-archived"])
         assert archived > 0
-        last_prompt = emu.requests(1)[0]["body"]["messages"]
+        last_prompt = emu.turn_requests(1)[0]["body"]["messages"]
         proxy.stop()
 
         proxy = ProxyProcess(emu.base_url, home, port=proxy.port).start()
@@ -151,7 +151,7 @@ def test_restart_mid_conversation_carries_on_with_the_same_pages(tmp_path, clien
         headers, r = talk(client, messages, "after restart [[len:20]]")
         assert headers["x-memci-conversation-id"] == conversation
         assert int(headers["x-memci-pages-archived"]) >= archived
-        sent = emu.requests(1)[0]["body"]["messages"]
+        sent = emu.turn_requests(1)[0]["body"]["messages"]
         if headers["x-memci-epoch"] == "false":
             assert sent[: len(last_prompt) - 1] == last_prompt[:-1]
             assert r.usage.prompt_tokens_details.cached_tokens > 0.8 * r.usage.prompt_tokens

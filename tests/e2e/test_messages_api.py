@@ -55,7 +55,7 @@ def test_a_conversation_keeps_its_cache(client, emu):
         assert m.content[0].type == "text" and m.content[0].text
         messages.append(_as_param(m))
     assert m.usage.cache_read_input_tokens > 0 and m.usage.input_tokens > 0 and m.usage.output_tokens > 0
-    sent = emu.requests(1)[0]["body"]
+    sent = emu.turn_requests(1)[0]["body"]
     assert sent["messages"][0]["role"] == "system" and sent["messages"][0]["content"].startswith("Be brief.")
     assert "recall" in [t["function"]["name"] for t in sent["tools"]]
 
@@ -71,7 +71,7 @@ def test_tool_use_round_trip(client, emu):
         {"type": "text", "text": "Thanks!"}]}]
     follow = client.messages.create(model="m", max_tokens=100, tools=[WEATHER], messages=messages)
     assert follow.stop_reason == "end_turn"
-    sent = emu.requests(1)[0]["body"]["messages"]
+    sent = emu.turn_requests(1)[0]["body"]["messages"]
     assert sent[-2] == {"role": "tool", "tool_call_id": uses[0].id, "content": "Sunny, 21 C"}
     assert sent[-1] == {"role": "user", "content": "Thanks!"}
 
@@ -100,7 +100,7 @@ def test_recall(client, long_conversation, emu):
     m = client.messages.create(model="m", max_tokens=200, system=SYSTEM, messages=messages)
     assert "7349" in m.content[0].text
     assert all(b.type != "tool_use" for b in m.content)  # the proxy answered recall itself
-    last = emu.requests(1)[0]["body"]["messages"]
+    last = emu.turn_requests(1)[0]["body"]["messages"]
     assert last[-1]["role"] == "tool" and "[Page 3]" in last[-1]["content"]
 
 

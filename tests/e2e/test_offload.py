@@ -89,9 +89,9 @@ def test_an_agent_loop_reads_lines_of_an_offloaded_output_byte_for_byte(pair, cl
     messages.append({"role": "assistant", "content": content})
     messages.append({"role": "user", "content": "Thanks. [[len:20]]"})
     ask()
-    again = emu.requests(1)[0]["body"]["messages"]
+    again = emu.turn_requests(1)[0]["body"]["messages"]
     assert preview in again and again.index(preview) < len(again) - 1
-    assert emu.requests(1)[0]["cached_tokens"] >= 0.8 * emu.requests(1)[0]["prompt_tokens"]
+    assert emu.turn_requests(1)[0]["cached_tokens"] >= 0.8 * emu.turn_requests(1)[0]["prompt_tokens"]
 
 
 def test_offload_off_per_request_sends_the_output_in_full(pair, client_for):
@@ -107,7 +107,7 @@ def test_offload_off_per_request_sends_the_output_in_full(pair, client_for):
                  {"role": "tool", "tool_call_id": call.id, "content": output}]
     client.chat.completions.create(model="m", messages=messages, tools=[RUN_TESTS], max_tokens=50,
                                    extra_headers=headers)
-    assert emu.requests(1)[0]["body"]["messages"][-1]["content"] == output
+    assert emu.turn_requests(1)[0]["body"]["messages"][-1]["content"] == output
     with pytest.raises(openai.BadRequestError) as bad:
         client.chat.completions.create(model="m", messages=messages, max_tokens=50,
                                        extra_headers={"X-Memci-Offload": "sometimes"})

@@ -24,7 +24,7 @@ def test_chat_non_streaming(passthrough_proxy, client_for, emulator):
     r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "[[say:hello there]]"}])
     assert r.choices[0].message.content == "hello there"
     assert r.usage.prompt_tokens > 0
-    sent = emulator.requests(1)[0]
+    sent = emulator.turn_requests(1)[0]
     body = sent.get("body", sent)
     assert body["messages"] == [{"role": "user", "content": "[[say:hello there]]"}]
 
@@ -37,7 +37,7 @@ def test_unknown_fields_and_headers_reach_upstream(passthrough_proxy, emulator):
         timeout=10,
     )
     assert r.status_code == 200
-    sent = emulator.requests(1)[0]
+    sent = emulator.turn_requests(1)[0]
     body = sent.get("body", sent)
     assert body["x_vendor_field"] == {"a": [1, 2]}
 

@@ -88,9 +88,9 @@ def test_a_fact_from_turn_3_reaches_turn_100_and_the_next_turn_stays_cached(pair
 
     # an ordinary question gets no round; a look-up the archive cannot answer neither
     ask(client, messages, "What should I cook tonight? [[len:40]]")
-    assert emu.requests(1)[0]["body"]["messages"][-1]["role"] == "user"
+    assert emu.turn_requests(1)[0]["body"]["messages"][-1]["role"] == "user"
     ask(client, messages, "What did I tell you about my trip to Zanzibar?")
-    assert emu.requests(1)[0]["body"]["messages"][-1]["role"] == "user"
+    assert emu.turn_requests(1)[0]["body"]["messages"][-1]["role"] == "user"
 
     view = httpx.get(f"{proxy.url}/memci/conversations/{conversation}/prompt",
                      headers={"Authorization": "Bearer admin-push"}, timeout=10).json()

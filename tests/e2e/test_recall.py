@@ -81,7 +81,7 @@ def test_the_next_turn_keeps_the_recall_exchange_and_the_cache(long_conversation
     headers, r = ask(client, messages, 'Locker? [[call:recall {"pages": [3]}]]')
     headers, r2 = ask(client, messages, "Thanks! [[len:10]]")
     if headers["x-memci-epoch"] == "false":
-        sent = emu.requests(1)[0]["body"]["messages"]
+        sent = emu.turn_requests(1)[0]["body"]["messages"]
         roles = [m["role"] for m in sent[-5:]]
         assert roles == ["user", "assistant", "tool", "assistant", "user"]
         assert sent[-4]["tool_calls"][0]["function"]["name"] == "recall"
@@ -101,7 +101,7 @@ def test_mixed_recall_and_client_tool_round_trip(long_conversation, emu):
     raw = client.chat.completions.with_raw_response.create(model="m", messages=messages, tools=[WEATHER], max_tokens=50)
     final = raw.parse()
     assert "rainy, 12C" in final.choices[0].message.content
-    sent = emu.requests(1)[0]["body"]["messages"]
+    sent = emu.turn_requests(1)[0]["body"]["messages"]
     tail = sent[-5:]
     assert [m["role"] for m in tail] == ["user", "assistant", "tool", "assistant", "tool"]
     assert tail[1]["tool_calls"][0]["function"]["name"] == "recall"
@@ -129,7 +129,7 @@ def test_unknown_page_gets_a_clear_message(long_conversation, emu):
     client, history = long_conversation
     messages = list(history)
     ask(client, messages, '[[call:recall {"pages": [9999]}]]')
-    tool = emu.requests(1)[0]["body"]["messages"][-1]
+    tool = emu.turn_requests(1)[0]["body"]["messages"][-1]
     assert tool["role"] == "tool" and "does not exist" in tool["content"]
 
 
@@ -138,7 +138,7 @@ def test_tool_choice_none_is_respected(long_conversation, emu):
     messages = list(history)
     headers, r = ask(client, messages, '[[call:recall {"pages": [3]}]] [[len:5]]', tool_choice="none")
     assert r.choices[0].message.tool_calls is None
-    assert emu.requests(1)[0]["body"]["tool_choice"] == "none"
+    assert emu.turn_requests(1)[0]["body"]["tool_choice"] == "none"
 
 
 def test_n_2_with_recall(long_conversation):

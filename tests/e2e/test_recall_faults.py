@@ -63,7 +63,7 @@ def _send(client: openai.OpenAI, messages: list[dict], stream: bool = False) -> 
 
 
 def _last_upstream_messages(pair) -> list[dict]:
-    return pair.emulator.requests(1)[0]["body"]["messages"]
+    return pair.emulator.turn_requests(1)[0]["body"]["messages"]
 
 
 def test_recall_fault_cases_answer_right_and_are_counted(pair):

@@ -52,7 +52,7 @@ def test_a_stateless_conversation_resends_its_input(client, emu):
         items += [item.model_dump(exclude_none=True) for item in r.output]
     assert r.usage.input_tokens > 0 and r.usage.output_tokens > 0
     assert r.usage.input_tokens_details.cached_tokens > 0  # the conversation's prefix stayed cached upstream
-    sent = emu.requests(1)[0]["body"]
+    sent = emu.turn_requests(1)[0]["body"]
     assert sent["messages"][0] == {"role": "system", "content": "Be brief."} or \
         sent["messages"][0]["content"].startswith("Be brief.")
     assert [m["role"] for m in sent["messages"][1:6]] == ["user", "assistant", "user", "assistant", "user"]
@@ -68,7 +68,7 @@ def test_a_function_tool_round_trip(client, emu):
     follow = client.responses.create(model="m", previous_response_id=r.id, tools=[WEATHER], input=[
         {"type": "function_call_output", "call_id": calls[0].call_id, "output": "Sunny, 21 C"}])
     assert follow.status == "completed" and follow.output_text
-    sent = emu.requests(1)[0]["body"]["messages"]
+    sent = emu.turn_requests(1)[0]["body"]["messages"]
     assert sent[-1] == {"role": "tool", "tool_call_id": calls[0].call_id, "content": "Sunny, 21 C"}
     assert sent[-2]["tool_calls"][0]["function"]["name"] == "get_weather"
 
@@ -100,7 +100,7 @@ def test_recall_through_previous_response_id(client, long_chain, emu):
                                 input='What was my locker code? [[call:recall {"pages": [3]}]]')
     assert "7349" in r.output_text
     assert all(o.type != "function_call" for o in r.output)  # the proxy answered recall itself
-    last = emu.requests(1)[0]["body"]["messages"]
+    last = emu.turn_requests(1)[0]["body"]["messages"]
     assert last[-1]["role"] == "tool" and "[Page 3]" in last[-1]["content"]
 
 
@@ -124,7 +124,7 @@ def test_errors_in_the_responses_shape(client, proxy):
 
 def test_unknown_fields_pass_through(client, emu):
     client.responses.create(model="m", input="hi [[len:3]]", extra_body={"top_k": 7, "seed": 3}, temperature=0.5)
-    body = emu.requests(1)[0]["body"]
+    body = emu.turn_requests(1)[0]["body"]
     assert body["top_k"] == 7 and body["seed"] == 3 and body["temperature"] == 0.5
 
 
@@ -147,7 +147,7 @@ def test_a_streamed_answer_is_chained_too(client, emu):
     first = events[-1].response
     follow = client.responses.create(model="m", previous_response_id=first.id, input="And now? [[len:5]]")
     assert follow.status == "completed"
-    sent = emu.requests(1)[0]["body"]["messages"]
+    sent = emu.turn_requests(1)[0]["body"]["messages"]
     assert sent[-3]["content"] == "Remember the word pineapple [[len:5]]"
     assert sent[-2] == {"role": "assistant", "content": first.output_text}
     assert follow.usage.input_tokens_details.cached_tokens > 0

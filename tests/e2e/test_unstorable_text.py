@@ -84,7 +84,7 @@ def archive_and_recall(say: Callable[[str], httpx.Response], emu: Any, archived:
     for turn in range(1, turns + 1):
         r = say(_text(turn))
         if turn == 3:
-            sent = emu.requests(1)[0]["body"]["messages"]
+            sent = emu.turn_requests(1)[0]["body"]["messages"]
             assert FACT in sent[-1]["content"]  # the upstream got the client's exact text
         if turn > 3 and int(r.headers.get("x-memci-pages-archived", 0)) >= archived:
             break  # managed all along: no sliding window
@@ -135,7 +135,7 @@ def test_a_lone_surrogate_is_accepted_and_sent_upstream_as_written(path, http, p
     if path.endswith("count_tokens"):
         assert r.json()["input_tokens"] > 0
     else:
-        sent = emu.requests(1)[0]["body"]["messages"]
+        sent = emu.turn_requests(1)[0]["body"]["messages"]
         assert sent[-1]["content"] == LONE or sent[-1]["content"] == [{"type": "text", "text": LONE}]
     assert "Traceback" not in proxy.log()
 

@@ -333,7 +333,7 @@ def test_any_text_goes_upstream_exactly_as_sent_on_every_api(proxy, emulator_8k)
             assert r.status_code == 200, (path, r.text[:300])
             if not stream:
                 r.json()
-            assert _upstream_text(emulator_8k.requests(1)[0]["body"]["messages"][-1]) == text, path
+            assert _upstream_text(emulator_8k.turn_requests(1)[0]["body"]["messages"][-1]) == text, path
         r = client.post("/v1/messages/count_tokens", headers=headers,
                         content=json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]}).encode())
         assert r.status_code == 200 and r.json()["input_tokens"] > 0, r.text[:300]
