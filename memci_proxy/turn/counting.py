@@ -75,6 +75,21 @@ def new_texts(system: list[dict[str, Any]], messages: list[dict[str, Any]], know
     return out
 
 
+def learned_ratio(state: ConversationState, model: str, base: TokenCounter) -> float:
+    """The correction ratio when the conversation's learned costs take over from the plain estimate.
+
+    The ratio was learned of the plain estimate's whole error, a tools' schema it counts at half included; the
+    learned costs carry that error from now on (the tools and the turn's new texts are counted with them), and kept
+    whole on top of them the ratio would count it twice (an agent's fixed part planned at 1.4 times its size, refused
+    where it fits). What is still counted plainly (the system message until the next epoch, the older entries) is
+    text: it needs the learned cost of text, no more. So the ratio becomes that cost (with the learned margin), never
+    above what it was nor below 1; floored at 1 from now on, it then settles as the answers report.
+    """
+    counter = fit_counter(state.counts, model, base)
+    unit = counter.text_unit if isinstance(counter, LearnedCounter) else 1.0
+    return max(1.0, min(state.correction_ratio, unit))
+
+
 class SharedCounts:
     """The base count of a plan: the upstream's count of a text at least `min_chars` long (a turn waits for those on
     arrival, on whichever replica), else the plain estimate (a `TokenCounter` with `lookup`)."""
@@ -171,12 +186,7 @@ class TurnCounts:
         ready = fit_ready(state.counts, model)
         state = msgspec.structs.replace(state, counts=fit_answer(state.counts, model, features, reported))
         if not ready and fit_ready(state.counts, model):
-            # From the next turn on the plans count with the learned costs, which carry what the correction ratio
-            # learned of the plain estimate (a tools' schema the estimate counts at half, say). Kept, the ratio would
-            # count that twice: a fixed part planned at 1.4 times its size, refused where it fits. The parts still
-            # counted plainly (the system message until the next epoch, older entries) are covered by the safety
-            # margin, and the ratio, floored at 1 from now on, rises again if the learned plan under-counts.
-            state = msgspec.structs.replace(state, correction_ratio=1.0)
+            state = msgspec.structs.replace(state, correction_ratio=learned_ratio(state, model, self.shared))
         return state
 
     async def close(self) -> None:

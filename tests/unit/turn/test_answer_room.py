@@ -143,3 +143,22 @@ async def test_a_tools_schema_the_estimate_counts_short_is_not_counted_twice_onc
     assert service.state_of(chat.conversation_id).correction_ratio < 1.05
     assert all(0 <= e < 0.12 for e in errors[3:]), errors  # learned: on the safe side, by its margin only
     await service.close()
+
+
+@pytest.mark.parametrize("ratio, text_cost", [(1.30, 1.07), (1.03, 1.07), (1.30, 0.80), (0.80, 1.20)])
+def test_the_ratio_becomes_the_learned_cost_of_text_when_the_learned_costs_take_over(ratio, text_cost):
+    """Never above what the ratio was, never below 1; in between, the learned cost of text with its margin."""
+    import msgspec
+
+    from memci_proxy.engine import ConversationState
+    from memci_proxy.engine.learner import CountLearner, Features, learner_fit
+    from memci_proxy.engine.tokens import EstimateCounter
+    from memci_proxy.turn.counting import learned_ratio
+
+    learner = CountLearner()
+    for text in (1000, 3000, 2000):
+        learner.observe(Features(text=text, images=0, tools=0, messages=2), round(text * text_cost) + 8)
+    state = msgspec.structs.replace(ConversationState(), correction_ratio=ratio, counts=learner_fit("m", learner))
+    unit = learner.counter().text_unit
+    assert learned_ratio(state, "m", EstimateCounter()) == pytest.approx(max(1.0, min(ratio, unit)))
+    assert learned_ratio(state, "other model", EstimateCounter()) == 1.0  # nothing learned for it: the plain unit
