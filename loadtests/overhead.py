@@ -620,7 +620,9 @@ def main(argv: list[str] | None = None) -> int:
     multi.add_argument("--measure-from", type=int, default=0,
                        help="turns of each chat before this one are sent but not measured (default 0)")
     multi.add_argument("--settle", type=float, default=0.0,
-                       help="seconds after each cell whose CPU still counts (background work of the measured turns)")
+                       help="seconds after each cell whose CPU still counts (background work of the measured turns); "
+                            "with --measure-from, the measuring also waits for the target to go idle first (the "
+                            "unmeasured turns' background work is not theirs)")
     multi.add_argument("--long-chat", action="store_true",
                        help="one 600-turn chat of ~1,500 characters per exchange (0.9 MB bodies at the end), the "
                             "managed proxy's window 32k (the emulator's 1M), turns 551-600 measured plus 8 s after "

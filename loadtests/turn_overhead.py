@@ -120,11 +120,26 @@ class TurnCell:
     first_error: str = ""
 
 
+def idle_within(cpu_seconds: Any, limit_s: float = 300.0, step_s: float = 0.5, busy_share: float = 0.1) -> float:
+    """Waits until a process tree uses under ``busy_share`` of a core over two readings ``step_s`` apart (or
+    ``limit_s`` passed); the seconds waited."""
+    start = time.perf_counter()
+    last, quiet = cpu_seconds(), 0
+    while quiet < 2 and time.perf_counter() - start < limit_s:
+        time.sleep(step_s)
+        now = cpu_seconds()
+        quiet = quiet + 1 if now - last < busy_share * step_s else 0
+        last = now
+    return time.perf_counter() - start
+
+
 async def run_turn_cell(url: str, target: str, clients: int, conversations: int, turns: int, round_no: int,
                         exchange_chars: int = 0, measure_from: int = 0, on_measure: Any = None,
-                        workload: str = "team") -> TurnCell:
+                        workload: str = "team", wait_idle: Any = None) -> TurnCell:
     """``measure_from``: turns of each chat before it are sent but not counted (a long chat's steady state);
-    ``on_measure()`` runs once, when the first client reaches it (the CPU reading starts there)."""
+    ``on_measure()`` runs once, when the first client reaches it (the CPU reading starts there), after
+    ``wait_idle()`` (blocking) has waited for the target to finish the background work the unmeasured turns left,
+    so that the reading holds the measured turns' own (page embedding lags the turns that archive)."""
     latencies: list[float] = []
     slowest: list[tuple[float, int]] = []  # (seconds, turn number)
     errors = 0
@@ -145,6 +160,8 @@ async def run_turn_cell(url: str, target: str, clients: int, conversations: int,
             for turn, body in enumerate(bodies):
                 if turn == measure_from and not measured:
                     measured = True
+                    if wait_idle is not None and measure_from:  # the unmeasured turns' background work done first
+                        await asyncio.to_thread(wait_idle)
                     measure_start = time.perf_counter()
                     if on_measure is not None:
                         on_measure()
@@ -238,10 +255,14 @@ def run_multi_turn(args: Any) -> int:
                     def read_before(target: str = target, own_db: set[int] = own_db) -> None:
                         before[:] = [group_cpu(groups[target]), group_cpu(own_db), group_cpu(groups[DIRECT])]
 
+                    def wait_idle(target: str = target) -> None:
+                        idle_within(lambda: group_cpu(groups[target]))
+
                     cell = run_async(run_turn_cell(base + "/chat/completions", target, clients, args.conversations,
                                                    args.turns, round_no, exchange_chars=args.exchange_chars,
                                                    measure_from=args.measure_from, on_measure=read_before,
-                                                   workload=getattr(args, "workload", "team")))
+                                                   workload=getattr(args, "workload", "team"),
+                                                   wait_idle=wait_idle if args.settle > 0 else None))
                     if args.settle > 0:
                         time.sleep(args.settle)  # background work the measured turns left (page embedding)
                     if cell.turns and before:

@@ -38,3 +38,21 @@ def test_a_descendant_in_its_own_session_is_counted() -> None:
             subprocess.run(["kill", line])
         parent.kill()
         parent.wait()
+
+
+def test_the_measuring_waits_for_a_busy_server_to_go_idle() -> None:
+    """idle_within (a long chat's measured turns start once the unmeasured turns' background work is done): busy
+    readings keep it waiting, two quiet ones in a row end the wait, and the limit bounds it."""
+    from loadtests.turn_overhead import idle_within
+
+    readings = iter([0.0, 0.1, 0.2, 0.3, 0.3, 0.3, 0.3])  # three busy steps, then quiet
+    calls: list[float] = []
+
+    def cpu() -> float:
+        calls.append(0.0)
+        return next(readings)
+
+    idle_within(cpu, limit_s=5.0, step_s=0.01)
+    assert len(calls) == 6  # the first reading, three busy, two quiet
+    busy = iter(float(i) for i in range(10_000))
+    assert idle_within(lambda: next(busy), limit_s=0.05, step_s=0.01) < 1.0  # always busy: the limit ends it
