@@ -94,10 +94,9 @@ async def answers(summarizer: Summarizer, pages: list[PageText], bases: Sequence
             try:
                 text = await complete_after(job_body(base.body, instruction, max_tokens, answer), base.base_url,
                                             base.auth)
-            except AnsweredWithToolCall:  # the conversation's tools tempted the model: the plain prompt has none
-                pass
-            except PromptTooLong:  # the prompt and the job's answer pass the window: the plain prompt is short
-                pass
+            except (AnsweredWithToolCall, PromptTooLong):
+                pass  # the conversation's tools tempted the model, or its prompt and the job's answer pass the
+                # window: the plain prompt has no tools and is short
             else:
                 yield group, text
                 continue
