@@ -90,16 +90,13 @@ done
 sleep 8  # the memory workers' last jobs
 curl -s "127.0.0.1:$proxy_port/metrics" > metrics.txt
 curl -s "127.0.0.1:$emu_port/emulator/stats" > stats.json
-"$python" - "$agent" "$window" "$turns" "$answered" <<'PY'
+"$python" - "$agent" "$window" "$turns" "$answered" "$repo" <<'PY'
 import json, sys
 agent, window, turns, answered = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-totals: dict[str, float] = {}
-for line in open("metrics.txt"):
-    if line.startswith("#") or " " not in line:
-        continue
-    name, value = line.rsplit(" ", 1)
-    totals[name.split("{")[0]] = totals.get(name.split("{")[0], 0.0) + float(value)
-get = lambda name: totals.get(name, 0.0)
+sys.path.insert(0, sys.argv[5])
+from loadtests.replicas import metric_sum
+metrics = [open("metrics.txt").read()]
+get = lambda name: metric_sum(metrics, name)
 stats = json.load(open("stats.json"))
 refusals = sum("status 400" in line for line in open("proxy.log"))
 prompt, cached = get("memci_upstream_prompt_tokens_total"), get("memci_upstream_cached_tokens_total")

@@ -67,7 +67,7 @@ class Target:
     server: Server
     base: str  # the /v1 base URL clients use
     emulator: Server | None  # None: in front of a real server (--upstream), shared by every target
-    emulator_root: str  # the emulator's root URL, or the real server's
+    upstream_root: str  # the root URL of its emulator, or of the real server
     home: Path | None = None  # the proxy's MEMCI_HOME (its embedded PostgreSQL's command line names it)
     groups: set[int] = field(default_factory=set)
     database: set[int] = field(default_factory=set)  # the embedded PostgreSQL's process groups (in ``groups`` too)
@@ -85,8 +85,8 @@ class Target:
 
     def totals(self) -> Totals:
         if self.emulator is None:
-            return engine_totals(self.emulator_root)
-        stats = httpx.get(self.emulator_root + "/emulator/stats", timeout=30).json()
+            return engine_totals(self.upstream_root)
+        stats = httpx.get(self.upstream_root + "/emulator/stats", timeout=30).json()
         return Totals(stats["requests"], stats["prompt_tokens"], stats["cached_tokens"])
 
     def stop(self) -> None:
@@ -243,7 +243,7 @@ def run_workload(kind: str, turns: int, keys: list[str], args: argparse.Namespac
         groups = [[t] for t in targets] if upstream else [targets]
         rows = []
         for group in groups:
-            if upstream and not empty_when_idle(group[0].emulator_root):
+            if upstream and not empty_when_idle(group[0].upstream_root):
                 info["notes"].append(f"{kind}: {upstream} did not empty its cache before {group[0].name}")
             marks = {t.name: t.totals() for t in group}
             cpu_before = {t.name: (t.cpu(), t.database_cpu()) for t in group}

@@ -91,25 +91,9 @@ def archive_and_recall(say: Callable[[str], httpx.Response], emu: Any, archived:
     else:
         raise AssertionError(f"fewer than {archived} pages archived after {turns} turns")
     say(RECALL)
-    last = _answering(emu, RECALL)
+    last = emu.turn_requests(1)[0]["body"]["messages"]
     assert last[-1]["role"] == "tool" and "[Page 3]" in last[-1]["content"]
     assert FACT in last[-1]["content"]  # the NUL back from the store
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, list):
-        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return str(content or "")
-
-
-def _answering(emu: Any, question: str) -> list[dict[str, Any]]:
-    """The messages of the upstream's latest request that answers ``question`` (the proxy's own background jobs, a
-    page's summary say, may reach the upstream after it)."""
-    for record in reversed(emu.requests(50)):
-        messages = (record.get("body") or {}).get("messages") or []
-        if any(m.get("role") == "user" and question in _text_of(m.get("content")) for m in messages):
-            return messages
-    raise AssertionError("no upstream request carried the question")
 
 
 APIS = [_chat, _messages, _responses]
