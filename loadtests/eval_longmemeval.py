@@ -94,10 +94,27 @@ def recall_any(ranking: Sequence[int], relevant: Sequence[int], k: int = TOP) ->
     return float(bool(set(ranking[:k]) & set(relevant)))
 
 
+class _OnDemand(dict):  # type: ignore[type-arg]
+    """Vectors by page position, embedded when first read (``--candidates-only``): ``texts`` says which exist."""
+
+    def __init__(self, texts: dict[int, str], embed: EmbedFn) -> None:
+        super().__init__()
+        self.texts, self.embed = texts, embed
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.texts
+
+    def __missing__(self, key: int) -> Sequence[float]:
+        vector = self[key] = self.embed([self.texts[key]])[0]
+        return vector
+
+
 def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, embed: EmbedFn | None,
-                  user_weight: int = 2, entity_boost: float = 2.0) -> dict[str, list[int]]:
+                  user_weight: int = 2, entity_boost: float = 2.0, candidates_only: bool = False
+                  ) -> dict[str, list[int]]:
     """The proxy's rankings of the pages for the question (loadtests.eval_sets.search_rankings): each page indexed
-    as the proxy indexes it, the question's entity terms boosted as the proxy boosts them."""
+    as the proxy indexes it, the question's entity terms boosted as the proxy boosts them. ``candidates_only``: only
+    the lexical candidates' views embedded (no ``vector`` or ``archive`` ranking), a fraction of the time."""
     from loadtests.eval_sets import embedded_text, search_rankings, user_views
     from memci_proxy.recall.bm25 import BM25Index
     from memci_proxy.recall.pagetext import index_terms
@@ -108,12 +125,28 @@ def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, emb
         index.add_terms(position, index_terms(list(page.messages), user_weight=user_weight))
     weights = query_weights(question, entity_boost)
     query_vector, vectors = None, {}
+    if embed is not None and candidates_only:
+        from memci_proxy.recall.pagetext import user_text, vector_text
+
+        query_vector = embed([vector_query(question)])[0]
+        vectors = _OnDemand({i: embedded_text(p.text) for i, p in enumerate(pages)}, embed)
+        users = _OnDemand({i: embedded_text(t) for i, p in enumerate(pages)
+                           if (t := user_text(list(p.messages))) and t != vector_text(list(p.messages))}, embed)
+        return search_rankings(index, question, weights, query_vector, vectors, lambda i: pages[i].day, day,  # type: ignore[return-value]
+                               user_vectors=users, whole_archive=False, page_chars=_page_chars(pages))
     if embed is not None:
         query_vector = embed([vector_query(question)])[0]
         vectors = dict(enumerate(embed([embedded_text(p.text) for p in pages])))
     users, _ = user_views([list(p.messages) for p in pages], embed)
     return search_rankings(index, question, weights, query_vector, vectors, lambda i: pages[i].day, day,  # type: ignore[return-value]
-                           user_vectors=users)
+                           user_vectors=users, page_chars=_page_chars(pages))
+
+
+def _page_chars(pages: Sequence[HistoryPage]) -> dict[int, int]:
+    """The length of each page's whole text as the proxy embeds it."""
+    from memci_proxy.recall.pagetext import vector_text
+
+    return {i: len(vector_text(list(p.messages))) for i, p in enumerate(pages)}
 
 
 def evaluate_longmemeval(
@@ -170,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vector-cache", default="", help="a .npz file keeping page vectors between runs")
     parser.add_argument("--user-weight", type=int, default=2,
                         help="times the user's words count in a page's terms (the proxy's recall_user_weight)")
+    parser.add_argument("--candidates-only", action="store_true",
+                        help="embed the lexical candidates' views only (no vector or archive ranking): quicker")
     add_progress_argument(parser)
     args = parser.parse_args(argv)
     questions = load_longmemeval()
@@ -181,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         embed = cached_embed(local_embed(args.local_model), args.vector_cache or None)
 
     def rank(pages: Sequence[HistoryPage], question: str, day: dt.date) -> dict[str, list[int]]:
-        return page_rankings(pages, question, day, embed, user_weight=args.user_weight)
+        return page_rankings(pages, question, day, embed, user_weight=args.user_weight,
+                             candidates_only=args.candidates_only)
 
     print(f"LongMemEval dev: {len(questions)} questions, histories of ~{args.messages} messages (seed {args.seed}), "
           f"page-level recall_any@{TOP}, user weight {args.user_weight}, "

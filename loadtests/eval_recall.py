@@ -225,7 +225,7 @@ def evaluate_madial(
     if reference:
         rows["reference-bm25"] = []
     if embed is not None:
-        rows["vector"], rows["default"], rows["archive"] = [], [], []
+        rows["vector"], rows["default"], rows["user-first"], rows["archive"] = [], [], [], []
     searching = progress(len(dialogues), f"{strategy}: searching", bars, "dialogues")
     for position, dialogue in enumerate(dialogues):
         searching.advance()
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 EVIDENCE_NAME = "memorybank_evidence.json"
-FUSED = ("default", "archive")
+FUSED = ("default", "user-first", "archive")
 
 if __name__ == "__main__":
     raise SystemExit(main())

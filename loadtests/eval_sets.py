@@ -24,7 +24,7 @@ from memci_proxy.recall.candidate_vectors import page_sample
 from memci_proxy.recall.fusion import cosine_similarity, rank_by_cosine
 from memci_proxy.recall.packaged_models import DEFAULT_MODEL
 from memci_proxy.recall.pagetext import index_terms, user_text, vector_text
-from memci_proxy.recall.ranking import (MIN_SCORE, PAGE, USER, best_views, candidate_views, fuse, lexical_candidates,
+from memci_proxy.recall.ranking import (MIN_SCORE, PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse, lexical_candidates,
                                   lexical_ranking, preferred_days, query_weights, vector_query)
 from memci_proxy.recall.resolver import FUSION_CANDIDATES, SEARCH_HITS
 from memci_proxy.recall.text import tokenize
@@ -103,6 +103,8 @@ def search_rankings(
     min_cosine: float = 0.2,
     vector_weight: float = 1.0,
     user_vectors: Mapping[Any, Sequence[float]] | None = None,
+    whole_archive: bool = True,
+    page_chars: Mapping[Any, int] | None = None,
 ) -> dict[str, list[Hashable]]:
     """Best-first ids of the proxy's search over ``index`` (memci_proxy.recall.ranking, the steps of
     memci_proxy.recall.resolver.RecallResolver.search): ``lexical`` (the search without vectors: BM25 with ``weights``,
@@ -111,7 +113,12 @@ def search_rankings(
     candidates' views re-order them under the top lexical hits) and ``archive`` (embeddings_pages=archive: the
     nearest pages may join them). The default has the vectors of every candidate's views: the pages were embedded in
     the background after the turns that archived them (a search that comes before that is ``lexical``).
-    ``user_vectors``: the vectors of the pages' user words (pages without any left out)."""
+    ``user_vectors``: the vectors of the pages' user words (pages without any left out). ``user-first``: the
+    default at a page's first search, the vectors the proxy made when it archived the page
+    (memci_proxy.recall.ranking.archived_view_wanted: its user words, its whole text when it has none or is short,
+    ``page_chars`` long; the whole text of the rest is embedded when a search first finds them). ``whole_archive`` False:
+    the rankings over every page's vector (``vector``, ``archive``) left out, so that only the candidates' vectors
+    are read (``page_vectors`` may embed on demand)."""
     days = None
     if day_of is not None and today is not None:
         days = preferred_days(query, today, lambda: {i: day for i in index.doc_ids if (day := day_of(i)) is not None})
@@ -128,6 +135,12 @@ def search_rankings(
     cosines = best_views((view, cosine_similarity(query_vector, vectors[view[1]][view[0]])) for view in views)
     limit = max(SEARCH_CANDIDATES, len(candidates))
     out["default"] = [i for i, _ in fuse(candidates, cosines, limit, days, vector_weight=vector_weight)]
+    chars = page_chars or {}
+    first = [view for view in views if archived_view_wanted(view[1], view[0] in users, chars.get(view[0], 1 << 30))]
+    cosines = best_views((view, cosine_similarity(query_vector, vectors[view[1]][view[0]])) for view in first)
+    out["user-first"] = [i for i, _ in fuse(candidates, cosines, limit, days, vector_weight=vector_weight)]
+    if not whole_archive:
+        return out
     vector = rank_by_cosine(query_vector, page_vectors, k=len(page_vectors))
     nearest = [(i, c) for i, c in vector[:SEARCH_CANDIDATES] if c > 0]
     out["archive"] = [i for i, _ in fuse(candidates, nearest, limit, days, vector_weight=vector_weight,
@@ -194,7 +207,7 @@ def evaluate_memorybank(
     cases = memorybank_cases(users)
     rows: dict[str, list[Row]] = {"lexical": [], "reference-bm25": []}
     if embed is not None:
-        rows["vector"], rows["default"], rows["archive"] = [], [], []
+        rows["vector"], rows["default"], rows["user-first"], rows["archive"] = [], [], [], []
     indexes: dict[str, tuple[BM25Index, list[str], dict[int, Any], tuple[dict[int, Any], dict[int, int]]]] = {}
     searching = progress(len(cases), "MemoryBank: searching", bars, "questions")
     for user, question, relevant in cases:
@@ -214,7 +227,8 @@ def evaluate_memorybank(
         ranked = search_rankings(index, question, weights, embed([vector_query(question)])[0] if embed is not None else None,
                                  vectors, days.get if dates else None, max(days.values()),
                                  min_cosine=min_cosine if min_cosine is not None else -1.0,
-                                 vector_weight=vector_weight, user_vectors=users[0])
+                                 vector_weight=vector_weight, user_vectors=users[0],
+                                 page_chars={i: len(vector_text(p)) for i, p in enumerate(pages)})
         rows["reference-bm25"].append(score(reference_ranking(texts, tokenize(question)), relevant))
         for name, ranking in ranked.items():
             rows[name].append(score(ranking, relevant))

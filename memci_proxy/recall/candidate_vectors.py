@@ -99,13 +99,16 @@ class CandidateVectors:
             out.append((label, float(vector @ q) / norm if norm else 0.0))
         return out
 
-    def prefetch(self, views: Sequence[tuple[str, str]], text_of: Callable[[str], Awaitable[str]]) -> None:
-        """Views (label, digest) of pages just archived: embedded in the background."""
+    def prefetch(self, views: Sequence[tuple[str, str]], text_of: Callable[[str], Awaitable[str]],
+                 wanted: Callable[[str, str], bool] | None = None) -> None:
+        """Views (label, digest) of pages just archived: embedded in the background, those ``wanted(label, text)``
+        (the rest when a search finds them)."""
         missing = [(label, digest) for label, digest in views if self._by_digest.peek(digest) is None]
         if missing:
-            self._read_later(missing, text_of, soon=False)
+            self._read_later(missing, text_of, soon=False, wanted=wanted)
 
-    def _read_later(self, views: list[tuple[str, str]], text_of: Callable[[str], Awaitable[str]], soon: bool) -> None:
+    def _read_later(self, views: list[tuple[str, str]], text_of: Callable[[str], Awaitable[str]], soon: bool,
+                    wanted: Callable[[str, str], bool] | None = None) -> None:
         """The views' texts read in a task of their own (the search does not wait), then queued (``search_chars`` of
         a search's candidates at most)."""
         room = self.search_chars if soon else None
@@ -117,7 +120,10 @@ class CandidateVectors:
                 for label, digest in views:
                     if room is not None and room <= 0:
                         break
-                    text = page_sample(await text_of(label), self.page_chars)
+                    whole = await text_of(label)
+                    if wanted is not None and not wanted(label, whole):
+                        continue
+                    text = page_sample(whole, self.page_chars)
                     if room is not None:
                         room -= len(text)
                     texts.append((digest, text))

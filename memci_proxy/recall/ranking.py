@@ -38,13 +38,15 @@ from memci_proxy.recall.fusion import fuse_lexical_and_vector
 from memci_proxy.recall.text import content_terms, tokenize
 
 __all__ = ["MIN_SCORE", "USER", "PAGE", "DayPreference", "query_weights", "preferred_days", "lexical_candidates",
-           "lexical_ranking", "vector_query", "candidate_views", "best_views", "fuse"]
+           "lexical_ranking", "vector_query", "candidate_views", "archived_view_wanted", "best_views", "fuse",
+           "WHOLE_AT_ARCHIVE_CHARS"]
 
 Id = TypeVar("Id", bound=Hashable)
 
 MIN_SCORE = 0.2  # BM25 score under which a page is not a hit
 TIME_WEIGHT = 0.25  # of a query term that only a time it names holds (step 1)
 USER, PAGE = "user", "page"  # the views of a page the vector half embeds
+WHOLE_AT_ARCHIVE_CHARS = 1200  # a page's whole text embedded when it is archived up to this long (CHUNK_CHARS)
 
 
 def query_weights(query: str, entity_boost: float = 1.0, counting: bool = False) -> dict[str, float]:
@@ -121,6 +123,15 @@ def candidate_views(candidates: Iterable[Id], has_user_words: Callable[[Id], boo
     some, then each whole page."""
     ids = list(candidates)
     return [*((doc, USER) for doc in ids if has_user_words(doc)), *((doc, PAGE) for doc in ids)]
+
+
+def archived_view_wanted(view: str, has_user_words: bool, whole_chars: int) -> bool:
+    """Whether a page just archived gets this view embedded in the background: its user words, and its whole text
+    when it has no user words or is short (at most ``WHOLE_AT_ARCHIVE_CHARS``: one input of the packaged model).
+    A long page's whole text waits until a search finds it (a candidate's missing view is embedded then): what the
+    user said names what a page is about at a fraction of the text (LongMemEval dev, recall@5 of a page's first
+    search the same as with both views; docs/memory.md), and the model's cost is in its tokens."""
+    return view == USER or not has_user_words or whole_chars <= WHOLE_AT_ARCHIVE_CHARS
 
 
 def best_views(cosines: Iterable[tuple[tuple[Id, str], float]]) -> list[tuple[Id, float]]:

@@ -23,7 +23,7 @@ from memci_proxy.recall.neighbours import part_after, part_before
 from memci_proxy.recall.offload_reading import OffloadRead, read_chars, read_lines, search_lines
 from memci_proxy.recall.pagetext import (USER_PLACE_WEIGHT, excerpt, index_text, message_text, page_messages_with_hidden,
                                    render_page, user_text, vector_text)
-from memci_proxy.recall.ranking import (PAGE, USER, best_views, candidate_views, fuse, lexical_candidates,
+from memci_proxy.recall.ranking import (PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse, lexical_candidates,
                                   lexical_ranking, preferred_days, query_weights, vector_query)
 from memci_proxy.recall.search_indexes import PageSource, RecallContext, SearchIndexes
 from memci_proxy.recall.text import tokenize
@@ -295,8 +295,14 @@ class RecallResolver:
         the turn that archived them, so that the next search has only the query to embed."""
         await self.archive_index(ctx)
         if isinstance(self.vectors, CandidateVectors):
-            _keys, views, text_of = self._views(ctx, self.vectors.take_remembered(ctx.conversation_id))
-            self.vectors.prefetch(views, text_of)
+            keys, views, text_of = self._views(ctx, self.vectors.take_remembered(ctx.conversation_id))
+            two_views = {label for label, view in keys.values() if view == USER}
+
+            def wanted(key: str, text: str) -> bool:
+                label, view = keys[key]
+                return archived_view_wanted(view, label in two_views, len(text))
+
+            self.vectors.prefetch(views, text_of, wanted)
         elif self.vectors is not None:
             await self.vectors.prepare(ctx.tenant, ctx.conversation_id)
 

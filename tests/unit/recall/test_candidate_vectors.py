@@ -167,6 +167,36 @@ async def test_the_user_words_of_the_candidates_are_embedded_first_and_their_bes
     assert cosines["1"] > cosines["3"]
 
 
+async def test_an_archived_page_gets_its_user_words_embedded_and_its_whole_text_once_a_search_finds_it() -> None:
+    """A long page's whole text waits for a search to find it; a short page's (one input of the model) and a page
+    without user words are embedded whole when archived."""
+    embedder = TopicEmbedder()
+    resolver = _resolver(embedder)
+    exchanges = [("Our kitten Miso hides under the sofa.", "Trains to Lyon: the rail timetable, " * 40),
+                 ("Lunch plan for Friday?", "Soup and bread."),
+                 ("Tell me about rail passes.", "A rail pass covers " + "trains " * 200)]
+    messages = [{"role": role, "content": text}
+                for pair in exchanges for role, text in zip(("user", "assistant"), pair)]
+    messages.append({"role": "assistant", "content": "A page of the assistant's words alone."})
+    records = [PageRecord(number=n + 1, part=1, start=2 * n, end=2 * n + 2, tokens=20, status=ARCHIVED)
+               for n in range(len(exchanges))]
+    records.append(PageRecord(number=4, part=1, start=6, end=7, tokens=10, status=ARCHIVED))
+    ctx = RecallContext("t1", "c1", ConversationState(pages=records), messages)
+    await resolver.prepare(ctx)  # after the turn that archived them
+    await resolver.vectors.drain()  # type: ignore[union-attr]
+    embedded = [t for call in embedder.calls for t in call]
+    assert sorted(embedded) == sorted([*(f"user: {user}" for user, _ in exchanges),
+                                       "user: Lunch plan for Friday?\nassistant: Soup and bread.",
+                                       "assistant: A page of the assistant's words alone."])
+    embedder.calls.clear()
+    await _search(resolver, ctx, "kitten sofa", 3)  # finds page 1: its whole text is embedded behind the search
+    whole = page_sample(f"user: {exchanges[0][0]}\nassistant: {exchanges[0][1]}")
+    assert [t for call in embedder.calls for t in call][1:] == [whole]
+    embedder.calls.clear()
+    await _search(resolver, ctx, "kitten sofa", 3)
+    assert embedder.calls == [["kitten sofa"]]  # every view of the candidates known: the query alone
+
+
 def test_an_embeddings_servers_query_is_bounded_by_its_timeout_the_packaged_models_by_the_deadline() -> None:
     from memci_proxy.recall.vectors import build_page_vectors
 

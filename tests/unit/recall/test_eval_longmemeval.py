@@ -61,9 +61,25 @@ def test_rankings_lexical_only_and_with_vectors() -> None:
         return [[float("gym" in t.lower()), float("pasta" in t.lower()), 1.0] for t in texts]
 
     ranked = page_rankings(pages, QUESTION.question, dt.date(2023, 6, 1), embed)
-    assert set(ranked) == {"lexical", "vector", "default", "archive"}
-    assert ranked["default"][0] == ranked["lexical"][0] == 0
+    assert set(ranked) == {"lexical", "vector", "default", "user-first", "archive"}
+    assert ranked["default"][0] == ranked["user-first"][0] == ranked["lexical"][0] == 0
     assert sorted(ranked["vector"]) == [0, 1, 2]
+
+
+def test_candidates_only_embeds_the_candidates_views_and_ranks_the_same() -> None:
+    pages = history_pages(_history())
+    embedded: list[str] = []
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        embedded.extend(texts)
+        return [[float("gym" in t.lower()), float("pasta" in t.lower()), 1.0] for t in texts]
+
+    whole = page_rankings(pages, QUESTION.question, dt.date(2023, 6, 1), embed)
+    embedded.clear()
+    quick = page_rankings(pages, QUESTION.question, dt.date(2023, 6, 1), embed, candidates_only=True)
+    assert set(quick) == {"lexical", "default", "user-first"}
+    assert all(quick[name] == whole[name] for name in quick)
+    assert len(embedded) < len(pages) + 1 + sum(1 for p in pages if any(m["role"] == "user" for m in p.messages))
 
 
 def test_evaluation_per_question_type_and_report() -> None:

@@ -57,7 +57,7 @@ def test_queries_use_only_the_context_before_the_test_turn(bench, strategy: str)
 
 def test_lexical_and_fused_pipeline_on_a_slice(bench) -> None:
     results = evaluate_madial(bench, limit=12, embed=bag_of_words_embedding)
-    assert set(results) == {"lexical", "vector", "default", "archive"}
+    assert set(results) == {"lexical", "vector", "default", "user-first", "archive"}
     for metrics in results.values():
         assert metrics.queries == 12
         assert 0.0 <= metrics.recall_at_1 <= metrics.recall_at_5 <= 1.0
