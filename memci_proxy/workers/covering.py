@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memci_proxy.caches import BoundedLru
-from memci_proxy.engine.state import ACTIVE, ConversationState
+from memci_proxy.engine.state import ConversationState
 from memci_proxy.workers.summaries import render_profile
 
 POLL_FIRST_S = 0.05
@@ -41,10 +41,12 @@ class Covered:
 
 
 def archived_through(state: ConversationState | None) -> int:
-    """The last message (seq) of the pages the state has archived; -1 when none."""
-    if state is None:
+    """The last message (seq) of the pages the state has archived; -1 when none: the end of the page before the
+    first active one (pages tile the messages in order, the active ones last: the engine's invariants,
+    tests/unit/engine/engine_checks.py), not a pass over every page (a turn's work does not grow with the history)."""
+    if state is None or state.first_active_page == 0 or not state.pages:
         return -1
-    return max((p.end - 1 for p in state.pages if p.status != ACTIVE), default=-1)
+    return state.pages[min(state.first_active_page, len(state.pages)) - 1].end - 1
 
 
 def _covers(row: Any) -> int:

@@ -7,6 +7,7 @@ from typing import Any
 from memci_proxy.engine import ACTIVE, ConversationState, EngineConfig, Plan, condense_message, page_entry_range
 from memci_proxy.engine.layout import memory_block
 from memci_proxy.engine.output_preview import output_text, split_lines
+from memci_proxy.workers.covering import archived_through
 
 
 def check_pages(state: ConversationState, messages: list[dict[str, Any]]) -> None:
@@ -37,6 +38,8 @@ def check_pages(state: ConversationState, messages: list[dict[str, Any]]) -> Non
                 assert all(messages[k].get("role") != "user" for k in range(p.start, j))
     for i, p in enumerate(pages):
         assert (p.status == ACTIVE) == (i >= state.first_active_page), (i, p.label, p.status)
+    # what an epoch's memory waits for (memci_proxy.workers.covering) reads it off the first active page
+    assert archived_through(state) == max((p.end - 1 for p in pages if p.status != ACTIVE), default=-1)
 
 
 def check_tool_pairing(upstream: list[dict[str, Any]]) -> None:
