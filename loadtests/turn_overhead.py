@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,15 @@ BASELINE_USERS = "proxy (managed, user ids, baseline tree)"  # --user-memory wit
 _TOPICS = ("billing", "search", "onboarding", "exports", "invoices", "alerts", "the mobile app", "the audit log")
 
 
+def cell_mark(tag: str) -> str:
+    """A mark of punctuation only, different for each chat (``tag``), put in each message: no two chats share a
+    page's text, so that a proxy that served one (an earlier round, the cell before on the same proxy) holds no page
+    vector of the next (vectors are kept by the digest of a page's text), while the search, which reads words and
+    numbers, sees the same chat."""
+    bits = zlib.crc32(tag.encode())
+    return "~" + "".join("-" if bits >> i & 1 else "." for i in range(16)) + "~"
+
+
 def chat_bodies(tag: str, turns: int, max_tokens: int = 32, exchange_chars: int = 0, user: str = "") -> list[bytes]:
     """A team chat of ``turns`` requests, each the previous one plus the last answer and a new question.
     ``exchange_chars``: the answer is padded with varied sentences until an exchange holds about that many characters
@@ -60,11 +70,12 @@ def chat_bodies(tag: str, turns: int, max_tokens: int = 32, exchange_chars: int 
     system = {"role": "system", "content": "You are a concise assistant for a software team. " * 8}
     messages: list[dict[str, Any]] = [system, {"role": "user", "content": f"[{tag}] We plan the Q3 release of billing."}]
     bodies = []
+    mark = cell_mark(tag)
     for turn in range(turns):
         bodies.append(json.dumps({"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
                                   **({"user": user} if user else {})}).encode())
-        answer = f"Point {turn}: " + "the migration needs a rollback plan and an owner. " * 6
-        question = f"What about item {turn + 1}? " + "Please keep it brief and concrete. " * 3
+        answer = f"{mark} Point {turn}: " + "the migration needs a rollback plan and an owner. " * 6
+        question = f"{mark} What about item {turn + 1}? " + "Please keep it brief and concrete. " * 3
         sentence = 0
         while len(answer) + len(question) < exchange_chars:
             topic = _TOPICS[(turn + sentence) % len(_TOPICS)]
@@ -89,14 +100,17 @@ def probe_chat_bodies(tag: str, turns: int, max_tokens: int = 32, user: str = ""
     workload = chat(turns)
     messages: list[dict[str, Any]] = [{"role": "system", "content": f"[{tag}] {workload.system}"}]
     bodies = []
+    mark = cell_mark(tag)
     for turn in workload.turns:
-        messages = messages + [{"role": "user", "content": user_content(turn)}]
+        content = user_content(turn)
+        content = f"{mark} {content}" if isinstance(content, str) else [{"type": "text", "text": mark}, *content]
+        messages = messages + [{"role": "user", "content": content}]
         bodies.append(json.dumps({"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
                                   **({"user": user} if user else {})}).encode())
         words = turn.user.split("[[")[0].strip()
         length = int(m.group(1)) if (m := re.search(r"\[\[len:(\d+)\]\]", turn.user)) else 40
         text = "".join(generated_tokens(len(bodies), 3 * length))  # (its tokens: words, spaces and stops)
-        messages = messages + [{"role": "assistant", "content": f"About that ({words}): {text}"}]
+        messages = messages + [{"role": "assistant", "content": f"{mark} About that ({words}): {text}"}]
     return bodies
 
 

@@ -3,6 +3,7 @@ backends do), not only the members of its process group."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -56,3 +57,20 @@ def test_the_measuring_waits_for_a_busy_server_to_go_idle() -> None:
     assert len(calls) == 6  # the first reading, three busy, two quiet
     busy = iter(float(i) for i in range(10_000))
     assert idle_within(lambda: next(busy), limit_s=0.05, step_s=0.01) < 1.0  # always busy: the limit ends it
+
+
+@pytest.mark.parametrize("workload", ["team", "chat"])
+def test_no_two_chats_share_a_page_text_while_their_words_are_the_same(workload: str) -> None:
+    """Rounds and cells reuse one proxy, which keeps page vectors by the digest of a page's text: each chat's
+    messages differ by a mark of punctuation, which the search's terms do not see, so every cell embeds its own."""
+    from loadtests.turn_overhead import cell_mark, chat_bodies, probe_chat_bodies
+    from memci_proxy.recall.text import tokenize
+
+    make = chat_bodies if workload == "team" else probe_chat_bodies
+    # (the system message, and the team chat's first message, name the chat)
+    first, second = (json.loads(make(tag, 4)[-1])["messages"][2:] for tag in ("round 0 chat", "round 1 chat"))
+    assert cell_mark("round 0 chat") != cell_mark("round 1 chat") and tokenize(cell_mark("round 0 chat")) == []
+    assert len(first) == len(second) > 2
+    for a, b in zip(first, second, strict=True):
+        assert a["content"] != b["content"]
+        assert tokenize(json.dumps(a["content"])) == tokenize(json.dumps(b["content"]))
