@@ -73,8 +73,11 @@ class UserMemory:
         # (tenant, user) -> (conversation, page) -> (the turn's page, the messages it reads): its row made when written
         self._pending: dict[tuple[str, str], dict[tuple[str, str], tuple[UserTurn, list[dict[str, Any]]]]] = {}
         self._pending_rows = 0
+        # (tenant, user) -> conversation -> its batches being written now (taken from _pending, not committed yet)
+        self._writing: dict[tuple[str, str], dict[str, int]] = {}
         self._searches: set[asyncio.Task[Any]] = set()  # searches still running (past their deadline, too)
-        self._flusher: asyncio.Task[None] | None = None
+        self._flusher: asyncio.Task[None] | None = None  # the one waiting to write what is gathered
+        self._flushes: set[asyncio.Task[None]] = set()  # those waiting or writing (closing waits for them)
         # (tenant, user) -> (when counted, the user's pages per conversation): whether another conversation has
         # any, and how specific a term is (their sum), recounted now and then; with the conversations whose pages
         # this process wrote since
@@ -121,7 +124,8 @@ class UserMemory:
         key = (tenant, end_user)
         if not self._fresh(key):
             counted = await self.repo.user_page_counts(tenant, end_user)
-            for c, _ in self._pending.get(key, {}):  # this process's pages not written yet
+            # this process's pages not written yet, or being written (a count read meanwhile does not see them)
+            for c in [*(c for c, _ in self._pending.get(key, {})), *self._writing.get(key, {})]:
                 counted.setdefault(c, 1)
             self._page_counts.put(key, (time.monotonic(), counted))
         if self._alone(tenant, end_user, conversation_id):
@@ -193,6 +197,8 @@ class UserMemory:
             self._page_counts.put((tenant, end_user), (known[0], {**known[1], conversation_id: noted}))
         if self._pending_rows and self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
+            self._flushes.add(self._flusher)
+            self._flusher.add_done_callback(self._flushes.discard)
 
     async def _flush_soon(self) -> None:
         try:
@@ -216,11 +222,23 @@ class UserMemory:
         self._pending_rows -= len(batch)
         if not batch:
             return
+        writing = [((t, u), c) for t, u, c, _ in batch]
+        for key, c in writing:
+            conversations = self._writing.setdefault(key, {})
+            conversations[c] = conversations.get(c, 0) + 1
         try:
             await self.repo.put_user_pages(batch)
         except Exception as exc:
             log.warning("could not index %d pages for their users (%s)", len(batch), exc)
             self.metrics.store_write_failures.labels("user_pages").inc()
+        finally:
+            for key, c in writing:
+                conversations = self._writing[key]
+                conversations[c] -= 1
+                if not conversations[c]:
+                    del conversations[c]
+                if not conversations:
+                    del self._writing[key]
 
     def forget_user(self, tenant: str, end_user: str) -> None:
         """After the user is deleted: what this process learnt of their pages goes (their waiting pages too)."""
@@ -229,12 +247,11 @@ class UserMemory:
         self._pending_rows -= len(self._pending.pop((tenant, end_user), {}))
 
     async def close(self) -> None:
-        """Write what is gathered now."""
+        """Write what is gathered now, and wait for the writes under way."""
         flusher = self._flusher
         if flusher is not None:
-            flusher.cancel()
-            await asyncio.gather(flusher, return_exceptions=True)
-        await asyncio.gather(*self._searches, return_exceptions=True)
+            flusher.cancel()  # (its wait: it writes at once)
+        await asyncio.gather(*self._flushes, *self._searches, return_exceptions=True)
         await self._flush()
 
     def _count(self, outcome: str) -> None:

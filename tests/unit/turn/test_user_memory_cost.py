@@ -79,3 +79,33 @@ async def test_a_search_does_not_wait_for_the_writes_of_its_own_conversation():
     assert repo.searches == 2 and repo.writes == []  # c1's own pages wait: the search leaves them out
     await memory.close()
     assert repo.writes == [[("c1", "1"), ("c1", "2")]]
+
+
+async def test_pages_being_written_count_for_a_conversation_asking_meanwhile():
+    """The pages of the user's first conversation are being written (taken from those waiting, not committed) when a
+    second conversation counts the user's pages: they count, so the second is not taken for the user's only one and
+    its question, seconds later, searches them (until now it was skipped as "alone" for five seconds)."""
+    import asyncio
+
+    class SlowWrites(Repo):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+            self.writing = asyncio.Event()
+
+        async def put_user_pages(self, batch):
+            self.writing.set()
+            await self.release.wait()
+            await super().put_user_pages(batch)
+
+    repo, metrics = SlowWrites(), Metrics()
+    memory = UserMemory(repo, metrics, enabled=True, timeout_s=1.0)
+    state, messages = chat(1, answered=True)
+    memory.note("t", "u1", "c1", state, messages, 0)
+    await repo.writing.wait()  # c1's page taken by the flush, not in the repository yet
+    state, messages = chat(1, answered=False)
+    assert await memory.weigh("t", "u1", "c2", state, messages) is None
+    assert repo.searches == 1 and "alone" not in outcomes(metrics)
+    repo.release.set()
+    await memory.close()
+    assert memory._writing == {}
