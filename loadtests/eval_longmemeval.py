@@ -132,8 +132,9 @@ def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, emb
         vectors = _OnDemand({i: embedded_text(p.text) for i, p in enumerate(pages)}, embed)
         users = _OnDemand({i: embedded_text(t) for i, p in enumerate(pages)
                            if (t := user_text(list(p.messages))) and t != vector_text(list(p.messages))}, embed)
-        return search_rankings(index, question, weights, query_vector, vectors, lambda i: pages[i].day, day,  # type: ignore[return-value]
-                               user_vectors=users, whole_archive=False, page_chars=_page_chars(pages))
+        return search_rankings(index, question, weights, query_vector, vectors,  # type: ignore[return-value]
+                               lambda i: pages[i].day, day, user_vectors=users, whole_archive=False,
+                               page_chars=_page_chars(pages))
     if embed is not None:
         query_vector = embed([vector_query(question)])[0]
         vectors = dict(enumerate(embed([embedded_text(p.text) for p in pages])))

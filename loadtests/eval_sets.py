@@ -24,8 +24,8 @@ from memci_proxy.recall.candidate_vectors import page_sample
 from memci_proxy.recall.fusion import cosine_similarity, rank_by_cosine
 from memci_proxy.recall.packaged_models import DEFAULT_MODEL
 from memci_proxy.recall.pagetext import index_terms, user_text, vector_text
-from memci_proxy.recall.ranking import (MIN_SCORE, PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse, lexical_candidates,
-                                  lexical_ranking, preferred_days, query_weights, vector_query)
+from memci_proxy.recall.ranking import (MIN_SCORE, PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse,
+                                  lexical_candidates, lexical_ranking, preferred_days, query_weights, vector_query)
 from memci_proxy.recall.resolver import FUSION_CANDIDATES, SEARCH_HITS
 from memci_proxy.recall.text import tokenize
 

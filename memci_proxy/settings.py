@@ -324,8 +324,9 @@ class Settings:
         default="candidates",
         metadata=_doc("How the vectors serve a search: candidates (the vectors that exist re-order what a search's "
                       "BM25 half finds; pages are embedded in the background after the turn that archived them, their "
-                      "user words, and a long page's whole text once a search finds it; kept by digest in memory) or archive (every page embedded in the background and stored; the vectors "
-                      "may add pages BM25 missed: worth it with an embeddings_url served elsewhere).",
+                      "user words, and a long page's whole text once a search finds it; kept by digest in memory) "
+                      "or archive (every page embedded in the background and stored; the vectors may add pages BM25 "
+                      "missed: worth it with an embeddings_url served elsewhere).",
                       choices=("candidates", "archive")),
     )
     embeddings_query_deadline_ms: float = field(

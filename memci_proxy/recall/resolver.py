@@ -23,8 +23,8 @@ from memci_proxy.recall.neighbours import part_after, part_before
 from memci_proxy.recall.offload_reading import OffloadRead, read_chars, read_lines, search_lines
 from memci_proxy.recall.pagetext import (USER_PLACE_WEIGHT, excerpt, index_text, message_text, page_messages_with_hidden,
                                    render_page, user_text, vector_text)
-from memci_proxy.recall.ranking import (PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse, lexical_candidates,
-                                  lexical_ranking, preferred_days, query_weights, vector_query)
+from memci_proxy.recall.ranking import (PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse,
+                                  lexical_candidates, lexical_ranking, preferred_days, query_weights, vector_query)
 from memci_proxy.recall.search_indexes import PageSource, RecallContext, SearchIndexes
 from memci_proxy.recall.text import tokenize
 from memci_proxy.recall.tool import RecallArgs
