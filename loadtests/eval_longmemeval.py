@@ -115,7 +115,7 @@ def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, emb
     """The proxy's rankings of the pages for the question (loadtests.eval_sets.search_rankings): each page indexed
     as the proxy indexes it, the question's entity terms boosted as the proxy boosts them. ``candidates_only``: only
     the lexical candidates' views embedded (no ``vector`` or ``archive`` ranking), a fraction of the time."""
-    from loadtests.eval_sets import embedded_text, search_rankings, user_views
+    from loadtests.eval_sets import embedded_text, search_rankings, user_view_texts, user_views
     from memci_proxy.recall.bm25 import BM25Index
     from memci_proxy.recall.pagetext import index_terms
     from memci_proxy.recall.ranking import query_weights, vector_query
@@ -126,12 +126,9 @@ def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, emb
     weights = query_weights(question, entity_boost)
     query_vector, vectors = None, {}
     if embed is not None and candidates_only:
-        from memci_proxy.recall.pagetext import user_text, vector_text
-
         query_vector = embed([vector_query(question)])[0]
         vectors = _OnDemand({i: embedded_text(p.text) for i, p in enumerate(pages)}, embed)
-        users = _OnDemand({i: embedded_text(t) for i, p in enumerate(pages)
-                           if (t := user_text(list(p.messages))) and t != vector_text(list(p.messages))}, embed)
+        users = _OnDemand(user_view_texts([list(p.messages) for p in pages]), embed)
         return search_rankings(index, question, weights, query_vector, vectors,  # type: ignore[return-value]
                                lambda i: pages[i].day, day, user_vectors=users, whole_archive=False,
                                page_chars=_page_chars(pages))

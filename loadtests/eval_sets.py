@@ -30,7 +30,8 @@ from memci_proxy.recall.resolver import FUSION_CANDIDATES, SEARCH_HITS
 from memci_proxy.recall.text import tokenize
 
 __all__ = ["EVIDENCE_FILE", "reference_ranking", "local_embed", "cached_embed", "memorybank_cases",
-           "evaluate_memorybank", "page_text", "page_messages", "search_rankings", "user_views", "SEARCH_CANDIDATES"]
+           "evaluate_memorybank", "page_text", "page_messages", "search_rankings", "user_views", "user_view_texts",
+           "SEARCH_CANDIDATES"]
 
 SEARCH_CANDIDATES = SEARCH_HITS * FUSION_CANDIDATES  # the lexical candidates of one proxy search (and the vectors')
 
@@ -154,13 +155,18 @@ def embedded_text(text: str) -> str:
     return page_sample(text)
 
 
+def user_view_texts(pages: Sequence[list[dict[str, Any]]]) -> dict[int, str]:
+    """The pages' user words as the proxy embeds them (memci_proxy.recall.pagetext.user_text, cut as a candidate page
+    is), by position; pages without user words, or of user words only (one view), left out."""
+    return {i: embedded_text(t) for i, t in enumerate(user_text(page) for page in pages)
+            if t and t != vector_text(pages[i])}
+
+
 def user_views(pages: Sequence[list[dict[str, Any]]], embed: Callable[[list[str]], list[list[float]]] | None
                ) -> tuple[dict[int, Any], dict[int, int]]:
-    """Vectors and lengths of the pages' user words as the proxy embeds them (memci_proxy.recall.pagetext.user_text, cut
-    as a candidate page is), by position; pages without user words, or of user words only (one view), left out;
-    no vectors without ``embed``."""
-    texts = {i: embedded_text(t) for i, t in enumerate(user_text(page) for page in pages)
-             if t and t != vector_text(pages[i])}
+    """Vectors and lengths of the pages' user words (``user_view_texts``), by position; no vectors without
+    ``embed``."""
+    texts = user_view_texts(pages)
     if embed is None or not texts:
         return {}, {i: len(t) for i, t in texts.items()}
     return dict(zip(texts, embed(list(texts.values())), strict=True)), {i: len(t) for i, t in texts.items()}
