@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "unit" / "turn")]
 
-from loadtests.turn_overhead import chat_bodies  # noqa: E402
+from loadtests.turn_overhead import chat_bodies, probe_chat_bodies  # noqa: E402
 from memci_proxy.metrics import Metrics  # noqa: E402
 from memci_proxy.store.factory import Store  # noqa: E402
 from memci_proxy.store.hot.memory import InProcessHotState  # noqa: E402
@@ -121,7 +121,7 @@ class VectorRepository(MemoryRepository):
 
 
 async def run(chats: int, turns: int, window: int = 32768, local: str = "off",
-              exchange_chars: int = 0) -> tuple[list[float], list[float]]:
+              exchange_chars: int = 0, workload: str = "team") -> tuple[list[float], list[float]]:
     metrics = Metrics()
     repo = VectorRepository() if local != "off" else MemoryRepository()
     store = Store(repo=repo, hot=InProcessHotState(), kind_db="memory", kind_hot="in-process",
@@ -131,7 +131,8 @@ async def run(chats: int, turns: int, window: int = 32768, local: str = "off",
                           Exchange(upstream, metrics), store)
     service.start()
     parse, handle = [], []
-    chat_requests = [chat_bodies(f"chat {chat} {time.time_ns()}", turns, exchange_chars=exchange_chars)
+    chat_requests = [probe_chat_bodies(f"chat {chat} {time.time_ns()}", turns) if workload == "chat" else
+                     chat_bodies(f"chat {chat} {time.time_ns()}", turns, exchange_chars=exchange_chars)
                      for chat in range(chats)]
     cpu = time.process_time()
     for bodies in chat_requests:
@@ -171,13 +172,18 @@ def main() -> int:
     parser.add_argument("--exchange-chars", type=int, default=0,
                         help="pad each exchange to about this many characters (1500 over 600 turns: 0.9 MB bodies)")
     parser.add_argument("--last", type=int, default=0, help="report the last N turns of each chat only (long chats)")
+    parser.add_argument("--workload", choices=("team", "chat"), default="team",
+                        help="team: overhead.py's team chat; chat: the cache benchmark's chat (facts asked back: pushes)")
     args = parser.parse_args()
     if args.embeddings_local != "off":
         from memci_proxy.recall.packaged_models import packaged_model, shared_encoder
 
         shared_encoder(packaged_model(args.embeddings_local))  # loaded before the timed runs (as a proxy, at start)
-    asyncio.run(run(1, min(args.turns, 60), args.window, args.embeddings_local))  # warm-up
-    parse, handle = asyncio.run(run(args.chats, args.turns, args.window, args.embeddings_local, args.exchange_chars))
+    asyncio.run(run(1, min(args.turns, 60), args.window, args.embeddings_local, workload=args.workload))  # warm-up
+    parse, handle = asyncio.run(run(args.chats, args.turns, args.window, args.embeddings_local, args.exchange_chars,
+                                    args.workload))
+    slowest = sorted(range(len(handle)), key=handle.__getitem__)[-8:]
+    print("slowest turns: " + ", ".join(f"#{i % args.turns} {1000 * handle[i]:.1f} ms" for i in slowest))
     if args.last:
         parse, handle = (_last_turns(values, args.turns, args.last) for values in (parse, handle))
     ms = lambda values, q: 1000 * statistics.quantiles(values, n=100)[q - 1]  # noqa: E731
@@ -189,7 +195,7 @@ def main() -> int:
 
         profile = cProfile.Profile()
         profile.enable()
-        asyncio.run(run(args.chats, args.turns, args.window, args.embeddings_local, args.exchange_chars))
+        asyncio.run(run(args.chats, args.turns, args.window, args.embeddings_local, args.exchange_chars, args.workload))
         profile.disable()
         pstats.Stats(profile).sort_stats(args.sort).print_stats(30)
     return 0

