@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,16 @@ async def new_archived_pages(
         out.append(PageText(p.number, p.first_seq, p.last_seq, len(messages), messages_text(messages, message_chars),
                             messages))
     return out
+
+
+# (tenant, conversation, after message seq, message chars) -> the pages archived after that message (a job's reader:
+# new_archived_pages on the repository, or the memory worker's, which hands one job's read to the other)
+PageReader = Callable[[str, str, int, int], Awaitable[list[PageText]]]
+
+
+def _reader(repo: Any) -> PageReader:
+    return lambda tenant, conversation_id, after_seq, chars: new_archived_pages(repo, tenant, conversation_id,
+                                                                                after_seq, chars)
 
 
 def _rows(pages: list[PageText]) -> list[dict[str, Any]]:
@@ -147,12 +157,13 @@ def backing_off(row: Any, now: dt.datetime) -> bool:
 async def update_conversation_summary(
     repo: Any, summarizer: Summarizer, config: MemoryConfig, tenant: str, conversation_id: str, now: dt.datetime,
     bases: Sequence[SummaryBase] = (), on_call: Callable[[str], None] | None = None,
+    read_pages: PageReader | None = None,
 ) -> str:
     row = await repo.get_summary(tenant, conversation_id, "conversation")
     if backing_off(row, now):
         return BACKING_OFF
     watermark = row.last_seq if row is not None else -1
-    pages = await new_archived_pages(repo, tenant, conversation_id, watermark, config.message_chars)
+    pages = await (read_pages or _reader(repo))(tenant, conversation_id, watermark, config.message_chars)
     if not pages:
         return NOTHING
     await _store_topics(repo, config, tenant, conversation_id, pages, row.text if row is not None else "")
@@ -194,12 +205,14 @@ async def _store_topics(repo: Any, config: MemoryConfig, tenant: str, conversati
 async def update_profile(
     repo: Any, summarizer: Summarizer, config: MemoryConfig, tenant: str, conversation_id: str, now: dt.datetime,
     bases: Sequence[SummaryBase] = (), on_call: Callable[[str], None] | None = None,
+    read_pages: PageReader | None = None,
 ) -> str:
     """Stable facts about the conversation's end user (its own without a user id) from its newly archived pages."""
     row = await repo.get_summary(tenant, conversation_id, "profile")
     if backing_off(row, now):
         return BACKING_OFF
-    pages = await new_archived_pages(repo, tenant, conversation_id, row.last_seq if row else -1, config.message_chars)
+    pages = await (read_pages or _reader(repo))(tenant, conversation_id, row.last_seq if row else -1,
+                                                config.message_chars)
     if not pages:
         return NOTHING
     count = row.message_count if row is not None else 0

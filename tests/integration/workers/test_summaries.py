@@ -57,6 +57,73 @@ async def test_summary_is_made_by_the_model_and_served(repo: SqlConversationRepo
     assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c1")) == "nothing"
 
 
+async def test_an_epoch_queues_the_archival_by_age_once_a_day_without_a_limit_and_every_time_with_one(
+    repo: SqlConversationRepository, emulator_url: str
+) -> None:
+    """The messages an epoch stores are today's (verbatim): the plan by age changes with the day only, and its
+    queries read the whole history; a history limit changes with every message."""
+    today = [T0]
+    summarizer = ModelSummarizer(emulator_url, model="emu-summariser", timeout_s=10)
+    try:
+        for config, expected in ((MemoryConfig(cache_ttl_s=0), [3, 2, 3]),
+                                 (MemoryConfig(cache_ttl_s=0, history_soft_limit=1000), [3, 3, 3])):
+            today[0] = T0
+            w = MemoryWorker(repo, summarizer, InProcessJobQueue(), config, clock=lambda: today[0])
+            queued = []
+
+            async def skip(job: Job) -> None:
+                return None
+
+            for day in (T0, T0 + dt.timedelta(hours=3), T0 + dt.timedelta(days=1)):
+                today[0] = day
+                await w.notify(TENANT, "c-age")
+                queued.append(w.queue.pending())
+                await w.queue.drain(skip)
+            assert queued == expected, config
+            w.forget(TENANT, "c-age")  # forgotten: queued again on its next epoch
+            await w.notify(TENANT, "c-age")
+            assert w.queue.pending() == 3
+    finally:
+        await summarizer.aclose()
+
+
+async def test_the_summary_and_profile_jobs_of_an_epoch_read_its_pages_once(
+    repo: SqlConversationRepository, worker: MemoryWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = await History(repo, "c-read", end_user="uRead").create()
+    await history.add_pages([("[[say:- The user is called Read]] hello", "hi"), *PAGES])
+    reads = []
+    load_pages = repo.load_pages
+
+    async def counted(*args, **kwargs):
+        reads.append(kwargs.get("after_seq"))
+        return await load_pages(*args, **kwargs)
+
+    monkeypatch.setattr(repo, "load_pages", counted)
+    assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c-read")) == "done"
+    assert await worker.handle(Job(PROFILE_JOB, TENANT, "c-read")) == "done"
+    assert reads == [-1]  # the profile job took the summary job's read
+    assert await worker.latest_profile(TENANT, "c-new", "uRead") == "- The user is called Read"
+    # a page archived later: both jobs take it in (the summary job reads it; the profile job takes that read)
+    await history.add_pages([("[[say:- The user lives in Lyon]] and backups?", "nightly")])
+    assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c-read")) == "done"
+    assert await worker.handle(Job(PROFILE_JOB, TENANT, "c-read")) == "done"
+    assert len(reads) == 2
+    assert "Lyon" in await worker.latest_profile(TENANT, "c-new", "uRead")
+    assert (await repo.get_summary(TENANT, "c-read", "profile")).last_seq == \
+        (await repo.get_summary(TENANT, "c-read", "conversation")).last_seq
+    # an epoch between the two jobs: the second reads for itself (the first one's read may lack the epoch's pages)
+    await history.add_pages([("[[say:- The user likes tea]] tea?", "yes")])
+    assert await worker.handle(Job(PROFILE_JOB, TENANT, "c-read")) == "done"
+    await history.add_pages([("[[say:- The user likes jazz]] music?", "yes")])
+    await worker.notify(TENANT, "c-read")
+    assert await worker.handle(Job(SUMMARY_JOB, TENANT, "c-read")) == "done"
+    assert len(reads) == 4
+    assert (await repo.get_summary(TENANT, "c-read", "conversation")).last_seq == history.entries[-1].seq
+    worker.forget(TENANT, "c-read")  # deleted: nothing of it stays in the worker's memory
+    assert worker._read_pages.peek((TENANT, "c-read")) is None
+
+
 async def test_only_archived_pages_are_summarised(repo: SqlConversationRepository, worker: MemoryWorker) -> None:
     history = await History(repo, "c1").create()
     await history.add_pages(PAGES, state="active")
