@@ -87,6 +87,7 @@ class MemoryQueries:
     """Mixed into SqlConversationRepository."""
 
     engine: AsyncEngine
+    reader: AsyncEngine  # single-statement reads outside a transaction (SqlConversationRepository)
 
     # --- summaries ----------------------------------------------------------------------------
     async def get_summary(
@@ -96,7 +97,7 @@ class MemoryQueries:
             summaries_t.c.conversation_id == conversation_id, summaries_t.c.kind == kind,
             summaries_t.c.period == period, _owned(tenant, conversation_id),
         )
-        async with self.engine.connect() as connection:
+        async with self.reader.connect() as connection:
             row = (await connection.execute(stmt)).first()
         return None if row is None else _record(row)
 
@@ -121,7 +122,7 @@ class MemoryQueries:
                 )
             )
         stmt = stmt.order_by(summaries_t.c.period, summaries_t.c.kind)
-        async with self.engine.connect() as connection:
+        async with self.reader.connect() as connection:
             return [_record(r) for r in (await connection.execute(stmt)).all()]
 
     async def mark_pending(
@@ -228,7 +229,7 @@ class MemoryQueries:
         )
         if numbers is not None:
             stmt = stmt.where(topics_t.c.number.in_(list(numbers)))
-        async with self.engine.connect() as connection:
+        async with self.reader.connect() as connection:
             return {r.number: list(r.topics) for r in (await connection.execute(stmt)).all()}
 
     async def find_by_topic(self, tenant: str, topic: str, limit: int = 50) -> list[tuple[str, str]]:
@@ -276,7 +277,7 @@ class MemoryQueries:
             .order_by(sql_text("first"), facts_t.c.fact)
             .limit(limit)
         )
-        async with self.engine.connect() as connection:
+        async with self.reader.connect() as connection:
             return [r.fact for r in (await connection.execute(stmt)).all()]
 
     # --- archive maintenance ------------------------------------------------------------------
@@ -300,7 +301,7 @@ class MemoryQueries:
             .group_by(day)
             .order_by(day)
         )
-        async with self.engine.connect() as connection:
+        async with self.reader.connect() as connection:
             return [DayStats(*r) for r in (await connection.execute(stmt)).all()]
 
     async def load_entries_of_days(
@@ -371,7 +372,7 @@ class MemoryQueries:
         stmt = select(func.count()).select_from(entries_t).where(
             entries_t.c.conversation_id == conversation_id, _owned(tenant, conversation_id)
         )
-        async with self.engine.connect() as connection:
+        async with self.reader.connect() as connection:
             return int((await connection.execute(stmt)).scalar_one())
 
     async def add_event(self, tenant: str, conversation_id: str | None, kind: str, payload: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from memci_proxy.store.sql import turn_statements as turn
 from memci_proxy.store.sql.admin_queries import ConversationAdminQueries
 from memci_proxy.store.sql.memory_queries import MemoryQueries
 from memci_proxy.store.sql.models import BlobRef, Conversation, Entry, Event, Fingerprint, HiddenMessage, Page
+from memci_proxy.store.sql.pool_ping import ping_when_idle
 from memci_proxy.store.sql.response_chains import delete_conversation_chains
 from memci_proxy.store.sql.search_queries import PageSearchQueries, page_row
 from memci_proxy.store.sql.urls import to_async_url
@@ -39,18 +40,21 @@ T = TypeVar("T")
 def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20, echo: bool = False,
                            pre_ping: bool = True) -> AsyncEngine:
     """An asyncpg engine for any PostgreSQL URL form; JSON columns through msgspec, escaped (memci_proxy.store.sql.pgtext)
-    where they hold what PostgreSQL cannot store."""
-    return create_async_engine(
+    where they hold what PostgreSQL cannot store. ``pre_ping``: a connection idle in the pool for a while is pinged
+    before use (memci_proxy.store.sql.pool_ping)."""
+    engine = create_async_engine(
         to_async_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=pre_ping,
         pool_recycle=1800,
         echo=echo,
         hide_parameters=True,  # error messages (and so logs) never carry message content or keys
         json_serializer=pgtext.dumps,
         json_deserializer=pgtext.loads,
     )
+    if pre_ping:
+        ping_when_idle(engine)
+    return engine
 
 
 conv = Conversation.__table__
@@ -98,6 +102,9 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
         self.engine = engine
         # Turns are written on connections that are not pinged first (the writer retries a failed batch).
         self.write_engine = write_engine or engine
+        # Reads of one statement, outside a transaction: one round trip (a statement is atomic and sees one
+        # snapshot on its own), where a transaction adds a BEGIN and a ROLLBACK; the same pool.
+        self.reader = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     # --- conversations ---------------------------------------------------------------------
     async def create_conversation(
@@ -268,7 +275,7 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
     # --- reads --------------------------------------------------------------------------------
     async def load_snapshot(self, tenant: str, conversation_id: str) -> tuple[bytes, int] | None:
         stmt = select(conv.c.state, conv.c.state_version).where(conv.c.id == conversation_id, conv.c.tenant == tenant)
-        async with self.engine.connect() as connection:
+        async with self.reader.connect() as connection:
             row = (await connection.execute(stmt)).first()
         if row is None or row.state is None:
             return None
@@ -284,7 +291,7 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
             )
             .order_by(entries_t.c.seq)
         )
-        async with self.engine.connect() as connection:
+        async with self.reader.connect() as connection:
             rows = (await connection.execute(stmt)).all()
         return [EntryRow(seq=r.seq, hash=r.hash, role=r.role, message=r.message, tokens=r.tokens) for r in rows]
 
@@ -297,7 +304,7 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
         if after_seq is not None:
             conditions.append(pages_t.c.first_seq > after_seq)
         stmt = select(*_PAGE_COLUMNS).where(*conditions).order_by(pages_t.c.first_seq, pages_t.c.number)
-        async with self.engine.connect() as connection:
+        async with self.reader.connect() as connection:
             rows = (await connection.execute(stmt)).all()
         return [page_row(r) for r in rows]
 
