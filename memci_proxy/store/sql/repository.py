@@ -145,14 +145,19 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
         return await self._on_driver(
             lambda raw: batch_writes.create_conversation(raw, tenant, conversation_id, session_key, end_user))
 
-    async def _on_driver(self, work: Callable[[Any], Awaitable[T]]) -> T:
-        """``work`` on a write connection's asyncpg connection."""
-        async with self.write_engine.connect() as connection:
+    async def _on_driver(self, work: Callable[[Any], Awaitable[T]], engine: AsyncEngine | None = None) -> T:
+        """``work`` on the asyncpg connection of a write connection (``engine``: of that engine's pool)."""
+        async with (engine or self.write_engine).connect() as connection:
             try:
                 return await work((await connection.get_raw_connection()).driver_connection)
             except BaseException:
                 await connection.invalidate()  # the driver's own error: the pool cannot tell a broken connection
                 raise
+
+    async def _read_on_driver(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """``work`` (reads) on the asyncpg connection of a read connection: pinged when idle, outside a transaction;
+        the statement prepared once per connection (no SQLAlchemy construction and compilation per call)."""
+        return await self._on_driver(work, self.reader)
 
     @staticmethod
     async def _inherit_prefix(
