@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -38,8 +37,8 @@ from memci_proxy.workers.config import MemoryConfig
 from memci_proxy.workers.covering import Covered, CoveredMemory
 from memci_proxy.workers.prefix import SummaryBase
 from memci_proxy.workers.queue import ARCHIVE_JOB, PROFILE_JOB, SUMMARY_JOB, Job, JobQueue
-from memci_proxy.workers.summaries import (PageText, new_archived_pages, render_profile, update_conversation_summary,
-                                           update_profile)
+from memci_proxy.workers.page_reads import EpochPageReads
+from memci_proxy.workers.summaries import render_profile, update_conversation_summary, update_profile
 from memci_proxy.workers.summarizer import Summarizer
 
 log = logging.getLogger("memci.workers")
@@ -47,7 +46,6 @@ log = logging.getLogger("memci.workers")
 Clock = Callable[[], dt.datetime]
 BASES_PER_CONVERSATION = 2  # pre-epoch prompts kept per conversation (a job late by one epoch still finds its own)
 MAX_IDLE_WAITING = 100_000  # conversations whose jobs wait for the idle delay
-READ_PAGES_KEPT_S = 60.0  # an epoch's pages read by its first job, kept this long for the second
 LOCAL_CONSUMERS = 4  # jobs of this replica's own queue run at once (one at a time per job and conversation)
 
 
@@ -91,11 +89,7 @@ class MemoryWorker:
         # conversation -> the UTC day its archival by age was last queued after an epoch (``_archive_due``)
         self._archived_on: BoundedLru[tuple[str, str], str] = BoundedLru(
             "archival_days", 100_000, 16 * 2**20, size_of=lambda k, v: 160 + len(k[0]) + len(k[1]))
-        # conversation -> (watermark, pages): the newly archived pages one job read, for the other of the epoch
-        # (``_new_pages``: the summary and the profile job read the same pages after the same message)
-        self._read_pages: BoundedLru[tuple[str, str], tuple[str, int, float, list[PageText]]] = BoundedLru(
-            "job_pages", 1000, 32 * 2**20,
-            size_of=lambda k, v: 256 + sum(2 * len(p.text) + 512 * len(p.rows) for p in v[3]))
+        self.page_reads = EpochPageReads(repo)  # an epoch's new pages, read once for its two jobs
         self.covered = CoveredMemory(repo, self.config.profile_max_facts, self.latest_profile, clock, self._waited)
 
     # --- what the managed turn calls ----------------------------------------------------------
@@ -114,7 +108,7 @@ class MemoryWorker:
         age (limits included) up to date, now or (``idle_s``) once the conversation is idle. ``summaries=False``:
         the summary and profile jobs ran already (``run_before``), only the archival is queued."""
         key = (tenant, conversation_id)
-        self._read_pages.pop(key)  # a read from before this epoch is not handed to a job after it
+        self.page_reads.drop(tenant, conversation_id)  # a read from before this epoch is not for a job after it
         if not summaries:
             self._idle.pop(key, None)
             if self._archive_due(tenant, conversation_id):
@@ -142,7 +136,7 @@ class MemoryWorker:
         if not self.bases(tenant, conversation_id):
             return False
         self._idle.pop((tenant, conversation_id), None)
-        self._read_pages.pop((tenant, conversation_id))
+        self.page_reads.drop(tenant, conversation_id)
 
         async def jobs() -> None:
             for kind in (SUMMARY_JOB, PROFILE_JOB):
@@ -190,21 +184,6 @@ class MemoryWorker:
             return False
         self._archived_on.put(key, today)
         return True
-
-    async def _new_pages(self, kind: str, tenant: str, conversation_id: str, after_seq: int, message_chars: int
-                         ) -> list[PageText]:
-        """The pages archived after message ``after_seq``, for a job of ``kind``: read once for the two jobs of an
-        epoch (the other kind's job of the same watermark, within READ_PAGES_KEPT_S and before the next epoch,
-        takes what the first one read; a job retried reads again)."""
-        key = (tenant, conversation_id)
-        read = self._read_pages.pop(key)
-        if (read is not None and read[0] != kind and read[1] == after_seq
-                and time.monotonic() - read[2] < READ_PAGES_KEPT_S):
-            return read[3]
-        pages = await new_archived_pages(self.repo, tenant, conversation_id, after_seq, message_chars)
-        if pages:
-            self._read_pages.put(key, (kind, after_seq, time.monotonic(), pages))
-        return pages
 
     def created(self, tenant: str, conversation_id: str) -> None:
         """A conversation this process just created has no summary: its next turns need not ask the database (until
@@ -273,7 +252,7 @@ class MemoryWorker:
         self.covered.forget(tenant, conversation_id)
         self._profiles.pop((tenant, "conversation:" + conversation_id))
         self._bases.pop((tenant, conversation_id))
-        self._read_pages.pop((tenant, conversation_id))
+        self.page_reads.drop(tenant, conversation_id)
         self._archived_on.pop((tenant, conversation_id))
         self._idle.pop((tenant, conversation_id), None)
 
@@ -297,12 +276,12 @@ class MemoryWorker:
             result = await update_conversation_summary(self.repo, self.summarizer, self.config, job.tenant,
                                                        job.conversation_id, now,
                                                        self.bases(job.tenant, job.conversation_id), self._count,
-                                                       functools.partial(self._new_pages, job.kind))
+                                                       self.page_reads.reader(job.kind))
             self._summaries.pop((job.tenant, job.conversation_id))
         elif job.kind == PROFILE_JOB:
             result = await update_profile(self.repo, self.summarizer, self.config, job.tenant, job.conversation_id, now,
                                           self.bases(job.tenant, job.conversation_id), self._count,
-                                          functools.partial(self._new_pages, job.kind))
+                                          self.page_reads.reader(job.kind))
             self._profiles.pop(job.tenant)
         elif job.kind == ARCHIVE_JOB:
             result = await self.sweep.run(job.tenant, job.conversation_id, now)

@@ -121,7 +121,7 @@ async def test_the_summary_and_profile_jobs_of_an_epoch_read_its_pages_once(
     assert len(reads) == 4
     assert (await repo.get_summary(TENANT, "c-read", "conversation")).last_seq == history.entries[-1].seq
     worker.forget(TENANT, "c-read")  # deleted: nothing of it stays in the worker's memory
-    assert worker._read_pages.peek((TENANT, "c-read")) is None
+    assert not worker.page_reads.held(TENANT, "c-read")
 
 
 async def test_only_archived_pages_are_summarised(repo: SqlConversationRepository, worker: MemoryWorker) -> None:
