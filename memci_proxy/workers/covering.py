@@ -18,6 +18,7 @@ the same points: which other conversations' jobs have finished is not part of th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import time
 from collections.abc import Awaitable, Callable
@@ -28,7 +29,7 @@ from memci_proxy.caches import BoundedLru
 from memci_proxy.engine.state import ConversationState
 from memci_proxy.workers.summaries import render_profile
 
-POLL_FIRST_S = 0.05
+POLL_FIRST_S = 0.05  # (a job of this process wakes the wait at once: the polls are for other replicas' jobs)
 POLL_MAX_S = 0.5
 BEHIND_RECHECK_S = 1.0  # a turn asks PostgreSQL again this long after it found the jobs behind (epochs always ask)
 FAILED_RECHECK_S = 30.0  # after it found them backing off
@@ -74,6 +75,9 @@ class CoveredMemory:
         self._behind: BoundedLru[tuple[str, str], tuple[int, float]] = BoundedLru(
             "covered_memory_behind", 10_000, 4 * 2**20, size_of=lambda k, v: 120 + len(k[0]) + len(k[1]))
         self.waits: dict[str, int] = {}  # epochs that waited for the jobs, by outcome ("ready", "behind", "failed")
+        # conversation -> the events of the epochs waiting for its jobs (``jobs_ran`` wakes them at once; the poll
+        # remains for jobs another replica runs)
+        self._waiting: dict[tuple[str, str], set[asyncio.Event]] = {}
 
     async def read(self, tenant: str, conversation_id: str, through: int, end_user: str = "") -> Covered | None:
         """The summary and profile covering at least message ``through``; None while the jobs are behind."""
@@ -94,22 +98,40 @@ class CoveredMemory:
 
     async def wait(self, tenant: str, conversation_id: str, through: int, end_user: str, timeout_s: float
                    ) -> Covered | None:
-        """``read``, again until the jobs have covered ``through`` (at most ``timeout_s``; not when they failed)."""
+        """``read``, again until the jobs have covered ``through`` (at most ``timeout_s``; not when they failed): at
+        once when a job of the conversation ends in this process (``jobs_ran``), else at growing intervals."""
         deadline, pause = time.monotonic() + timeout_s, POLL_FIRST_S
-        while True:
-            found = await self._own(tenant, conversation_id, through)
-            if found is _FAILED:
-                self._count("failed")
-                return None
-            if found is not None:
-                self._count("ready")
-                return await self._for_user(found, tenant, conversation_id, end_user)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._count("behind")
-                return None
-            await asyncio.sleep(min(pause, left))
-            pause = min(POLL_MAX_S, pause * 2)
+        key = (tenant, conversation_id)
+        woken = asyncio.Event()
+        self._waiting.setdefault(key, set()).add(woken)
+        try:
+            while True:
+                woken.clear()  # before the read: a job ending after it wakes the wait below
+                found = await self._own(tenant, conversation_id, through)
+                if found is _FAILED:
+                    self._count("failed")
+                    return None
+                if found is not None:
+                    self._count("ready")
+                    return await self._for_user(found, tenant, conversation_id, end_user)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._count("behind")
+                    return None
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(woken.wait(), min(pause, left))
+                pause = min(POLL_MAX_S, pause * 2)
+        finally:
+            waiting = self._waiting.get(key)
+            if waiting is not None:
+                waiting.discard(woken)
+                if not waiting:
+                    del self._waiting[key]
+
+    def jobs_ran(self, tenant: str, conversation_id: str) -> None:
+        """A summary or profile job of the conversation ended in this process: the epochs waiting read again now."""
+        for woken in self._waiting.get((tenant, conversation_id), ()):
+            woken.set()
 
     def forget(self, tenant: str, conversation_id: str) -> None:
         self._cache.pop((tenant, conversation_id))

@@ -267,6 +267,8 @@ class MemoryWorker:
             async with lock:  # a conversation's summary (or profile) job at a time: each reads the other's progress
                 return await self._handle(job, now or self.clock())
         finally:
+            if job.kind in (SUMMARY_JOB, PROFILE_JOB):  # an epoch waiting for them reads their progress now
+                self.covered.jobs_ran(job.tenant, job.conversation_id)
             if not lock.locked() and not getattr(lock, "_waiters", None):
                 self._job_locks.pop(job, None)
 

@@ -123,3 +123,21 @@ async def test_an_epoch_waiting_for_its_jobs_starts_them_ahead_of_the_other_conv
     assert handled == [Job("summary", "t", "c"), Job("profile", "t", "c")]
     assert [await queue.get() for _ in range(2)] == [Job("summary", "t", "another conversation"),
                                                      Job("archive", "t", "c")]
+
+
+async def test_a_job_ending_in_this_process_wakes_the_waiting_epoch_at_once():
+    repo = Repo()
+    m = memory(repo)
+
+    async def job_done() -> None:
+        await asyncio.sleep(0.01)
+        repo.done(8, "S8")
+        m.jobs_ran("t", "c")
+
+    done = asyncio.create_task(job_done())
+    started = asyncio.get_running_loop().time()
+    assert await m.wait("t", "c", 8, "", timeout_s=5) == Covered("S8", "")
+    assert asyncio.get_running_loop().time() - started < 0.04  # not at the first poll (0.05 s)
+    await done
+    assert m._waiting == {}  # nothing left of the wait
+    m.jobs_ran("t", "c")  # no one waiting: nothing to do
