@@ -107,6 +107,8 @@ _PUT_TOPICS = (
     f"FROM jsonb_to_recordset($2::jsonb) AS t(number text, topics jsonb) WHERE {_OWNED.format(tenant='$3')} "
     "ON CONFLICT (conversation_id, number) DO UPDATE SET topics = excluded.topics, updated_at = now()"
 )
+_ALL_TOPICS = f"SELECT number, topics FROM memory_topics WHERE conversation_id = $1 AND {_OWNED.format(tenant='$2')}"
+_TOPICS = _ALL_TOPICS + " AND number = ANY($3::text[])"
 _ADD_FACTS = (
     "INSERT INTO memory_profile_facts (conversation_id, digest, tenant, fact, end_user) "
     "SELECT $1, f.digest, $2, f.fact, c.end_user FROM conversations c, unnest($3::text[], $4::text[]) AS f(digest, fact) "
@@ -232,13 +234,11 @@ class MemoryQueries:
     async def load_topics(self, tenant: str, conversation_id: str, numbers: Sequence[str] | None = None
                           ) -> dict[str, list[str]]:
         """Topics per page number ('' for the whole conversation): of the pages ``numbers`` when given, else of all."""
-        stmt = select(topics_t.c.number, topics_t.c.topics).where(
-            topics_t.c.conversation_id == conversation_id, _owned(tenant, conversation_id)
-        )
-        if numbers is not None:
-            stmt = stmt.where(topics_t.c.number.in_(list(numbers)))
-        async with self.reader.connect() as connection:
-            return {r.number: list(r.topics) for r in (await connection.execute(stmt)).all()}
+        if numbers is None:
+            rows = await self._read_on_driver(lambda raw: raw.fetch(_ALL_TOPICS, conversation_id, tenant))
+        else:
+            rows = await self._read_on_driver(lambda raw: raw.fetch(_TOPICS, conversation_id, tenant, list(numbers)))
+        return {r["number"]: list(r["topics"]) for r in rows}
 
     async def find_by_topic(self, tenant: str, topic: str, limit: int = 50) -> list[tuple[str, str]]:
         """(conversation id, page number or '') whose topics hold ``topic`` (GIN index: topics @> ARRAY[topic])."""

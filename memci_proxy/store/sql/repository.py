@@ -93,6 +93,27 @@ _PAGE_COLUMNS = (pages_t.c.number, pages_t.c.first_seq, pages_t.c.last_seq, page
                  pages_t.c.summary, pages_t.c.recall_count, pages_t.c.last_recalled_turn)
 
 
+# Reads of every epoch's jobs and of recall, in plain SQL on the driver's connection (memci_proxy.store.sql.memory_queries)
+_OWNED_SQL = "EXISTS (SELECT 1 FROM conversations WHERE id = $1 AND tenant = $4)"
+_LOAD_ENTRIES = ("SELECT seq, hash, role, message::text AS message, tokens FROM entries WHERE conversation_id = $1 "
+                 f"AND seq BETWEEN $2 AND $3 AND {_OWNED_SQL} ORDER BY seq")
+_LOAD_PAGES = ("SELECT number, first_seq, last_seq, state, tokens, summary, recall_count, last_recalled_turn FROM pages "
+               f"WHERE conversation_id = $1 AND state = ANY($2::text[]) AND first_seq > $3 AND {_OWNED_SQL} "
+               "ORDER BY first_seq, number")
+
+
+class _Fields:
+    """An asyncpg record read by attribute, as page_row reads a SQLAlchemy row."""
+
+    __slots__ = ("_record",)
+
+    def __init__(self, record: Any) -> None:
+        self._record = record
+
+    def __getattr__(self, name: str) -> Any:
+        return self._record[name]
+
+
 class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, PageVectorQueries, MemoryQueries,
                                 UserMemoryQueries):
     """Implements memci_proxy.store.ports.ConversationRepository, ConversationAdmin and PageVectorStore; full-text
@@ -287,31 +308,18 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
         return bytes(row.state), row.state_version
 
     async def load_entries(self, tenant: str, conversation_id: str, first_seq: int, last_seq: int) -> list[EntryRow]:
-        stmt = (
-            select(entries_t.c.seq, entries_t.c.hash, entries_t.c.role, entries_t.c.message, entries_t.c.tokens)
-            .where(
-                entries_t.c.conversation_id == conversation_id,
-                entries_t.c.seq.between(first_seq, last_seq),
-                _owned(conversation_id, tenant),
-            )
-            .order_by(entries_t.c.seq)
-        )
-        async with self.reader.connect() as connection:
-            rows = (await connection.execute(stmt)).all()
-        return [EntryRow(seq=r.seq, hash=r.hash, role=r.role, message=r.message, tokens=r.tokens) for r in rows]
+        rows = await self._read_on_driver(
+            lambda raw: raw.fetch(_LOAD_ENTRIES, conversation_id, first_seq, last_seq, tenant))
+        return [EntryRow(seq=r["seq"], hash=r["hash"], role=r["role"], message=pgtext.loads(r["message"]),
+                         tokens=r["tokens"]) for r in rows]
 
     async def load_pages(
         self, tenant: str, conversation_id: str, states: tuple[str, ...] = ("archived", "evicted"),
         after_seq: int | None = None,
     ) -> list[PageRow]:
-        conditions = [pages_t.c.conversation_id == conversation_id, pages_t.c.state.in_(list(states)),
-                      _owned(conversation_id, tenant)]
-        if after_seq is not None:
-            conditions.append(pages_t.c.first_seq > after_seq)
-        stmt = select(*_PAGE_COLUMNS).where(*conditions).order_by(pages_t.c.first_seq, pages_t.c.number)
-        async with self.reader.connect() as connection:
-            rows = (await connection.execute(stmt)).all()
-        return [page_row(r) for r in rows]
+        rows = await self._read_on_driver(lambda raw: raw.fetch(
+            _LOAD_PAGES, conversation_id, list(states), -1 if after_seq is None else after_seq, tenant))
+        return [page_row(_Fields(r)) for r in rows]
 
     # --- small writes outside a turn ------------------------------------------------------------
     async def update_recall_stats(self, tenant: str, conversation_id: str, numbers: list[str], turn: int) -> None:
