@@ -28,7 +28,6 @@ from memci_proxy.store.sql import turn_statements as turn
 from memci_proxy.store.sql.admin_queries import ConversationAdminQueries
 from memci_proxy.store.sql.memory_queries import MemoryQueries
 from memci_proxy.store.sql.models import BlobRef, Conversation, Entry, Event, Fingerprint, HiddenMessage, Page
-from memci_proxy.store.sql.pool_ping import ping_when_idle
 from memci_proxy.store.sql.response_chains import delete_conversation_chains
 from memci_proxy.store.sql.search_queries import PageSearchQueries, page_row
 from memci_proxy.store.sql.urls import to_async_url
@@ -40,21 +39,19 @@ T = TypeVar("T")
 def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20, echo: bool = False,
                            pre_ping: bool = True) -> AsyncEngine:
     """An asyncpg engine for any PostgreSQL URL form; JSON columns through msgspec, escaped (memci_proxy.store.sql.pgtext)
-    where they hold what PostgreSQL cannot store. ``pre_ping``: a connection idle in the pool for a while is pinged
-    before use (memci_proxy.store.sql.pool_ping)."""
-    engine = create_async_engine(
+    where they hold what PostgreSQL cannot store. ``pre_ping``: a connection is pinged before each use (a server
+    restarted meanwhile costs no request)."""
+    return create_async_engine(
         to_async_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
+        pool_pre_ping=pre_ping,
         pool_recycle=1800,
         echo=echo,
         hide_parameters=True,  # error messages (and so logs) never carry message content or keys
         json_serializer=pgtext.dumps,
         json_deserializer=pgtext.loads,
     )
-    if pre_ping:
-        ping_when_idle(engine)
-    return engine
 
 
 conv = Conversation.__table__
@@ -176,7 +173,7 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
                 raise
 
     async def _read_on_driver(self, work: Callable[[Any], Awaitable[T]]) -> T:
-        """``work`` (reads) on the asyncpg connection of a read connection: pinged when idle, outside a transaction;
+        """``work`` (reads) on the asyncpg connection of a read connection: pinged first, outside a transaction;
         the statement prepared once per connection (no SQLAlchemy construction and compilation per call)."""
         return await self._on_driver(work, self.reader)
 
