@@ -15,7 +15,6 @@ from typing import Any
 
 import msgspec
 from sqlalchemy import and_, delete, exists, func, literal, select, update
-from sqlalchemy import text as sql_text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -89,13 +88,14 @@ def flag_of(day: str, statuses: dict[tuple[str, str], str]) -> str:
 # driver's connection (prepared once per connection): through SQLAlchemy Core each took 0.6-1.6 ms of the proxy's CPU.
 _SUMMARY_COLUMNS = ("conversation_id, kind, period, status, text, tokens, first_seq, last_seq, message_count, "
                     "compressions, attempts, next_attempt_at, last_error")
-_OWNED = "EXISTS (SELECT 1 FROM conversations WHERE id = $1 AND tenant = {tenant})"
+# the conversation ($1) is the tenant's (its parameter given): every statement on a conversation's rows holds it
+OWNED_SQL = "EXISTS (SELECT 1 FROM conversations WHERE id = $1 AND tenant = {tenant})"
 _GET_SUMMARY = (f"SELECT {_SUMMARY_COLUMNS} FROM memory_summaries WHERE conversation_id = $1 AND kind = $2 "
-                f"AND period = $3 AND {_OWNED.format(tenant='$4')}")
+                f"AND period = $3 AND {OWNED_SQL.format(tenant='$4')}")
 _PUT_SUMMARY = (
     "INSERT INTO memory_summaries (conversation_id, kind, period, status, text, tokens, first_seq, last_seq, "
     "message_count, compressions, attempts, next_attempt_at, last_error, updated_at) "
-    f"SELECT $1, $2, $3, '{DONE}', $4, $5, $6, $7, $8, $9, 0, NULL, NULL, now() WHERE {_OWNED.format(tenant='$10')} "
+    f"SELECT $1, $2, $3, '{DONE}', $4, $5, $6, $7, $8, $9, 0, NULL, NULL, now() WHERE {OWNED_SQL.format(tenant='$10')} "
     "ON CONFLICT (conversation_id, kind, period) DO UPDATE SET status = excluded.status, text = excluded.text, "
     "tokens = excluded.tokens, first_seq = excluded.first_seq, last_seq = excluded.last_seq, "
     "message_count = excluded.message_count, compressions = excluded.compressions, attempts = 0, "
@@ -104,10 +104,10 @@ _PUT_SUMMARY = (
 _PUT_TOPICS = (
     "INSERT INTO memory_topics (conversation_id, number, topics, updated_at) "
     "SELECT $1, t.number, ARRAY(SELECT jsonb_array_elements_text(t.topics)), now() "
-    f"FROM jsonb_to_recordset($2::jsonb) AS t(number text, topics jsonb) WHERE {_OWNED.format(tenant='$3')} "
+    f"FROM jsonb_to_recordset($2::jsonb) AS t(number text, topics jsonb) WHERE {OWNED_SQL.format(tenant='$3')} "
     "ON CONFLICT (conversation_id, number) DO UPDATE SET topics = excluded.topics, updated_at = now()"
 )
-_ALL_TOPICS = f"SELECT number, topics FROM memory_topics WHERE conversation_id = $1 AND {_OWNED.format(tenant='$2')}"
+_ALL_TOPICS = f"SELECT number, topics FROM memory_topics WHERE conversation_id = $1 AND {OWNED_SQL.format(tenant='$2')}"
 _TOPICS = _ALL_TOPICS + " AND number = ANY($3::text[])"
 _ADD_FACTS = (
     "INSERT INTO memory_profile_facts (conversation_id, digest, tenant, fact, end_user) "

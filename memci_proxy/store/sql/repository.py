@@ -26,7 +26,7 @@ from memci_proxy.store.ports import (
 from memci_proxy.store.sql import batch_writes, pgtext
 from memci_proxy.store.sql import turn_statements as turn
 from memci_proxy.store.sql.admin_queries import ConversationAdminQueries
-from memci_proxy.store.sql.memory_queries import MemoryQueries
+from memci_proxy.store.sql.memory_queries import OWNED_SQL, MemoryQueries
 from memci_proxy.store.sql.models import BlobRef, Conversation, Entry, Event, Fingerprint, HiddenMessage, Page
 from memci_proxy.store.sql.response_chains import delete_conversation_chains
 from memci_proxy.store.sql.search_queries import PageSearchQueries, page_row
@@ -86,12 +86,8 @@ def _owned(conversation_id: str, tenant: str) -> Any:
 
 
 # What a PageRow holds: not the tsvector (a page's indexed words, about as large as its text) nor the timestamps.
-_PAGE_COLUMNS = (pages_t.c.number, pages_t.c.first_seq, pages_t.c.last_seq, pages_t.c.state, pages_t.c.tokens,
-                 pages_t.c.summary, pages_t.c.recall_count, pages_t.c.last_recalled_turn)
-
-
 # Reads of every epoch's jobs and of recall, in plain SQL on the driver's connection (memci_proxy.store.sql.memory_queries)
-_OWNED_SQL = "EXISTS (SELECT 1 FROM conversations WHERE id = $1 AND tenant = $4)"
+_OWNED_SQL = OWNED_SQL.format(tenant="$4")
 _LOAD_ENTRIES = ("SELECT seq, hash, role, message::text AS message, tokens FROM entries WHERE conversation_id = $1 "
                  f"AND seq BETWEEN $2 AND $3 AND {_OWNED_SQL} ORDER BY seq")
 _LOAD_PAGES = ("SELECT number, first_seq, last_seq, state, tokens, summary, recall_count, last_recalled_turn FROM pages "
