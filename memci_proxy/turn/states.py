@@ -173,18 +173,32 @@ class ConversationStates:
                        rows: RowSet) -> Known:
         """Store now (before the upstream call that omits something). Raises StaleState (SnapshotBehind when
         the stored state is older than the one planned from), ConversationNotFound, or the store's error."""
-        if not await self.writer.settle(conversation_id):
-            raise StaleState(f"conversation {conversation_id}: queued turns no longer apply to the stored state")
-        base = self._base(conversation_id, known)
+        queued = await self.writer.take(conversation_id)
+        if queued and queued[-1].version != known.version:  # not planned from them: written first, in order
+            self.writer.give_back(conversation_id, queued)
+            queued = []
+            if not await self.writer.settle(conversation_id):
+                raise StaleState(f"conversation {conversation_id}: queued turns no longer apply to the stored state")
+        # The turns queued here, planned on, go in the same write (one statement): their rows, then this turn's,
+        # compared and set on the stored state the oldest of them builds on.
+        base = queued[0].base if queued else self._base(conversation_id, known)
+        if queued:
+            merged = RowSet()
+            for p in queued:
+                merged.merge(p.rows)
+            merged.merge(rows)
+            rows = merged
         version = self.next_version(conversation_id, known.version)
         snapshot = state.to_bytes()
-        write = rows.write(tenant, conversation_id, snapshot, version, base)
-        outcome = (await self.repo.save_turns([write]))[0]
-        waited, pause = 0.0, 0.005
-        while outcome == BEHIND and waited < BEHIND_WAIT_S:  # another replica's write of that state is on its way
-            await asyncio.sleep(pause)
-            waited, pause = waited + pause, min(0.1, pause * 2)
-            outcome = (await self.repo.save_turns([write]))[0]
+        try:
+            outcome = await self.writer.save_waiting(rows.write(tenant, conversation_id, snapshot, version, base))
+        except BaseException:
+            self.writer.give_back(conversation_id, queued)
+            raise
+        if outcome in (SAVED, REPLAYED):
+            self.writer.stored_with(queued)
+        elif queued and outcome != NOT_FOUND:  # the queued turns no longer apply to the stored state (dropped)
+            raise StaleState(f"conversation {conversation_id}: queued turns no longer apply to the stored state")
         if outcome == BEHIND:
             raise SnapshotBehind(f"conversation {conversation_id}: the state version {known.version} was planned "
                                  "from is not stored yet")

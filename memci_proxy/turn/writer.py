@@ -30,7 +30,8 @@ from typing import Any
 
 from memci_proxy.engine import ConversationState
 from memci_proxy.metrics import Metrics
-from memci_proxy.store.ports import BEHIND, NOT_FOUND, REPLAYED, SAVED, ConversationRepository, SnapshotBase, snapshot_digest
+from memci_proxy.store.ports import (BEHIND, NOT_FOUND, REPLAYED, SAVED, ConversationRepository, SnapshotBase, TurnWrite,
+                                     snapshot_digest)
 from memci_proxy.turn.rows import RowSet
 
 log = logging.getLogger("memci.turn")
@@ -128,22 +129,37 @@ class WriteBehind:
         pendings = await self.take(conversation_id)
         for i, p in enumerate(pendings):
             p.encode()
-            write = p.rows.write(p.tenant, p.conversation_id, p.snapshot, p.version, p.base)
-            waited, pause = 0.0, 0.005
             try:
-                while True:
-                    outcome = (await self.repo.save_turns([write]))[0]
-                    if outcome != BEHIND or waited >= self.behind_wait_s:
-                        break
-                    await asyncio.sleep(pause)
-                    waited, pause = waited + pause, min(0.1, pause * 2)
+                outcome = await self.save_waiting(p.rows.write(p.tenant, p.conversation_id, p.snapshot, p.version,
+                                                               p.base))
             except BaseException:
-                self._queues.setdefault(conversation_id, deque()).extendleft(reversed(pendings[i:]))
+                self.give_back(conversation_id, pendings[i:])
                 raise
             if outcome not in (SAVED, REPLAYED):
                 return False
             self._stored(p)
         return True
+
+    async def save_waiting(self, write: TurnWrite) -> str:
+        """One write's outcome; while its base is BEHIND (queued on another replica) it is tried again, at most
+        ``behind_wait_s``."""
+        waited, pause = 0.0, 0.005
+        while True:
+            outcome = (await self.repo.save_turns([write]))[0]
+            if outcome != BEHIND or waited >= self.behind_wait_s:
+                return outcome
+            await asyncio.sleep(pause)
+            waited, pause = waited + pause, min(0.1, pause * 2)
+
+    def give_back(self, conversation_id: str, pendings: list[Pending]) -> None:
+        """Queued turns taken by a write that failed: queued again, first (their order kept)."""
+        if pendings:
+            self._queues.setdefault(conversation_id, deque()).extendleft(reversed(pendings))
+
+    def stored_with(self, pendings: list[Pending]) -> None:
+        """Queued turns taken into a newer write of their conversation that was stored (their rows with it)."""
+        for p in pendings:
+            self.metrics.write_lag.observe(max(0.0, self.clock() - p.queued_at))
 
     async def flush(self, conversation_id: str, timeout_s: float = 5.0) -> None:
         """Write the conversation's queued turns through the flusher now, and wait until they are written (or

@@ -107,6 +107,54 @@ async def _chat_past_an_epoch(service, extra_turns: int = 0) -> Chat:
     return chat
 
 
+async def test_an_epoch_stores_the_turns_queued_before_it_in_its_own_write():
+    repo = MemoryRepository()
+    service = make_service(ChatUpstream(), repo, write_behind_max_lag_ms=60_000)  # nothing written behind meanwhile
+    chat = Chat(service)
+    i = 0
+    while True:
+        before = repo.transactions
+        await chat.send(chat.user_text(i))
+        i += 1
+        if chat.last_headers.get("X-Memci-Epoch") == "true" and i > 1:
+            break
+        assert i < 80, "no epoch"
+    assert repo.transactions == before + 1  # the queued turns and the epoch: one write
+    assert repo.user_texts(chat.conversation_id) == [chat.user_text(n) for n in range(i)]
+    assert service.states.writer.newest(chat.conversation_id) is None
+    await service.close()
+
+
+class _EpochFailsOnce(MemoryRepository):
+    """A store that refuses the first write of an epoch (the one holding a contents page)."""
+
+    failed = 0
+
+    async def save_turns(self, writes: list[TurnWrite]) -> list[str]:
+        if not self.failed and any(w.contents is not None and w.entries and min(e.seq for e in w.entries) > 1
+                                   for w in writes):
+            self.failed += 1
+            raise ConnectionError("database down for a moment")
+        return await super().save_turns(writes)
+
+
+async def test_an_epoch_whose_write_fails_keeps_the_turns_queued_before_it():
+    repo = _EpochFailsOnce()
+    service = make_service(ChatUpstream(), repo, write_behind_max_lag_ms=60_000)
+    chat = Chat(service)
+    i = 0
+    while not repo.failed:
+        await chat.send(chat.user_text(i))
+        i += 1
+        assert i < 80, "no epoch"
+    assert service.states.writer.newest(chat.conversation_id) is not None  # given back to the queue
+    for _ in range(3):
+        await chat.send(chat.user_text(i))
+        i += 1
+    await service.close()
+    assert repo.user_texts(chat.conversation_id) == [chat.user_text(n) for n in range(i)]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_recall_exchange_is_stored_before_the_next_round(stream):
     repo = MemoryRepository()
