@@ -71,6 +71,8 @@ class LocalEmbedder:
         self._queries = ThreadPoolExecutor(1, "memci-embed-query")
         self._query_vectors: BoundedLru[str, list[float]] = BoundedLru(
             "embedding_queries", query_cache_entries, 8 * 2**20, size_of=lambda k, v: 64 + len(k) + 8 * len(v))
+        # queries whose forward pass is under way: text -> (the pass, the text's place in it)
+        self._query_passes: dict[str, tuple[asyncio.Future[list[list[float]] | None], int]] = {}
 
     @property
     def model_name(self) -> str:
@@ -162,11 +164,39 @@ class LocalEmbedder:
             return []
         return await asyncio.get_running_loop().run_in_executor(self._queries, self._embed_now, list(texts))
 
+    def embed_queries_soon(self, texts: Sequence[str]) -> None:
+        """Start one forward pass for those of ``texts`` neither cached nor under way (a turn that will search for
+        several queries: one pass costs little more than one query's); ``embed_query`` of any of them waits for
+        it."""
+        if self._encode is None or self.model.inline_query:
+            return
+        wanted = [t for t in dict.fromkeys(texts)
+                  if t and t not in self._query_passes and self._query_vectors.peek(t) is None]
+        if len(wanted) < 2:
+            return  # one query: embedded when it is searched
+        running = asyncio.get_running_loop().run_in_executor(self._queries, self._embed_now, wanted)
+        for place, text in enumerate(wanted):
+            self._query_passes[text] = (running, place)
+
+        def landed(done: asyncio.Future[list[list[float]] | None]) -> None:
+            vectors = None if done.cancelled() or done.exception() is not None else done.result()
+            for place, text in enumerate(wanted):
+                if self._query_passes.get(text, (None, 0))[0] is done:
+                    del self._query_passes[text]
+                if vectors is not None:
+                    self._query_vectors.put(text, vectors[place])
+
+        running.add_done_callback(landed)
+
     async def embed_query(self, text: str) -> list[float] | None:
         """The query's vector (cached by text); None while the model loads or when it failed."""
         cached = self._query_vectors.get(text)
         if cached is not None:
             return cached
+        under_way = self._query_passes.get(text)
+        if under_way is not None:  # in a pass started for several queries
+            vectors = await asyncio.shield(under_way[0])
+            return vectors[under_way[1]] if vectors is not None else None
         if self._encode is None:
             if self._failed:
                 return None

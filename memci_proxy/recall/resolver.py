@@ -6,7 +6,7 @@ import asyncio
 import datetime as _dt
 import time
 from dataclasses import dataclass, field, replace
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from memci_proxy.engine import ACTIVE, ConversationState, PageRecord, TokenCounter, page_entry_range, page_hidden_messages
@@ -166,6 +166,13 @@ class RecallResolver:
                     "have, or ask the user to continue in a new message.")
             return RecallOutcome(text, kind, [], hits, seconds)
         return RecallOutcome(self._cut("\n\n".join(parts), cap), kind, returned, hits, seconds)
+
+    def embed_queries_soon(self, queries: Sequence[str]) -> None:
+        """The vectors of the queries a turn will search for, started in one forward pass (searched one after the
+        other, each would wait for a pass of its own)."""
+        soon = getattr(getattr(self.vectors, "embedder", None), "embed_queries_soon", None)
+        if soon is not None:
+            soon([vector_query(q) for q in queries])
 
     @property
     def embeds_archived_pages(self) -> bool:

@@ -173,6 +173,7 @@ class ProactivePush:
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
             return []
+        self.resolver.embed_queries_soon([matched, query])  # searched below, one after the other
         # How many pages: those the matched words find (the best, and of the next four those holding a rare term
         # of the message: the pages of each session a "how many X did I ..." spans); none found, no round
         holding = need.weighing.holding.__contains__

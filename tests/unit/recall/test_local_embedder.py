@@ -154,3 +154,30 @@ async def test_pages_embedded_after_the_turn_and_the_search_embeds_the_query_alo
     await vectors.drain()
     assert len(model.inputs) == 2 and {k[0] for k in store.rows} == {"c1", "c2"}
     await vectors.close()
+
+
+async def test_the_queries_of_one_turn_are_embedded_in_one_forward_pass() -> None:
+    embedder, model = _embedder()
+    embedder._model()
+    cached = await embedder.embed_query("asked before")
+    embedder.embed_queries_soon(["restaurant Alex", "Alex recommended a restaurant", "asked before", ""])
+    first, second = await embedder.embed_query("restaurant Alex"), await embedder.embed_query(
+        "Alex recommended a restaurant")
+    assert model.inputs[1:] == [["restaurant Alex", "Alex recommended a restaurant"]]  # one pass, nothing asked twice
+    assert first == (await embedder.embed_query("restaurant Alex")) and first != second
+    assert await embedder.embed_query("asked before") == cached and len(model.inputs) == 2
+    embedder.embed_queries_soon(["only one"])  # a single query waits for its search
+    assert len(model.inputs) == 2 and not embedder._query_passes
+    await embedder.close()
+
+
+async def test_a_failed_pass_of_several_queries_gives_no_vector_and_is_not_kept() -> None:
+    embedder, model = _embedder()
+    embedder._model()
+    model.broken = True
+    embedder.embed_queries_soon(["one query", "another query"])
+    assert await embedder.embed_query("one query") is None
+    model.broken = False
+    assert await embedder.embed_query("another query") is not None  # asked again, not the failed pass's
+    assert not embedder._query_passes
+    await embedder.close()
