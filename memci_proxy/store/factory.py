@@ -33,6 +33,7 @@ class Store:
     engine: AsyncEngine | None = None
     embedded: EmbeddedPostgres | None = field(default=None, repr=False)
     write_engine: AsyncEngine | None = None  # the connections turns are written on
+    read_engine: AsyncEngine | None = None  # those of the reads on the driver's connection
     owners: BlobOwnership | None = None  # who sent which image bytes (tenant walls for blobs)
     chains: ResponseChains | None = None  # the messages behind previous_response_id
 
@@ -40,8 +41,9 @@ class Store:
         await self.hot.close()
         if self.engine is not None:
             await self.engine.dispose()
-        if self.write_engine is not None:
-            await self.write_engine.dispose()
+        for engine in (self.write_engine, self.read_engine):
+            if engine is not None:
+                await engine.dispose()
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)
 
@@ -65,6 +67,7 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
             await asyncio.to_thread(run_migrations, database_url)
         engine = create_engine_from_url(database_url)
         write_engine = create_engine_from_url(database_url, pool_size=4, max_overflow=4, pre_ping=False)
+        read_engine = create_engine_from_url(database_url, pool_size=4, max_overflow=8, pre_ping=False)
     except BaseException:
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
@@ -93,7 +96,7 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
                 settings.workers,
             )
     return Store(
-        repo=SqlConversationRepository(engine, write_engine),
+        repo=SqlConversationRepository(engine, write_engine, read_engine),
         hot=hot,
         kind_db=kind_db,
         kind_hot=kind_hot,
@@ -101,6 +104,7 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
         engine=engine,
         embedded=embedded,
         write_engine=write_engine,
+        read_engine=read_engine,
         owners=SqlBlobOwnership(engine),
         chains=SqlResponseChains(engine, write_engine),
     )

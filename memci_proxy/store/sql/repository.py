@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import ARRAY, Text, any_, bindparam, delete, exists, func, literal, select, text, update
+import asyncpg
+from sqlalchemy import ARRAY, Text, any_, bindparam, delete, event, exists, func, literal, select, text, update
+from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -36,11 +38,32 @@ from memci_proxy.store.sql.user_memory_queries import UserMemoryQueries
 
 T = TypeVar("T")
 
+# What a statement on a connection the server dropped (a restart, a failover) raises: a read is tried once more
+_LOST = (asyncpg.exceptions.PostgresConnectionError, asyncpg.exceptions.AdminShutdownError,
+         asyncpg.exceptions.InterfaceError, ConnectionError)
+
+
+def _closed_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """A pooled connection whose socket the server closed (its driver saw the end of the stream: a restart closes
+    every one) is replaced when taken, with every connection older than it, at no round trip."""
+    driver = getattr(dbapi_connection, "_connection", None)
+    if driver is not None and driver.is_closed():
+        raise InvalidatePoolError("the server closed the connection")
+
+
 def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20, echo: bool = False,
                            pre_ping: bool = True) -> AsyncEngine:
     """An asyncpg engine for any PostgreSQL URL form; JSON columns through msgspec, escaped (memci_proxy.store.sql.pgtext)
     where they hold what PostgreSQL cannot store. ``pre_ping``: a connection is pinged before each use (a server
-    restarted meanwhile costs no request)."""
+    restarted meanwhile costs no request); without it, a connection the server closed is still replaced when taken
+    (``_closed_on_checkout``), and one whose loss went unseen fails its statement."""
+    engine = _engine(url, pool_size, max_overflow, echo, pre_ping)
+    if not pre_ping:
+        event.listen(engine.sync_engine, "checkout", _closed_on_checkout)
+    return engine
+
+
+def _engine(url: str, pool_size: int, max_overflow: int, echo: bool, pre_ping: bool) -> AsyncEngine:
     return create_async_engine(
         to_async_url(url),
         pool_size=pool_size,
@@ -112,13 +135,17 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
     """Implements memci_proxy.store.ports.ConversationRepository, ConversationAdmin and PageVectorStore; full-text
     page search."""
 
-    def __init__(self, engine: AsyncEngine, write_engine: AsyncEngine | None = None) -> None:
+    def __init__(self, engine: AsyncEngine, write_engine: AsyncEngine | None = None,
+                 read_engine: AsyncEngine | None = None) -> None:
         self.engine = engine
         # Turns are written on connections that are not pinged first (the writer retries a failed batch).
         self.write_engine = write_engine or engine
         # Reads of one statement, outside a transaction: one round trip (a statement is atomic and sees one
         # snapshot on its own), where a transaction adds a BEGIN and a ROLLBACK; the same pool.
         self.reader = engine.execution_options(isolation_level="AUTOCOMMIT")
+        # The reads on the driver's connection: on connections not pinged first (a read on one the server dropped
+        # unseen is tried once more)
+        self.read_engine = read_engine or self.reader
 
     # --- conversations ---------------------------------------------------------------------
     async def create_conversation(
@@ -169,9 +196,14 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
                 raise
 
     async def _read_on_driver(self, work: Callable[[Any], Awaitable[T]]) -> T:
-        """``work`` (reads) on the asyncpg connection of a read connection: pinged first, outside a transaction;
-        the statement prepared once per connection (no SQLAlchemy construction and compilation per call)."""
-        return await self._on_driver(work, self.reader)
+        """``work`` (reads) on the asyncpg connection of a read connection, outside a transaction; the statement
+        prepared once per connection (no SQLAlchemy construction and compilation per call). A connection the server
+        dropped without its loss being seen fails the read: it is tried once more, on another connection."""
+        try:
+            return await self._on_driver(work, self.read_engine)
+        except _LOST:  # the pool's other connections are of the same server: dropped too (those in use finish)
+            await self.read_engine.dispose(close=False)
+            return await self._on_driver(work, self.read_engine)
 
     @staticmethod
     async def _inherit_prefix(
