@@ -48,6 +48,10 @@ ALONE_TTL_S = 5.0  # ... and this soon while none of them is another conversatio
 # the search leaves it out; writing a page costs milliseconds, its terms' index updated)
 FLUSH_DELAY_S = 0.05
 MAX_PENDING_ROWS = 4096  # pages waiting at once; past it a turn's pages wait for the conversation's next turn
+# the page of a message not answered yet waits this long for its answer, which the conversation's next request
+# brings: written once, with it, instead of once without it and again with it (a search of the user's pages from
+# another conversation, and closing, write it at once)
+ANSWER_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,11 @@ class UserMemory:
         # (tenant, user) -> (conversation, page) -> (the turn's page, the messages it reads): its row made when written
         self._pending: dict[tuple[str, str], dict[tuple[str, str], tuple[UserTurn, list[dict[str, Any]]]]] = {}
         self._pending_rows = 0
+        # (tenant, user) -> (conversation, page) -> (the turn's page, the messages it reads, when it was held): pages
+        # whose last message waits for its answer
+        self._unanswered: dict[tuple[str, str], dict[tuple[str, str], tuple[UserTurn, list[dict[str, Any]], float]]] = {}
+        self._unanswered_rows = 0
+        self._answer_wait: asyncio.Task[None] | None = None  # writes the pages whose answer did not come in time
         # (tenant, user) -> conversation -> its batches being written now (taken from _pending, not committed yet)
         self._writing: dict[tuple[str, str], dict[str, int]] = {}
         self._searches: set[asyncio.Task[Any]] = set()  # searches still running (past their deadline, too)
@@ -125,11 +134,13 @@ class UserMemory:
         if not self._fresh(key):
             counted = await self.repo.user_page_counts(tenant, end_user)
             # this process's pages not written yet, or being written (a count read meanwhile does not see them)
-            for c in [*(c for c, _ in self._pending.get(key, {})), *self._writing.get(key, {})]:
+            for c in [*(c for c, _ in self._pending.get(key, {})), *(c for c, _ in self._unanswered.get(key, {})),
+                      *self._writing.get(key, {})]:
                 counted.setdefault(c, 1)
             self._page_counts.put(key, (time.monotonic(), counted))
         if self._alone(tenant, end_user, conversation_id):
             return [], {}
+        self._answer_now(key, besides=conversation_id)
         if any(c != conversation_id for c, _ in self._pending.get(key, ())):  # searchable first
             await self._flush(key, conversation_id)
         common = set(self._common.get(key) or ())
@@ -180,11 +191,23 @@ class UserMemory:
         background: gathered for ``FLUSH_DELAY_S`` (the newest text of a page wins), then written in one batch."""
         if not self.enabled or not end_user:
             return
-        waiting = self._pending.setdefault((tenant, end_user), {})
+        user = (tenant, end_user)
+        waiting = self._pending.setdefault(user, {})
+        unanswered = self._unanswered.get(user)
+        open_turn = bool(messages) and messages[-1].get("role") != "assistant"  # its answer: the next request's
         noted = 0
         for turn in user_turns(tail_pages(state.pages, first_new)):
             if turn.end > first_new and turn.start < len(messages):
                 key = (conversation_id, turn.label)
+                if open_turn and turn.end >= len(messages):
+                    self._hold(user, key, turn, messages)
+                    noted += 1
+                    continue
+                if unanswered is not None and unanswered.pop(key, None) is not None:
+                    self._unanswered_rows -= 1  # its answer came: written with it (below)
+                    if not unanswered:
+                        del self._unanswered[user]
+                        unanswered = None
                 if key not in waiting:
                     if self._pending_rows >= MAX_PENDING_ROWS:
                         self._count("write_skipped")
@@ -195,10 +218,62 @@ class UserMemory:
         known = self._page_counts.peek((tenant, end_user))
         if noted and known is not None and conversation_id not in known[1]:  # this conversation has pages now
             self._page_counts.put((tenant, end_user), (known[0], {**known[1], conversation_id: noted}))
+        self._flush_later()
+
+    def _flush_later(self) -> None:
+        """The pages gathered written in ``FLUSH_DELAY_S`` (with those gathered meanwhile)."""
         if self._pending_rows and self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
             self._flushes.add(self._flusher)
             self._flusher.add_done_callback(self._flushes.discard)
+
+    def _hold(self, user: tuple[str, str], key: tuple[str, str], turn: UserTurn, messages: list[dict[str, Any]]
+              ) -> None:
+        """The page of a message not answered yet, kept until its answer comes (or ``ANSWER_WAIT_S``)."""
+        held = self._unanswered.setdefault(user, {})
+        first = held.get(key)
+        if first is None:
+            if self._unanswered_rows >= MAX_PENDING_ROWS:
+                self._count("write_skipped")
+                if not held:
+                    del self._unanswered[user]
+                return
+            self._unanswered_rows += 1
+        held[key] = (turn, messages, time.monotonic() if first is None else first[2])  # (an agent's turn: its first)
+        if self._answer_wait is None:
+            self._answer_wait = asyncio.get_running_loop().create_task(self._answers_late())
+            self._flushes.add(self._answer_wait)
+            self._answer_wait.add_done_callback(self._flushes.discard)
+
+    async def _answers_late(self) -> None:
+        """The pages whose answer has not come after ``ANSWER_WAIT_S``: written as they are."""
+        try:
+            while self._unanswered:
+                oldest = min((held_at for pages in self._unanswered.values() for _, _, held_at in pages.values()),
+                             default=time.monotonic())
+                await asyncio.sleep(max(0.0, oldest + ANSWER_WAIT_S - time.monotonic()) + 0.001)
+                due = time.monotonic() - ANSWER_WAIT_S
+                for user in list(self._unanswered):
+                    self._answer_now(user, due=due)
+                self._flush_later()
+        finally:
+            self._answer_wait = None
+
+    def _answer_now(self, user: tuple[str, str], besides: str = "", due: float | None = None) -> None:
+        """The user's pages waiting for their answer (but ``besides``'s; ``due``: those held before it) join the
+        pages to write."""
+        held = self._unanswered.get(user)
+        if not held:
+            return
+        waiting = self._pending.setdefault(user, {})
+        for key in [k for k, (_, _, at) in held.items() if k[0] != besides and (due is None or at <= due)]:
+            turn, messages, _ = held.pop(key)
+            self._unanswered_rows -= 1
+            if key not in waiting:
+                self._pending_rows += 1
+            waiting[key] = (turn, messages)
+        if not held:
+            del self._unanswered[user]
 
     async def _flush_soon(self) -> None:
         try:
@@ -245,12 +320,15 @@ class UserMemory:
         self._common.pop((tenant, end_user))
         self._page_counts.pop((tenant, end_user))
         self._pending_rows -= len(self._pending.pop((tenant, end_user), {}))
+        self._unanswered_rows -= len(self._unanswered.pop((tenant, end_user), {}))
 
     async def close(self) -> None:
         """Write what is gathered now, and wait for the writes under way."""
-        flusher = self._flusher
-        if flusher is not None:
-            flusher.cancel()  # (its wait: it writes at once)
+        for user in list(self._unanswered):
+            self._answer_now(user)
+        for waiting in (self._flusher, self._answer_wait):
+            if waiting is not None:
+                waiting.cancel()  # (its wait: what it would write is written below)
         await asyncio.gather(*self._flushes, *self._searches, return_exceptions=True)
         await self._flush()
 

@@ -3,8 +3,11 @@ asking conversation's own pages before its search (the search leaves it out)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from memci_proxy.engine.state import ConversationState, PageRecord
 from memci_proxy.metrics import Metrics
+from memci_proxy.turn import across
 from memci_proxy.turn.across import UserMemory
 
 QUESTION = "What did I say about the zebracanary festival in Lisbon?"
@@ -85,8 +88,6 @@ async def test_pages_being_written_count_for_a_conversation_asking_meanwhile():
     """The pages of the user's first conversation are being written (taken from those waiting, not committed) when a
     second conversation counts the user's pages: they count, so the second is not taken for the user's only one and
     its question, seconds later, searches them (until now it was skipped as "alone" for five seconds)."""
-    import asyncio
-
     class SlowWrites(Repo):
         def __init__(self) -> None:
             super().__init__()
@@ -109,3 +110,41 @@ async def test_pages_being_written_count_for_a_conversation_asking_meanwhile():
     repo.release.set()
     await memory.close()
     assert memory._writing == {}
+
+
+async def test_a_turns_page_is_written_once_with_its_answer():
+    repo = Repo()
+    memory = UserMemory(repo, Metrics(), enabled=True, timeout_s=1.0)
+    for turn in range(1, 4):  # each request: the last answer and a new question
+        state, messages = chat(turn, answered=False)
+        memory.note("t", "u1", "c1", state, messages, max(0, 2 * turn - 3))
+        await asyncio.sleep(2 * across.FLUSH_DELAY_S)  # turns further apart than the writes are gathered
+    written = [page for batch in repo.writes for page in batch]
+    assert written == [("c1", "1"), ("c1", "2")]  # each once; the third waits for its answer
+    assert "part 0" in repo.pages[("c1", "1")] and "part 1" in repo.pages[("c1", "2")]
+    await memory.close()
+    assert repo.writes[-1] == [("c1", "3")] and "(2)" in repo.pages[("c1", "3")]  # closing writes it as it is
+
+
+async def test_a_page_whose_answer_does_not_come_is_written_without_it(monkeypatch):
+    monkeypatch.setattr(across, "ANSWER_WAIT_S", 0.1)
+    repo = Repo()
+    memory = UserMemory(repo, Metrics(), enabled=True, timeout_s=1.0)
+    state, messages = chat(1, answered=False)
+    memory.note("t", "u1", "c1", state, messages, 0)
+    await asyncio.sleep(across.FLUSH_DELAY_S * 1.5)
+    assert repo.writes == []
+    await asyncio.sleep(0.1 + across.FLUSH_DELAY_S * 2)
+    assert repo.writes == [[("c1", "1")]] and not memory._unanswered and memory._unanswered_rows == 0
+    await memory.close()
+
+
+async def test_another_conversations_question_finds_a_page_still_waiting_for_its_answer():
+    repo = Repo()
+    memory = UserMemory(repo, Metrics(), enabled=True, timeout_s=1.0)
+    state, messages = chat(1, answered=False)
+    memory.note("t", "u1", "c1", state, messages, 0)
+    state, messages = chat(1, answered=False)
+    await memory.weigh("t", "u1", "c2", state, messages)
+    assert repo.searches == 1 and repo.writes == [[("c1", "1")]]  # written before the search
+    await memory.close()
