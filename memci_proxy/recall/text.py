@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from functools import lru_cache
+from itertools import filterfalse
 
 __all__ = [
     "STOP_WORDS_EN",
@@ -64,6 +65,7 @@ STOP_WORDS_ZH: frozenset[str] = frozenset(
 )
 
 KEYWORD_PATTERN = re.compile(r"[a-z0-9_]{2,}|[\u4e00-\u9fff]{2,}", re.IGNORECASE)
+_STOP_WORDS = STOP_WORDS_EN | STOP_WORDS_ZH
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 CJK_CHAR = re.compile(rf"[{_CJK}]")  # a Chinese or Japanese character (the ranges tokenize reads as CJK)
@@ -222,12 +224,7 @@ def keywords(text: str, top: int = 6) -> list[str]:
 def keyword_counts(text: str) -> Counter[str]:
     """The counts ``keywords`` ranks, in order of first appearance. Texts joined by a space count as the sum of their
     counts taken in that order (``Counter.update``): no keyword spans the space."""
-    counts: Counter[str] = Counter()
-    for match in KEYWORD_PATTERN.finditer(text):
-        word = match.group().lower()
-        if word not in STOP_WORDS_EN and word not in STOP_WORDS_ZH:
-            counts[word] += 1
-    return counts
+    return Counter(filterfalse(_STOP_WORDS.__contains__, map(str.lower, KEYWORD_PATTERN.findall(text))))  # in C
 
 
 def top_keywords(counts: Counter[str], top: int) -> list[str]:

@@ -111,6 +111,19 @@ def test_keywords_of_joined_texts_are_the_top_of_their_summed_counts(texts: list
     assert top_keywords(summed, top) == keywords(" ".join(texts), top)
 
 
+@given(st.text(alphabet=st.sampled_from("ab cd_ 12 the 天气 好的 的 AB KſİßÉ\n.,") | st.characters(), max_size=120))
+def test_keyword_counts_are_the_regex_matches_lowered_without_stop_words_in_order(text: str) -> None:
+    from memci_proxy.recall.text import KEYWORD_PATTERN, keyword_counts
+
+    expected: dict[str, int] = {}
+    for match in KEYWORD_PATTERN.finditer(text):
+        word = match.group().lower()
+        if word not in STOP_WORDS_EN and word not in STOP_WORDS_ZH:
+            expected[word] = expected.get(word, 0) + 1
+    counts = keyword_counts(text)
+    assert dict(counts) == expected and list(counts) == list(expected)
+
+
 def test_a_word_whose_stem_is_a_stop_word_is_still_a_term() -> None:
     # "theme" -> "them", "notes" -> "not", "evening" -> "even": the stem of each is a stop word, the word is none
     for word in ("theme", "themes", "notes", "evening", "willing", "outing"):
