@@ -83,6 +83,8 @@ class TurnWrite:
     events: list[EventRow] = field(default_factory=list)
     contents: tuple[int, str] | None = None
     hidden: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
+    # its pages leaving 'active' are stored without their full-text index, made after the answer (index_pages)
+    index_behind: bool = False
 
 
 # Outcomes of one TurnWrite in save_turns.
@@ -238,6 +240,9 @@ class ConversationRepository(Protocol):
 
     async def update_recall_stats(self, tenant: str, conversation_id: str, numbers: list[str], turn: int) -> None:
         """recall_count += 1 and last_recalled_turn = turn for each page listed."""
+
+    async def index_pages(self, tenant: str, conversation_id: str, numbers: Sequence[str]) -> int:
+        """The full-text index of those pages that a write with ``index_behind`` stored without it; how many."""
 
     async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
         """Remove every row of the conversation (events included); False when there was none."""

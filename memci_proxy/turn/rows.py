@@ -35,13 +35,14 @@ class RowSet:
         if newer.contents is not None:
             self.contents = newer.contents
 
-    def write(self, tenant: str, conversation_id: str, snapshot: bytes, version: int, base: SnapshotBase | None
-              ) -> TurnWrite:
+    def write(self, tenant: str, conversation_id: str, snapshot: bytes, version: int, base: SnapshotBase | None,
+              index_behind: bool = False) -> TurnWrite:
         return TurnWrite(
             tenant, conversation_id, snapshot, version, base,
             entries=list(self.entries.values()), pages=list(self.pages.values()),
             fingerprints=list(self.fingerprints.items()), events=list(self.events), contents=self.contents,
             hidden=[(after, ordinal, message) for (after, ordinal), message in self.hidden.items()],
+            index_behind=index_behind,
         )
 
     def newest_fingerprints(self, count: int = 4) -> list[tuple[str, int]]:

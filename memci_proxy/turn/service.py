@@ -226,7 +226,7 @@ class TurnService:
                 return turn
             try:
                 turn.known = await self.states.save_now(call.tenant, turn.conversation_id, turn.known, turn.state,
-                                                        turn.rows)
+                                                        turn.rows, index_behind=True)
                 turn.rows = RowSet()
                 return turn
             except StaleState:
@@ -492,6 +492,7 @@ class TurnService:
                 except Exception:
                     log.exception("usage feedback failed")
                     self.metrics.engine_errors.labels("feedback").inc()
+            self.states.index.soon(turn.conversation_id)  # pages stored before the request, unindexed
             await self._store(turn, state)
             new = turn.plan.new_entries
             self.across.note(turn.call.tenant, turn.call.end_user, turn.conversation_id, state,
@@ -627,6 +628,7 @@ class TurnService:
         if self._finishing:  # turns answered a moment ago, not queued yet
             await asyncio.gather(*self._finishing, return_exceptions=True)
         await self.states.writer.flush(conversation_id)
+        await self.states.index.wait(conversation_id)
 
     async def forget(self, conversation_id: str) -> None:
         """A deleted conversation leaves the per-process caches and the write queue."""

@@ -41,6 +41,7 @@ from memci_proxy.store.ports import (
     StaleState,
     snapshot_digest,
 )
+from memci_proxy.turn.page_index import IndexBehind
 from memci_proxy.turn.rows import RowSet
 from memci_proxy.turn.writer import Pending, WriteBehind
 
@@ -95,12 +96,15 @@ class ConversationStates:
             max_pending=settings.write_behind_max_pending, on_stored=self._stored, on_stale=self._resolve_stale,
             behind_wait_s=BEHIND_WAIT_S,
         )
+        self.index = IndexBehind(repo, metrics)  # the full-text index of pages stored before the upstream call
 
     def start(self) -> None:
         self.writer.start()
+        self.index.start()
 
     async def close(self) -> None:
         await self.writer.close()
+        await self.index.close()
 
     # --- reading ---------------------------------------------------------------------------------------------
     async def load(self, tenant: str, conversation_id: str, fresh: bool = False) -> Known:
@@ -166,13 +170,16 @@ class ConversationStates:
 
     async def forget(self, conversation_id: str) -> None:
         self.tips.pop(conversation_id)
+        self.index.forget(conversation_id)
         await self.writer.take(conversation_id)
 
     # --- writing ---------------------------------------------------------------------------------------------
     async def save_now(self, tenant: str, conversation_id: str, known: Known, state: ConversationState,
-                       rows: RowSet) -> Known:
+                       rows: RowSet, index_behind: bool = False) -> Known:
         """Store now (before the upstream call that omits something). Raises StaleState (SnapshotBehind when
-        the stored state is older than the one planned from), ConversationNotFound, or the store's error."""
+        the stored state is older than the one planned from), ConversationNotFound, or the store's error.
+        ``index_behind``: the pages leaving 'active' are stored without their full-text index, made after the
+        answer (``index``; an epoch's write)."""
         queued = await self.writer.take(conversation_id)
         if queued and queued[-1].version != known.version:  # not planned from them: written first, in order
             self.writer.give_back(conversation_id, queued)
@@ -190,13 +197,17 @@ class ConversationStates:
             rows = merged
         version = self.next_version(conversation_id, known.version)
         snapshot = state.to_bytes()
+        index_behind = index_behind and self.index.enabled
+        write = rows.write(tenant, conversation_id, snapshot, version, base, index_behind=index_behind)
         try:
-            outcome = await self.writer.save_waiting(rows.write(tenant, conversation_id, snapshot, version, base))
+            outcome = await self.writer.save_waiting(write)
         except BaseException:
             self.writer.give_back(conversation_id, queued)
             raise
         if outcome in (SAVED, REPLAYED):
             self.writer.stored_with(queued)
+            if index_behind:
+                self.index.stored(tenant, conversation_id, (p.number for p in write.pages if p.state != "active"))
         elif queued and outcome != NOT_FOUND:  # the queued turns no longer apply to the stored state (dropped)
             raise StaleState(f"conversation {conversation_id}: queued turns no longer apply to the stored state")
         if outcome == BEHIND:

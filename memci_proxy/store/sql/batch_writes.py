@@ -13,7 +13,7 @@ from memci_proxy.store.sql.pgtext import escape
 
 CREATE = ("INSERT INTO conversations (id, tenant, session_key, end_user) VALUES ($1, $2, $3, $4) "
           "ON CONFLICT DO NOTHING RETURNING id")
-SAVE_TURNS = "SELECT memci_save_turns(" + ", ".join(f"${i}" for i in range(1, 38)) + ")"
+SAVE_TURNS = "SELECT memci_save_turns(" + ", ".join(f"${i}" for i in range(1, 39)) + ")"  # 0010: index behind
 CURRENT = "SELECT id, tenant, state_version, md5(state) AS digest FROM conversations WHERE id = ANY($1::text[])"
 
 
@@ -58,7 +58,8 @@ async def create_conversation(connection: Any, tenant: str, conversation_id: str
 async def save_turns(connection: Any, writes: list[TurnWrite]) -> list[str]:
     """``connection``: an asyncpg connection. One outcome per write (see ConversationRepository.save_turns); at
     most one write per conversation."""
-    applied = {row[0] for row in await connection.fetch(SAVE_TURNS, *arguments(writes))}
+    applied = {row[0] for row in await connection.fetch(SAVE_TURNS, *arguments(writes),
+                                                        any(w.index_behind for w in writes))}
     if len(applied) == len(writes):
         return [SAVED] * len(writes)
     rest = [w for w in writes if w.conversation_id not in applied]

@@ -130,6 +130,17 @@ class _Fields:
         return self._record[name]
 
 
+# Setting tsv to NULL makes the pages_tsv trigger compute it (migration 0010; ix_pages_unindexed finds them)
+_INDEX_PAGES = ("UPDATE pages SET tsv = NULL WHERE conversation_id = $1 AND number = ANY($2::text[]) AND tsv IS NULL "
+                f"AND state <> 'active' AND {OWNED_SQL.format(tenant='$3')}")
+_INDEX_LEFT = "UPDATE pages SET tsv = NULL WHERE tsv IS NULL AND state <> 'active'"
+
+
+def _updated(status: str) -> int:
+    """The row count of a command's status ("UPDATE 3")."""
+    return int(status.rsplit(" ", 1)[-1]) if status and status[-1].isdigit() else 0
+
+
 class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, PageVectorQueries, MemoryQueries,
                                 UserMemoryQueries):
     """Implements memci_proxy.store.ports.ConversationRepository, ConversationAdmin and PageVectorStore; full-text
@@ -347,6 +358,16 @@ class SqlConversationRepository(ConversationAdminQueries, PageSearchQueries, Pag
         return [page_row(_Fields(r)) for r in rows]
 
     # --- small writes outside a turn ------------------------------------------------------------
+    async def index_pages(self, tenant: str, conversation_id: str, numbers: Sequence[str]) -> int:
+        """The full-text index of the conversation's pages ``numbers`` that were stored without it (``index_behind``):
+        the pages_tsv trigger computes it. How many pages it indexed."""
+        return _updated(await self._on_driver(
+            lambda raw: raw.execute(_INDEX_PAGES, conversation_id, list(numbers), tenant)))
+
+    async def index_left_pages(self) -> int:
+        """Every non-active page still without its full-text index (a process stopped before making it)."""
+        return _updated(await self._on_driver(lambda raw: raw.execute(_INDEX_LEFT)))
+
     async def update_recall_stats(self, tenant: str, conversation_id: str, numbers: list[str], turn: int) -> None:
         if not numbers:
             return

@@ -282,6 +282,34 @@ async def test_an_active_page_is_indexed_once_it_leaves_the_prompt(repo: SqlConv
     assert sorted(await found("topic2")) == ["1", "2"]
 
 
+async def test_pages_archived_by_a_write_with_index_behind_are_indexed_after(repo: SqlConversationRepository) -> None:
+    async def found(query: str) -> list[str]:
+        return sorted(p.number for p, _ in await repo.search_pages(TENANT, "c1", query))
+
+    await repo.create_conversation(TENANT, "c1")
+    await save(repo, "c1", entries=make_entries(0, 5), pages=make_pages(3))  # three active pages
+    archived = make_pages(2, "archived")
+    write = TurnWrite(TENANT, "c1", b"v2", 2, None, pages=archived, index_behind=True)
+    assert await repo.save_turns([write]) == ["saved"]
+    assert await page_tsv(repo, "c1") == {"1": None, "2": None, "3": None}  # stored, not indexed yet
+    assert [p.number for p in await repo.load_pages(TENANT, "c1")] == ["1", "2"]  # readable at once
+    assert await found("topic1") == []
+    assert await repo.index_pages(OTHER_TENANT, "c1", ["1", "2"]) == 0  # another tenant's: nothing
+    assert await repo.index_pages(TENANT, "c1", ["1", "2", "3"]) == 2  # the active page 3 stays unindexed
+    assert await found("topic1") == ["1"] and await found("topic3") == ["2"]
+    assert await repo.index_pages(TENANT, "c1", ["1", "2"]) == 0  # indexed already
+
+    # a stopped process's leftovers; the next write without index_behind computes inline as before
+    later = TurnWrite(TENANT, "c1", b"v3", 3, None, pages=make_pages(3, "evicted")[2:], index_behind=True)
+    assert await repo.save_turns([later]) == ["saved"]
+    assert await found("topic5") == []
+    assert await repo.index_left_pages() == 1
+    assert await found("topic5") == ["3"]
+    evicted = TurnWrite(TENANT, "c1", b"v4", 4, None, pages=[PageRow("1", 0, 2, "evicted", 21, "summary of page 1")])
+    assert await repo.save_turns([evicted]) == ["saved"]
+    assert await found("topic2") == ["1", "2"]
+
+
 async def test_other_tenants_see_nothing(repo: SqlConversationRepository) -> None:
     await repo.create_conversation(TENANT, "c1", session_key="s1")
     await save(repo, "c1", pages=make_pages(2, "archived"))

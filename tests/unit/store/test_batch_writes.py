@@ -16,7 +16,7 @@ class FakeConnection:
     async def fetch(self, sql: str, *args):
         self.calls.append(sql)
         if sql == batch_writes.SAVE_TURNS:
-            assert len(args) == 37
+            assert len(args) == 38 and args[-1] is False  # 37 arrays, then index_behind (migration 0010)
             return [(cid,) for cid in self.applied]
         return self.stored
 
