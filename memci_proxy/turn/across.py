@@ -52,6 +52,7 @@ MAX_PENDING_ROWS = 4096  # pages waiting at once; past it a turn's pages wait fo
 # brings: written once, with it, instead of once without it and again with it (a search of the user's pages from
 # another conversation, and closing, write it at once)
 ANSWER_WAIT_S = 30.0
+ANSWER_SWEEP_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +252,8 @@ class UserMemory:
             while self._unanswered:
                 oldest = min((held_at for pages in self._unanswered.values() for _, _, held_at in pages.values()),
                              default=time.monotonic())
-                await asyncio.sleep(max(0.0, oldest + ANSWER_WAIT_S - time.monotonic()) + 0.001)
+                # (at most one sweep a second: each reads every page held)
+                await asyncio.sleep(max(ANSWER_SWEEP_S, oldest + ANSWER_WAIT_S - time.monotonic() + 0.001))
                 due = time.monotonic() - ANSWER_WAIT_S
                 for user in list(self._unanswered):
                     self._answer_now(user, due=due)

@@ -128,6 +128,7 @@ async def test_a_turns_page_is_written_once_with_its_answer():
 
 async def test_a_page_whose_answer_does_not_come_is_written_without_it(monkeypatch):
     monkeypatch.setattr(across, "ANSWER_WAIT_S", 0.1)
+    monkeypatch.setattr(across, "ANSWER_SWEEP_S", 0.05)
     repo = Repo()
     memory = UserMemory(repo, Metrics(), enabled=True, timeout_s=1.0)
     state, messages = chat(1, answered=False)
