@@ -194,7 +194,6 @@ class UserMemory:
             return
         user = (tenant, end_user)
         waiting = self._pending.setdefault(user, {})
-        unanswered = self._unanswered.get(user)
         open_turn = bool(messages) and messages[-1].get("role") != "assistant"  # its answer: the next request's
         noted = 0
         for turn in user_turns(tail_pages(state.pages, first_new)):
@@ -204,11 +203,7 @@ class UserMemory:
                     self._hold(user, key, turn, messages)
                     noted += 1
                     continue
-                if unanswered is not None and unanswered.pop(key, None) is not None:
-                    self._unanswered_rows -= 1  # its answer came: written with it (below)
-                    if not unanswered:
-                        del self._unanswered[user]
-                        unanswered = None
+                self._take_held(user, [key])  # its answer came: written with it (below)
                 if key not in waiting:
                     if self._pending_rows >= MAX_PENDING_ROWS:
                         self._count("write_skipped")
@@ -268,14 +263,23 @@ class UserMemory:
         if not held:
             return
         waiting = self._pending.setdefault(user, {})
-        for key in [k for k, (_, _, at) in held.items() if k[0] != besides and (due is None or at <= due)]:
-            turn, messages, _ = held.pop(key)
-            self._unanswered_rows -= 1
+        keys = [k for k, (_, _, at) in held.items() if k[0] != besides and (due is None or at <= due)]
+        for key, turn, messages in self._take_held(user, keys):
             if key not in waiting:
                 self._pending_rows += 1
             waiting[key] = (turn, messages)
+
+    def _take_held(self, user: tuple[str, str], keys: list[tuple[str, str]]
+                   ) -> list[tuple[tuple[str, str], UserTurn, list[dict[str, Any]]]]:
+        """Those of the user's pages waiting for their answer, taken from the wait."""
+        held = self._unanswered.get(user)
+        if not held:
+            return []
+        taken = [(key, *held.pop(key)[:2]) for key in keys if key in held]
+        self._unanswered_rows -= len(taken)
         if not held:
             del self._unanswered[user]
+        return taken
 
     async def _flush_soon(self) -> None:
         try:

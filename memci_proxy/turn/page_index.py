@@ -37,7 +37,7 @@ class IndexBehind:
     def stored(self, tenant: str, conversation_id: str, numbers: Iterable[str]) -> None:
         """Pages stored by a write with ``index_behind`` (those leaving 'active' among them are unindexed)."""
         numbers = set(numbers)
-        if numbers and self.enabled:
+        if numbers:
             self._waiting.setdefault(conversation_id, (tenant, set()))[1].update(numbers)
 
     def soon(self, conversation_id: str) -> None:
@@ -51,14 +51,12 @@ class IndexBehind:
 
     async def wait(self, conversation_id: str) -> None:
         """Until the conversation's pages stored so far are indexed (a read of the database follows)."""
-        self.soon(conversation_id)
-        running = self._running.get(conversation_id)
-        if running is not None:
-            await asyncio.shield(running)
-            self.soon(conversation_id)  # (stored meanwhile)
+        for _ in range(2):  # the second pass: pages stored, or a failed index given back, meanwhile
+            self.soon(conversation_id)
             running = self._running.get(conversation_id)
-            if running is not None:
-                await asyncio.shield(running)
+            if running is None:
+                return
+            await asyncio.shield(running)
 
     def forget(self, conversation_id: str) -> None:
         self._waiting.pop(conversation_id, None)

@@ -19,7 +19,6 @@ conversation, so the hot copy's newest-wins rule holds across redone turns.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass

@@ -57,14 +57,7 @@ def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20
     where they hold what PostgreSQL cannot store. ``pre_ping``: a connection is pinged before each use (a server
     restarted meanwhile costs no request); without it, a connection the server closed is still replaced when taken
     (``_closed_on_checkout``), and one whose loss went unseen fails its statement."""
-    engine = _engine(url, pool_size, max_overflow, echo, pre_ping)
-    if not pre_ping:
-        event.listen(engine.sync_engine, "checkout", _closed_on_checkout)
-    return engine
-
-
-def _engine(url: str, pool_size: int, max_overflow: int, echo: bool, pre_ping: bool) -> AsyncEngine:
-    return create_async_engine(
+    engine = create_async_engine(
         to_async_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
@@ -75,6 +68,9 @@ def _engine(url: str, pool_size: int, max_overflow: int, echo: bool, pre_ping: b
         json_serializer=pgtext.dumps,
         json_deserializer=pgtext.loads,
     )
+    if not pre_ping:
+        event.listen(engine.sync_engine, "checkout", _closed_on_checkout)
+    return engine
 
 
 conv = Conversation.__table__
@@ -108,8 +104,9 @@ def _owned(conversation_id: str, tenant: str) -> Any:
     return exists().where(conv.c.id == conversation_id, conv.c.tenant == tenant)
 
 
-# What a PageRow holds: not the tsvector (a page's indexed words, about as large as its text) nor the timestamps.
-# Reads of every epoch's jobs and of recall, in plain SQL on the driver's connection (memci_proxy.store.sql.memory_queries)
+# Reads of every epoch's jobs and of recall, in plain SQL on the driver's connection (memci_proxy.store.sql.memory_queries).
+# A page is read as a PageRow holds it: not the tsvector (a page's indexed words, about as large as its text) nor the
+# timestamps.
 _OWNED_SQL = OWNED_SQL.format(tenant="$4")
 _LOAD_ENTRIES = ("SELECT seq, hash, role, message::text AS message, tokens FROM entries WHERE conversation_id = $1 "
                  f"AND seq BETWEEN $2 AND $3 AND {_OWNED_SQL} ORDER BY seq")
