@@ -16,7 +16,9 @@ asked at all (their estimate is off by a few tokens, which the learned costs and
 asks `prefetch` for its new texts first, waiting at most `timeout` seconds, and only when the texts not cached
 yet are long (`wait_min_chars`: a short user message's estimate is off by a token or two, a tool result's by
 hundreds); answers that come later still fill the cache for the next turns (the same messages come back with
-every request), so a turn of a chat does not wait for the tokenizer at all.
+every request), so a turn of a chat does not wait for the tokenizer at all. Texts no turn waits for are gathered
+for `GATHER_S` (the new messages of the other conversations' turns meanwhile) and asked in one request: under
+load, one request counts the texts of several turns instead of one each.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ RETRY_AFTER_S = 600.0
 MIN_CHARS = 16  # the least `min_chars`: shorter texts are never worth a request
 MAX_CONCURRENT = 8
 MAX_BATCH = 64  # texts per request when the upstream takes lists
+GATHER_S = 0.01  # texts no turn waits for wait this long for others to share their request
 COUNT_ITEM_BYTES = 160  # one cached count: two ints and the map's slot
 RATIO_DECAY = 0.98  # the exact/estimate ratio follows about the last 50 texts counted
 REFUSES_LISTS = (400, 422)  # vLLM's answer to a list of prompts: one text per request from then on
@@ -75,6 +78,8 @@ class UpstreamTokenCounter:
             "upstream_token_counts", self.max_entries, self.max_entries * COUNT_ITEM_BYTES,
             size_of=lambda _k, _v: COUNT_ITEM_BYTES)
         self._inflight: dict[int, asyncio.Task[None]] = {}
+        self._gathering: _Gathering | None = None  # the texts waiting for others to share their request
+        self.gather_s = GATHER_S
         self._off_until = 0.0
         self._gate = asyncio.Semaphore(MAX_CONCURRENT)
         self._lists = True  # the upstream takes a list of texts (until it refuses one)
@@ -154,19 +159,39 @@ class UpstreamTokenCounter:
             else:
                 tasks.add(task)
             uncounted += len(text)
-        keys = list(asked)
-        for i in range(0, len(keys), MAX_BATCH):
-            batch = {key: asked[key] for key in keys[i: i + MAX_BATCH]}
-            task = asyncio.get_running_loop().create_task(self._fetch(batch))
-            tasks.add(task)
-            for key in batch:
-                self._inflight[key] = task
-            task.add_done_callback(lambda _t, done=tuple(batch): self._landed(done))
+        for key, text in asked.items():
+            tasks.add(self._gather(key, text))
         if not tasks or (timeout is None and uncounted < self.wait_min_chars):
             return  # short new texts: counted behind the turn (an explicit timeout always waits)
+        gathering = self._gathering
+        if gathering is not None and gathering.task in tasks:
+            gathering.now.set()  # a turn waits for it: asked now, with what was gathered so far
         wait = self.timeout if timeout is None else timeout
         if wait > 0:
             await asyncio.wait(tasks, timeout=wait)
+
+    def _gather(self, key: int, text: str) -> asyncio.Task[None]:
+        """The request that will count the text: the one gathering texts now, or a new one (sent after `gather_s`,
+        or at once when full)."""
+        gathering = self._gathering
+        if gathering is None:
+            gathering = self._gathering = _Gathering()
+            loop = asyncio.get_running_loop()
+            gathering.task = loop.create_task(self._send_gathered(gathering))
+            gathering.task.add_done_callback(lambda _t, g=gathering: self._landed(tuple(g.texts)))
+            loop.call_later(self.gather_s, gathering.now.set)
+        gathering.texts[key] = text
+        self._inflight[key] = gathering.task
+        if len(gathering.texts) >= MAX_BATCH:
+            self._gathering = None
+            gathering.now.set()
+        return gathering.task
+
+    async def _send_gathered(self, gathering: _Gathering) -> None:
+        await gathering.now.wait()
+        if self._gathering is gathering:
+            self._gathering = None
+        await self._fetch(gathering.texts)
 
     def _landed(self, keys: tuple[int, ...]) -> None:
         for key in keys:
@@ -252,6 +277,17 @@ class UpstreamTokenCounter:
             task.cancel()
         if self._inflight:
             await asyncio.gather(*self._inflight.values(), return_exceptions=True)
+
+
+class _Gathering:
+    """Texts asked in one request, and its task; `now` is set when it is to be sent."""
+
+    __slots__ = ("texts", "task", "now")
+
+    def __init__(self) -> None:
+        self.texts: dict[int, str] = {}
+        self.task: asyncio.Task[None]
+        self.now = asyncio.Event()
 
 
 def count_of(data: Any) -> int | None:

@@ -137,6 +137,27 @@ async def test_a_turns_new_texts_go_in_one_request():
     assert server.bodies[1]["prompt"] == TEXT  # only what is not counted yet; a single text as a string
 
 
+
+async def test_texts_no_turn_waits_for_share_a_request_with_the_next_turns():
+    server = Tokenizer()
+    counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0, wait_min_chars=200)
+    counter.gather_s = 0.05
+    first, second = f"{TEXT} from one chat", f"{TEXT} from another chat"
+    await counter.prefetch([first])  # short: not waited for, gathered
+    await counter.prefetch([second])  # another conversation's turn meanwhile
+    assert server.bodies == []
+    await asyncio.sleep(0.1)
+    assert [body["prompt"] for body in server.bodies] == [[first, second]]  # one request for both turns
+    assert counter.lookup(first) == 13 and counter.lookup(second) == 13
+    gathered, long_text = f"{TEXT} gathered", "word " * 100
+    started = asyncio.get_running_loop().time()
+    await counter.prefetch([gathered])
+    await counter.prefetch([long_text])  # waited for: sent at once, with what was gathered
+    assert asyncio.get_running_loop().time() - started < 0.04
+    assert server.bodies[-1]["prompt"] == [gathered, long_text]
+    assert counter.lookup(long_text) == 100
+    await counter.close()
+
 async def test_an_upstream_refusing_lists_is_asked_one_text_per_request():
     server = Tokenizer(lists=False)
     counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0)
