@@ -204,10 +204,15 @@ class CountFit(msgspec.Struct, kw_only=True, frozen=True):
     under: float = 0.0
 
 
+def _well_formed(fit: CountFit) -> bool:
+    n = len(FEATURES)
+    return len(fit.xx) == n * n and len(fit.xy) == n and len(fit.coefficients) == n
+
+
 def fit_learner(fit: CountFit) -> CountLearner:
     learner = CountLearner()
-    n = len(FEATURES)
-    if len(fit.xx) == n * n and len(fit.xy) == n and len(fit.coefficients) == n:
+    if _well_formed(fit):
+        n = len(FEATURES)
         learner._xx = [list(fit.xx[i * n:(i + 1) * n]) for i in range(n)]
         learner._xy = list(fit.xy)
         learner.observations, learner.answers = fit.observations, fit.answers
@@ -251,6 +256,8 @@ def fit_wants(fit: CountFit | None, model: str) -> bool:
 def fit_answer(fit: CountFit | None, model: str, features: Features | None, reported: int) -> CountFit:
     """The fit after one answer: counted, and learnt from when `features` are given (see `fit_wants`)."""
     fit = fit_of(fit, model)
+    if fit is not None and features is None and _well_formed(fit):  # only counted: the sums stay as they are
+        return msgspec.structs.replace(fit, answers=fit.answers + 1)
     learner = CountLearner() if fit is None else fit_learner(fit)
     if fit is not None:
         learner.answers += 1

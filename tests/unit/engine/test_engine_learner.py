@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memci_proxy.engine.learner import (
-    IMAGE_TOKENS, CountLearner, Features, LearnedCounter, fit_answer, fit_counter, fit_wants, request_features,
+    IMAGE_TOKENS, CountFit, CountLearner, Features, LearnedCounter, fit_answer, fit_counter, fit_wants, request_features,
 )
 from memci_proxy.engine.tokens import EstimateCounter
 
@@ -102,6 +102,22 @@ def test_a_conversation_fit_is_per_model_and_round_trips_through_the_state():
     assert state.counts == fit
     again = fit_counter(state.counts, "a", base)
     assert again.count_text("some text here") == fit_counter(fit, "a", base).count_text("some text here")
+
+
+def test_an_answer_not_learnt_from_only_counts_it():
+    from memci_proxy.engine.learner import fit_learner, learner_fit
+
+    fit = fit_answer(fit_answer(None, "a", Features(1000, 2, 0, 10), 1500), "a", Features(800, 0, 3, 12), 1300)
+    counted = fit_answer(fit, "a", None, 1400)
+    rebuilt = fit_learner(fit)
+    rebuilt.answers += 1
+    assert counted == learner_fit("a", rebuilt)  # the same fit as through the learner, one more answer
+    assert counted.answers == fit.answers + 1 and counted.observations == fit.observations
+    malformed = CountFit(model="a", xx=[1.0], observations=3, answers=4)
+    fresh = fit_learner(malformed)
+    fresh.answers += 1
+    assert fit_answer(malformed, "a", None, 100) == learner_fit("a", fresh)  # another shape: read as the learner does
+    assert fresh.answers == 1
 
 
 class ExactFor(EstimateCounter):
