@@ -166,14 +166,14 @@ class LocalEmbedder:
 
     def embed_queries_soon(self, texts: Sequence[str]) -> None:
         """Start one forward pass for those of ``texts`` neither cached nor under way (a turn that will search for
-        several queries: one pass costs little more than one query's); ``embed_query`` of any of them waits for
-        it."""
+        several queries: one pass costs little more than one query's; started before the search, it runs while the
+        turn does other work); ``embed_query`` of any of them waits for it."""
         if self._encode is None or self.model.inline_query:
             return
         wanted = [t for t in dict.fromkeys(texts)
                   if t and t not in self._query_passes and self._query_vectors.peek(t) is None]
-        if len(wanted) < 2:
-            return  # one query: embedded when it is searched
+        if not wanted:
+            return
         running = asyncio.get_running_loop().run_in_executor(self._queries, self._embed_now, wanted)
         for place, text in enumerate(wanted):
             self._query_passes[text] = (running, place)

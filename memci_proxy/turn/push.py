@@ -103,6 +103,16 @@ def active_text(state: ConversationState, messages: Sequence[dict[str, Any]]) ->
     return "\n".join(parts).casefold()
 
 
+def push_queries(need: Need) -> tuple[str, str]:
+    """The push's two searches: the message's words holding the rare terms that matched (how many pages), and all
+    its words, its look-up phrasing weighing nothing (which pages: the subject it names, "networking event",
+    "Alex", even where the active pages name it too). A Chinese or Japanese message keeps the matched words for
+    both: each of its runs of characters is a clause, those holding what matched already."""
+    matched = search_words(need.text, wanted=need.weighing.held | set(need.weighing.terms)) or " ".join(need.weighing.terms)
+    query = matched if has_cjk(need.text) else (search_words(need.text, skip=LOOK_UP_TERMS) or matched)
+    return matched, query
+
+
 def with_push_room(config: EngineConfig, ceiling: float = PUSH_HIGH_WATERMARK) -> EngineConfig:
     """The turn's engine config with the high watermark lowered to ``ceiling`` to leave the pushed round its room."""
     ceiling = max(ceiling, config.low_watermark + 0.05)  # an epoch still has somewhere to go
@@ -127,7 +137,10 @@ class ProactivePush:
             return Need(text, NOTHING, "", "no_archive")
         try:
             index = await self.resolver.archive_index(RecallContext(tenant, conversation_id, state, messages))
-            return need_of(index, text, state, messages)
+            need = need_of(index, text, state, messages)
+            if need.wanted:  # the queries' vectors computed while the turn is planned (and its epoch stored)
+                self.resolver.embed_queries_soon(push_queries(need))
+            return need
         except Exception:
             log.exception("weighing the message against the archive failed; no push this turn")
             self.metrics.engine_errors.labels("push").inc()
@@ -159,21 +172,14 @@ class ProactivePush:
 
     async def _exchange(self, turn: Turn, rounds: TurnRecall, tool_name: str, need: Need) -> list[dict[str, Any]]:
         m = self.metrics
-        # The message's words holding the rare terms that matched: how many pages (below)
-        matched = (search_words(need.text, wanted=need.weighing.held | set(need.weighing.terms))
-                   or " ".join(need.weighing.terms))
-        # Which pages: all the message's words find them (the subject it names, "networking event", "Alex", even
-        # where the active pages name it too), its look-up phrasing weighing nothing; the matched words' best page
-        # among them. A Chinese or Japanese message keeps the matched words: each of its runs of characters is a
-        # clause, those holding what matched already
-        query = matched if has_cjk(need.text) else (search_words(need.text, skip=LOOK_UP_TERMS) or matched)
+        matched, query = push_queries(need)
         call = push_call(tool_name, query, f"{turn.redo.last_index}")
         counter = self.resolver.counter
         within, limit = round_room(turn, rounds, call)
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
             return []
-        self.resolver.embed_queries_soon([matched, query])  # searched below, one after the other
+        self.resolver.embed_queries_soon([matched, query])  # started by `weigh` already, unless the epoch changed them
         # How many pages: those the matched words find (the best, and of the next four those holding a rare term
         # of the message: the pages of each session a "how many X did I ..." spans); none found, no round
         holding = need.weighing.holding.__contains__

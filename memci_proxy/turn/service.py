@@ -198,6 +198,7 @@ class TurnService:
                     # the upstream's window shrank, or the prompt's estimate fell short of the upstream's count of it:
                     # plan the turn again (for the new window), send it once more (max_tokens fitted to that count)
                     self.metrics.turn_resends.labels("window" if window is not None else "estimate").inc()
+                    await self._kept(turn)  # the pushed round's write lands before the turn is planned again
                     again = Found(turn.conversation_id, "prefix" if turn.how in ("new", "fork") else turn.how,
                                   found.known_prefix, found.chains)
                     turn = await self._plan(call, again, system, messages, retry=True)
@@ -371,7 +372,7 @@ class TurnService:
             pushed = (await self.push.exchange(turn, rounds, loop_config.recall_name)
                       or self.across.exchange(turn, rounds, loop_config.recall_name))
             if pushed:
-                await self._keep(turn, pushed)
+                await self._keep(turn, pushed, alongside=True)
                 body["messages"] = [*body["messages"], *pushed]
                 turn.pushed_tokens = sum((turn.redo.counter or self.counter).count_message(m) for m in pushed)
         pushed_tokens = math.ceil(turn.pushed_tokens * max(1.0, turn.state.correction_ratio))
@@ -418,9 +419,12 @@ class TurnService:
                 last.body = renderer(shape, name)(body)  # as sent: a memory job resends it
         return answer or refused
 
-    async def _keep(self, turn: Turn, exchange: list[dict[str, Any]]) -> None:
+    async def _keep(self, turn: Turn, exchange: list[dict[str, Any]], alongside: bool = False) -> None:
         """A finished recall exchange becomes hidden messages of the state, stored before the next round: the client
-        never resends them."""
+        never resends them. The pushed round (`alongside`) is stored while the request carrying it is upstream: that
+        request holds it, the turn's next write and the end of the turn wait for it (`_kept`), and so does the
+        conversation's next request (the lock is released after it)."""
+        await self._kept(turn)
         after = turn.redo.last_index
         if after < 0:
             return
@@ -433,6 +437,12 @@ class TurnService:
         turn.rows.hidden.update(hidden_rows(after, len(turn.redo.hidden), exchange))
         turn.redo.hidden.extend(exchange)
         turn.rows.pages.update(page_rows(turn.state, [p.label for p in turn.state.pages if p.start <= after < p.end]))
+        if alongside:
+            turn.keeping = asyncio.get_running_loop().create_task(self._store_kept(turn))
+        else:
+            await self._store_kept(turn)
+
+    async def _store_kept(self, turn: Turn) -> None:
         try:
             turn.known = await self.states.save_now(turn.call.tenant, turn.conversation_id, turn.known, turn.state,
                                                     turn.rows)
@@ -441,12 +451,20 @@ class TurnService:
             log.warning("could not store the recall exchange of %s now (%s)", turn.conversation_id, exc)
             self.metrics.store_write_failures.labels("recall").inc()
 
+    @staticmethod
+    async def _kept(turn: Turn) -> None:
+        """The pushed round's write, when under way, landed (or failed: its rows are then stored with the turn)."""
+        task, turn.keeping = turn.keeping, None
+        if task is not None:
+            await asyncio.wait([task])  # (its own failure is handled inside; a cancellation of ours still raises)
+
     async def _after_answer(self, answer: Answer, turn: Turn, release: Release) -> Answer:
         """Finish the turn once the answer is out: after the last event of a stream; for a whole body, right after
         it is handed over (or before, when write-behind is off)."""
         if answer.events is not None:
             answer.events = self._finish_after(answer.events, turn, release)
             return answer
+        await self._kept(turn)  # an answer drawn from a pushed round is not seen before the round is stored
         if answer.status == 200 and (turn.record is None or turn.record.rounds == 0):
             self.counts.answered(answer.body)  # one round: its completion tokens count the answer's text
         if not self.settings.write_behind:
@@ -459,6 +477,7 @@ class TurnService:
 
     async def _finish_after(self, events: AsyncIterator[bytes], turn: Turn, release: Release) -> AsyncIterator[bytes]:
         try:
+            await self._kept(turn)  # (as for a whole answer) before the first event is relayed
             async for event in events:
                 yield event
         finally:
@@ -468,6 +487,7 @@ class TurnService:
     async def _finish(self, turn: Turn, release: Release) -> None:
         """After the answer: usage fed back, recall counts, the turn queued for the store, the lock released."""
         try:
+            await self._kept(turn)
             state, record, usage = turn.state, turn.record, turn.usage
             if record is not None:
                 usage = record.first_usage

@@ -49,6 +49,7 @@ class Turn:
     jobs_first: bool = False  # the epoch's memory jobs ran before its request (a one-slot engine)
     sent_estimate: int = 0  # the first round's prompt as estimated when its max_tokens was fitted (upstream tokens)
     estimate_scale: float = 1.0  # the upstream's count of a prompt per estimated token, when a refusal told it
+    keeping: Any = None  # asyncio.Task: the pushed round's write, under way while its request is upstream
 
 
 class Release:

@@ -166,8 +166,9 @@ async def test_the_queries_of_one_turn_are_embedded_in_one_forward_pass() -> Non
     assert model.inputs[1:] == [["restaurant Alex", "Alex recommended a restaurant"]]  # one pass, nothing asked twice
     assert first == (await embedder.embed_query("restaurant Alex")) and first != second
     assert await embedder.embed_query("asked before") == cached and len(model.inputs) == 2
-    embedder.embed_queries_soon(["only one"])  # a single query waits for its search
-    assert len(model.inputs) == 2 and not embedder._query_passes
+    embedder.embed_queries_soon(["only one"])  # one query started early too: its search waits for that pass
+    assert await embedder.embed_query("only one") is not None
+    assert model.inputs[2:] == [["only one"]] and not embedder._query_passes
     await embedder.close()
 
 

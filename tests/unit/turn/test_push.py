@@ -1,5 +1,5 @@
-"""The proactive recall round in the turn service: sent after the latest user message, stored before that request,
-spliced back byte for byte on the next turn; nothing pushed when the search finds nothing or the push is off."""
+"""The proactive recall round in the turn service: sent after the latest user message, stored while that request is
+upstream and before its answer is seen, spliced back byte for byte on the next turn; nothing pushed when the search finds nothing or the push is off."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from memci_proxy.engine import ConversationState
-from turn_fakes import Chat, ChatUpstream, MemoryRepository, make_service
+from turn_fakes import Chat, ChatUpstream, MemoryRepository, call_of, make_service
 
 
 async def _past_an_epoch(chat: Chat) -> None:
@@ -40,14 +40,23 @@ async def test_a_look_up_gets_a_recall_round_kept_for_later_turns(stream: bool) 
     chat = Chat(service)
     await _past_an_epoch(chat)
     before = len(upstream.requests)
-    out = await chat.send("Remind me what I said about code0000?", stream=stream)
+    repo.delay = 0.05  # the round's write is slower than the upstream: it is under way while the request is upstream
+    answer = await service.handle(call_of([*chat.messages, {"role": "user", "content": "Remind me what I said about "
+                                                                                           "code0000?"}], stream))
+    first = await anext(answer.events) if stream else None
+    stored = ConversationState.from_bytes(repo.conversations[chat.conversation_id].state)
+    assert any(g.messages[-1]["role"] == "tool" and "code0000" in g.messages[-1]["content"] for g in stored.hidden)
+    out = [first, *[event async for event in answer.events]] if stream else json.loads(answer.body)
+    repo.delay = 0.0
+    chat.messages += [{"role": "user", "content": "Remind me what I said about code0000?"},
+                      {"role": "assistant", "content": "streamed" if stream else out["choices"][0]["message"]["content"]}]
     assert len(upstream.requests) == before + 1  # one upstream request: the round went with it
     sent = upstream.requests[-1]["messages"]
     assert [m["role"] for m in sent[-3:]] == ["user", "assistant", "tool"]
     call = sent[-2]["tool_calls"][0]
     assert call["function"]["name"] == "recall" and "code0000" in json.loads(call["function"]["arguments"])["query"]
     assert "code0000" in sent[-1]["content"]
-    assert stored_before == [True]
+    assert len(stored_before) == 1  # (stored before the answer was seen: above)
     text = b"".join(out).decode() if stream else json.dumps(out)
     assert "Tool result:" in text and '"tool_calls"' not in text  # an ordinary answer
     assert _pushes(service, "pushed") == 1
@@ -279,4 +288,22 @@ async def test_the_round_searches_the_subject_the_message_names_not_its_look_up_
     assert "Alex" in query and "Earlier" not in query and "told" not in query, query
     assert "eleven" in sent[-1]["content"]
     assert "harbour" not in sent[-1]["content"]  # the earlier question put the same way
+    await service.close()
+
+
+async def test_a_wanted_push_starts_its_query_vectors_when_the_message_is_weighed() -> None:
+    from memci_proxy.turn.push import push_queries
+
+    service = make_service(ChatUpstream())
+    chat = Chat(service)
+    await _past_an_epoch(chat)
+    started: list[list[str]] = []
+    service.resolver.embed_queries_soon = lambda queries: started.append(list(queries))
+    state = service.state_of(chat.conversation_id)
+    messages = [*chat.messages, {"role": "user", "content": "Remind me what I said about code0000?"}]
+    need = await service.push.weigh("t", chat.conversation_id, state, messages)
+    assert need is not None and need.wanted
+    assert started == [list(push_queries(need))]  # before the turn is planned: computed while it is
+    await service.push.weigh("t", chat.conversation_id, state, [*chat.messages, {"role": "user", "content": "ok"}])
+    assert len(started) == 1  # nothing wanted, nothing embedded
     await service.close()
