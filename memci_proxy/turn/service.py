@@ -361,8 +361,8 @@ class TurnService:
         context = RecallContext(call.tenant, turn.conversation_id, turn.state, turn.redo.input.messages,
                                 turn.redo.input.image_descriptions, call.end_user if self.across.enabled else "")
 
-        async def keep(exchange: list[dict[str, Any]]) -> None:
-            await self._keep(turn, exchange)
+        async def keep(exchange: list[dict[str, Any]]) -> None:  # a whole answer's next round carries it: alongside
+            await self._keep(turn, exchange, alongside=not call.stream)  # (a stream relays the rounds' events as they come)
 
         rounds = TurnRecall(loop_config, context, self.resolver, self.metrics, room, call.data.get("n") or 1, keep)
         turn.record = rounds.record
@@ -421,9 +421,9 @@ class TurnService:
 
     async def _keep(self, turn: Turn, exchange: list[dict[str, Any]], alongside: bool = False) -> None:
         """A finished recall exchange becomes hidden messages of the state, stored before the next round: the client
-        never resends them. The pushed round (`alongside`) is stored while the request carrying it is upstream: that
-        request holds it, the turn's next write and the end of the turn wait for it (`_kept`), and so does the
-        conversation's next request (the lock is released after it)."""
+        never resends them. `alongside` (the pushed round; a whole answer's rounds): stored while the request carrying
+        it is upstream instead: that request holds it, and the turn's next write, its answer and its end wait for the
+        write (`_kept`), so the conversation's next request does too (the lock is released after it)."""
         await self._kept(turn)
         after = turn.redo.last_index
         if after < 0:

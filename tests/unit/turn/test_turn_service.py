@@ -156,7 +156,9 @@ async def test_an_epoch_whose_write_fails_keeps_the_turns_queued_before_it():
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_recall_exchange_is_stored_before_the_next_round(stream):
+async def test_a_recall_exchange_is_stored_before_the_next_round_or_alongside_it(stream):
+    """A stream relays each round's events as they come: the exchange is stored before the next round. A whole
+    answer's next round goes upstream while the exchange is stored; the answer is handed over after the write."""
     repo = MemoryRepository()
     seen: list[bool] = []
 
@@ -169,8 +171,18 @@ async def test_a_recall_exchange_is_stored_before_the_next_round(stream):
     upstream = ChatUpstream(on_request=check)
     service = make_service(upstream, repo, write_behind_max_lag_ms=60_000)
     chat = await _chat_past_an_epoch(service)
-    out = await chat.send('Read page 1. [[recall:{"pages": [1]}]]', stream=stream)
-    assert seen == [True]
+    repo.delay = 0.0 if stream else 0.05  # slower than the upstream: the write is under way while the round is sent
+    answer = await service.handle(call_of([*chat.messages, {"role": "user", "content": 'Read page 1. '
+                                                                                        '[[recall:{"pages": [1]}]]'}],
+                                          stream))
+    if not stream:  # (a stream's rounds happen while its events are read)
+        stored = ConversationState.from_bytes(repo.conversations[chat.conversation_id].state)
+        assert any(g.messages[-1]["role"] == "tool" for g in stored.hidden)  # before the answer is seen
+    out = [event async for event in answer.events] if stream else json.loads(answer.body)
+    repo.delay = 0.0
+    chat.messages += [{"role": "user", "content": 'Read page 1. [[recall:{"pages": [1]}]]'},
+                      {"role": "assistant", "content": "streamed" if stream else out["choices"][0]["message"]["content"]}]
+    assert seen == ([True] if stream else [False])
     text = b"".join(out).decode() if stream else out["choices"][0]["message"]["content"]
     assert "Tool result:" in text and "code0000" in text
     assert "tool_calls" not in text and "[DONE]" in text if stream else True
