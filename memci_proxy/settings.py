@@ -72,6 +72,13 @@ class Settings:
         default="", metadata=_doc("PostgreSQL URL (with pgvector). Empty: an embedded PostgreSQL under home.")
     )
     redis_url: str = field(default="", metadata=_doc("Redis URL. Empty: in-process hot state (one replica only)."))
+    page_fulltext: bool = field(
+        default=False,
+        metadata=_doc("Keep a PostgreSQL full-text index (pages.tsv) of the archived pages, for SQL tools and your own "
+                      "queries. The proxy's own search ranks in process and never reads it; computing it costs about "
+                      "6 ms of database CPU per epoch, so it is off unless asked for (on: the pages archived while it "
+                      "was off are indexed at the next start)."),
+    )
     workers: int = field(default=1, metadata=_doc("Server worker processes.", min=1, max=64))
     log_level: str = field(default="info", metadata=_doc(
         "Log level (`serve --log-level`); the embedded PostgreSQL's initdb and server output and each migration step "

@@ -65,9 +65,12 @@ async def open_store(settings: Settings, migrate: bool = True) -> Store:
     try:
         if migrate:
             await asyncio.to_thread(run_migrations, database_url)
-        engine = create_engine_from_url(database_url)
-        write_engine = create_engine_from_url(database_url, pool_size=4, max_overflow=4, pre_ping=False)
-        read_engine = create_engine_from_url(database_url, pool_size=4, max_overflow=8, pre_ping=False)
+        fulltext = settings.page_fulltext
+        engine = create_engine_from_url(database_url, fulltext=fulltext)
+        write_engine = create_engine_from_url(database_url, pool_size=4, max_overflow=4, pre_ping=False,
+                                              fulltext=fulltext)
+        read_engine = create_engine_from_url(database_url, pool_size=4, max_overflow=8, pre_ping=False,
+                                             fulltext=fulltext)
     except BaseException:
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)

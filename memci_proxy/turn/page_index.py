@@ -5,6 +5,9 @@ over each page's messages, and its GIN entry) was the larger part of that write.
 ``index_behind``: the pages are stored, durable and readable, and their full-text index is made after the answer
 (``soon``), in the background. A read of the database that must see it (``/memci/search``, through the service's
 ``flush``) waits for it (``wait``). Pages a stopped process left unindexed are indexed when the next one starts.
+
+Only with ``page_fulltext`` on: nothing the proxy ranks with reads the index (recall, the push and ``/memci/search``
+rank in process), so by default the store's sessions leave every page without it (``enabled`` False: nothing to do).
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ log = logging.getLogger("memci.turn")
 
 
 class IndexBehind:
-    def __init__(self, repo: Any, metrics: Metrics) -> None:
+    def __init__(self, repo: Any, metrics: Metrics, enabled: bool = True) -> None:
         self.repo = repo
         self.metrics = metrics
-        self.enabled = hasattr(repo, "index_pages")
+        self.wanted = enabled  # page_fulltext; off: the store's sessions leave pages unindexed, and so do its writes
+        self.enabled = enabled and hasattr(repo, "index_pages")
         self._waiting: dict[str, tuple[str, set[str]]] = {}  # conversation -> (tenant, pages stored unindexed)
         self._running: dict[str, asyncio.Task[None]] = {}  # conversation -> its pages being indexed
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -31,13 +35,13 @@ class IndexBehind:
     def start(self) -> None:
         """The pages a stopped process left without their index, indexed in the background."""
         left = getattr(self.repo, "index_left_pages", None)
-        if left is not None:
+        if left is not None and self.enabled:
             self._spawn(self._left(left))
 
     def stored(self, tenant: str, conversation_id: str, numbers: Iterable[str]) -> None:
         """Pages stored by a write with ``index_behind`` (those leaving 'active' among them are unindexed)."""
         numbers = set(numbers)
-        if numbers:
+        if numbers and self.enabled:
             self._waiting.setdefault(conversation_id, (tenant, set()))[1].update(numbers)
 
     def soon(self, conversation_id: str) -> None:

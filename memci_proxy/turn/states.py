@@ -95,7 +95,8 @@ class ConversationStates:
             max_pending=settings.write_behind_max_pending, on_stored=self._stored, on_stale=self._resolve_stale,
             behind_wait_s=BEHIND_WAIT_S,
         )
-        self.index = IndexBehind(repo, metrics)  # the full-text index of pages stored before the upstream call
+        # the full-text index of pages stored before the upstream call (page_fulltext)
+        self.index = IndexBehind(repo, metrics, enabled=settings.page_fulltext)
 
     def start(self) -> None:
         self.writer.start()
@@ -196,7 +197,7 @@ class ConversationStates:
             rows = merged
         version = self.next_version(conversation_id, known.version)
         snapshot = state.to_bytes()
-        index_behind = index_behind and self.index.enabled
+        index_behind = index_behind and (self.index.enabled or not self.index.wanted)  # (not wanted: never indexed)
         write = rows.write(tenant, conversation_id, snapshot, version, base, index_behind=index_behind)
         try:
             outcome = await self.writer.save_waiting(write)

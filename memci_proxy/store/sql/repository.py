@@ -52,11 +52,12 @@ def _closed_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> Non
 
 
 def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20, echo: bool = False,
-                           pre_ping: bool = True) -> AsyncEngine:
+                           pre_ping: bool = True, fulltext: bool = True) -> AsyncEngine:
     """An asyncpg engine for any PostgreSQL URL form; JSON columns through msgspec, escaped (memci_proxy.store.sql.pgtext)
     where they hold what PostgreSQL cannot store. ``pre_ping``: a connection is pinged before each use (a server
     restarted meanwhile costs no request); without it, a connection the server closed is still replaced when taken
-    (``_closed_on_checkout``), and one whose loss went unseen fails its statement."""
+    (``_closed_on_checkout``), and one whose loss went unseen fails its statement. ``fulltext`` off: the pages its
+    connections write get no tsvector (``_no_fulltext``; the ``page_fulltext`` setting)."""
     engine = create_async_engine(
         to_async_url(url),
         pool_size=pool_size,
@@ -70,7 +71,17 @@ def create_engine_from_url(url: str, pool_size: int = 10, max_overflow: int = 20
     )
     if not pre_ping:
         event.listen(engine.sync_engine, "checkout", _closed_on_checkout)
+    if not fulltext:
+        event.listen(engine.sync_engine, "connect", _no_fulltext)
     return engine
+
+
+def _no_fulltext(dbapi_connection: Any, _record: Any) -> None:
+    """A new connection's session leaves pages without a tsvector: the pages_tsv trigger reads this setting (migration
+    0010) and keeps tsv NULL, for every write of the session (through a transaction pooler that drops session
+    settings, the trigger computes it as before: only its cost comes back)."""
+    # on the driver's connection, outside a transaction (a DBAPI cursor would open one, rolled back on checkin)
+    dbapi_connection.run_async(lambda driver: driver.execute("SET memci.index_behind = on"))
 
 
 conv = Conversation.__table__

@@ -476,3 +476,30 @@ async def test_search_pages(repo: SqlConversationRepository) -> None:
     await save(repo, "c1", entries=[edited], pages=[], version=2, snapshot=b"v2")
     assert [p.number for p, _ in await repo.search_pages(TENANT, "c1", "maple")] == ["1"]
     assert await repo.search_pages(TENANT, "c1", "blossoms") == []
+
+
+async def test_without_page_fulltext_no_write_of_its_sessions_computes_a_tsvector(migrated_db_url: str) -> None:
+    from memci_proxy.store.sql.repository import create_engine_from_url
+
+    engine = create_engine_from_url(migrated_db_url, pool_size=1, max_overflow=0, fulltext=False)
+    writes = create_engine_from_url(migrated_db_url, pool_size=1, max_overflow=0, pre_ping=False, fulltext=False)
+    repo = SqlConversationRepository(engine, writes)
+    try:
+        await repo.create_conversation(TENANT, "c1")
+        await save(repo, "c1", entries=make_entries(0, 5), pages=make_pages(3))
+        # archived by a write without index_behind (the write-behind path), then summarised: still no tsvector
+        assert await repo.save_turns([TurnWrite(TENANT, "c1", b"v2", 2, None, pages=make_pages(2, "archived"))]) == [
+            "saved"]
+        assert await repo.set_page_summaries(TENANT, "c1", {"1": "kyoto blossoms"}) == 1
+        assert await page_tsv(repo, "c1") == {"1": None, "2": None, "3": None}
+        assert [p.number for p in await repo.load_pages(TENANT, "c1")] == ["1", "2"]  # archived, stored and readable
+    finally:
+        await engine.dispose()
+        await writes.dispose()
+    indexing = create_engine_from_url(migrated_db_url, pool_size=1, max_overflow=0)  # page_fulltext turned on
+    repo = SqlConversationRepository(indexing)
+    try:
+        assert await repo.index_left_pages() == 2  # what was archived meanwhile, at the next start
+        assert sorted(p.number for p, _ in await repo.search_pages(TENANT, "c1", "kyoto")) == ["1"]
+    finally:
+        await indexing.dispose()

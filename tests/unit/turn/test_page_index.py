@@ -34,17 +34,22 @@ class IndexingRepository(MemoryRepository):
         return 0
 
 
-async def test_an_epochs_archived_pages_are_indexed_after_its_answer():
-    repo = IndexingRepository()
-    service = make_service(ChatUpstream(), repo, write_behind_max_lag_ms=60_000)
-    await asyncio.sleep(0)
-    assert repo.left == 1  # a stopped process's leftovers, at start
+async def _until_an_epoch(service) -> Chat:
     chat = Chat(service)
     i = 0
     while chat.last_headers.get("X-Memci-Epoch") != "true" or i < 2:
         await chat.send(chat.user_text(i))
         i += 1
         assert i < 80, "no epoch"
+    return chat
+
+
+async def test_an_epochs_archived_pages_are_indexed_after_its_answer():
+    repo = IndexingRepository()
+    service = make_service(ChatUpstream(), repo, write_behind_max_lag_ms=60_000, page_fulltext=True)
+    await asyncio.sleep(0)
+    assert repo.left == 1  # a stopped process's leftovers, at start
+    chat = await _until_an_epoch(service)
     try:
         assert repo.behind[-1]  # the epoch's write left the index behind
         await service.flush(chat.conversation_id)  # a read of the database waits for the index
@@ -59,6 +64,7 @@ async def test_an_epochs_archived_pages_are_indexed_after_its_answer():
 async def test_a_read_waits_for_the_index_and_a_failed_one_is_tried_again():
     repo = IndexingRepository()
     index = IndexBehind(repo, Metrics())
+    assert index.enabled  # (enabled unless page_fulltext is off)
     index.stored("t", "c1", ["1", "2"])
     repo.slow = asyncio.Event()
     index.soon("c1")
@@ -88,6 +94,20 @@ async def test_a_read_waits_for_the_index_and_a_failed_one_is_tried_again():
     await index.wait("c1")  # kept, and tried again
     assert failing.indexed == [("c1", ["1"])]
     await index.close()
+
+
+async def test_without_page_fulltext_no_page_is_indexed_nor_any_left_over():
+    repo = IndexingRepository()
+    service = make_service(ChatUpstream(), repo, write_behind_max_lag_ms=60_000)  # page_fulltext off: the default
+    await asyncio.sleep(0)
+    assert not service.states.index.enabled and repo.left == 0  # the leftovers at start are not indexed either
+    chat = await _until_an_epoch(service)
+    try:
+        await service.flush(chat.conversation_id)
+        assert any(repo.behind) and repo.indexed == []  # the epoch's pages stored, never indexed
+        assert any(p.state != "active" for p in repo.conversations[chat.conversation_id].pages.values())
+    finally:
+        await service.close()
 
 
 async def test_without_an_index_to_make_the_write_computes_it():
