@@ -106,10 +106,22 @@ def page_terms(text: str, user_weight: int = USER_WEIGHT) -> list[str]:
     return terms
 
 
-def page_counts(text: str) -> tuple[dict[str, int], int]:
-    """A page's BM25 term counts (``page_terms``) and their sum, as stored beside it."""
-    terms = page_terms(text)
-    return dict(Counter(terms)), len(terms)
+def page_counts(text: str, user_weight: int = USER_WEIGHT) -> tuple[dict[str, int], int]:
+    """A page's BM25 term counts (``page_terms``, counted without repeating the user's words) and their sum, as
+    stored beside it; the terms in order of first appearance."""
+    counts: Counter[str] = Counter()
+    marks = list(_ROLE_LINE.finditer(text))
+    starts = [(m.end(), m.group(1)) for m in marks] or [(0, "user")]
+    ends = [m.start() for m in marks[1:]] + [len(text)]
+    for (start, role), end in zip(starts, ends):
+        words = tokenize(text[start:end])
+        if role == "user":
+            for term, n in Counter(words).items():
+                counts[term] += n * user_weight
+            counts.update(counted_terms(text[start:end]))
+        else:
+            counts.update(words)
+    return dict(counts), sum(counts.values())
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,3 +149,17 @@ def test_a_turn_notes_the_pages_of_its_tail_only():
         assert [t for t in user_turns(tail_pages(pages, first_new)) if t.end > first_new] == expected
     assert tail_pages(pages, 5) == pages[1:]  # page 2.2 reaches past 5: page 2 with it
     assert tail_pages(pages, 8) == []
+
+
+_PAGE_TEXT = st.lists(st.sampled_from(["user: ", "\nassistant: ", "\ntool: ", "I have 3 cats", " and 12 plants", " the",
+                                       " guitar", " Rex's", " 東京に2匹", " 2.5 kg", ".", " walked", "\n"]),
+                      max_size=25).map("".join)
+
+
+@given(_PAGE_TEXT)
+def test_page_counts_are_those_of_the_pages_terms_in_their_order(text: str) -> None:
+    from collections import Counter
+
+    terms = across.page_terms(text)
+    counts, length = across.page_counts(text)
+    assert list(counts.items()) == list(Counter(terms).items()) and length == len(terms)

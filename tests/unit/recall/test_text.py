@@ -133,3 +133,32 @@ def test_a_word_whose_stem_is_a_stop_word_is_still_a_term() -> None:
     assert tokenize("note") == tokenize("notes")
     assert tokenize("them not even") == []  # the stop words themselves stay out
     assert tokenize("the cat's a's toy") == tokenize("cat toy")
+
+
+def _tokenize_reference(text: str) -> list[str]:
+    """tokenize as it was before its ASCII path: every token through the general pattern and per-token tests."""
+    from memci_proxy.recall.text import _TOKEN_PATTERN, MAX_TERM_CHARS, _folded, _term, cjk_terms
+
+    terms: list[str] = []
+    for token in _TOKEN_PATTERN.findall(_folded(text)):
+        first = token[0]
+        if "\u3040" <= first <= "\u30ff" or "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
+            terms.extend(cjk_terms(token))
+            continue
+        term = _term(token[:MAX_TERM_CHARS])
+        if term is not None:
+            terms.append(term)
+    return terms
+
+
+_WORDISH = st.lists(st.sampled_from(list("abcXYZ019 .,'-_\n\t") + ["it's", "3.5", "1,000", "x" * 70, "Running", "cafés",
+                                                                    "東京", "ひら", "the", "notes"]),
+                    max_size=30).map("".join)
+
+
+@given(st.one_of(_WORDISH, st.text(max_size=60), st.text(alphabet=st.characters(max_codepoint=127), max_size=80)))
+def test_tokens_and_terms_are_those_of_the_general_pattern(text: str) -> None:
+    from memci_proxy.recall.text import _TOKEN_PATTERN, _folded, tokens
+
+    assert tokens(text) == _TOKEN_PATTERN.findall(_folded(text))  # ASCII text: the faster pattern, the same tokens
+    assert tokenize(text) == _tokenize_reference(text)
