@@ -88,19 +88,24 @@ def tsquery_text(user_key: str, terms: Sequence[str]) -> str:
     return " | ".join("'" + tagged(user_key, t).replace("\\", "\\\\").replace("'", "''") + "'" for t in terms)
 
 
+def _segments(text: str) -> list[tuple[str, str]]:
+    """(role, what it said) of a role-labelled page text, in order; an unlabelled text is the user's."""
+    marks = list(_ROLE_LINE.finditer(text))
+    starts = [(m.end(), m.group(1)) for m in marks] or [(0, "user")]
+    ends = [m.start() for m in marks[1:]] + [len(text)]
+    return [(role, text[start:end]) for (start, role), end in zip(starts, ends)]
+
+
 def page_terms(text: str, user_weight: int = USER_WEIGHT) -> list[str]:
     """A page's BM25 terms from its role-labelled text: the user's own words count ``user_weight`` times (what a
     user asks back about is mostly what they said; an assistant's long answers weigh less), with the terms of
     what their numbers count (memci_proxy.recall.counting)."""
     terms: list[str] = []
-    marks = list(_ROLE_LINE.finditer(text))
-    starts = [(m.end(), m.group(1)) for m in marks] or [(0, "user")]
-    ends = [m.start() for m in marks[1:]] + [len(text)]
-    for (start, role), end in zip(starts, ends):
-        words = tokenize(text[start:end])
+    for role, said in _segments(text):
+        words = tokenize(said)
         if role == "user":
             terms.extend(words * user_weight)
-            terms.extend(counted_terms(text[start:end]))
+            terms.extend(counted_terms(said))
         else:
             terms.extend(words)
     return terms
@@ -110,15 +115,12 @@ def page_counts(text: str, user_weight: int = USER_WEIGHT) -> tuple[dict[str, in
     """A page's BM25 term counts (``page_terms``, counted without repeating the user's words) and their sum, as
     stored beside it; the terms in order of first appearance."""
     counts: Counter[str] = Counter()
-    marks = list(_ROLE_LINE.finditer(text))
-    starts = [(m.end(), m.group(1)) for m in marks] or [(0, "user")]
-    ends = [m.start() for m in marks[1:]] + [len(text)]
-    for (start, role), end in zip(starts, ends):
-        words = tokenize(text[start:end])
+    for role, said in _segments(text):
+        words = tokenize(said)
         if role == "user":
             for term, n in Counter(words).items():
                 counts[term] += n * user_weight
-            counts.update(counted_terms(text[start:end]))
+            counts.update(counted_terms(said))
         else:
             counts.update(words)
     return dict(counts), sum(counts.values())
