@@ -453,10 +453,13 @@ class TurnService:
 
     @staticmethod
     async def _kept(turn: Turn) -> None:
-        """The pushed round's write, when under way, landed (or failed: its rows are then stored with the turn)."""
-        task, turn.keeping = turn.keeping, None
+        """The pushed round's write, when under way, landed (or failed: its rows are then stored with the turn). A
+        cancelled wait leaves it to the next one (the end of the turn waits for it still)."""
+        task = turn.keeping
         if task is not None:
             await asyncio.wait([task])  # (its own failure is handled inside; a cancellation of ours still raises)
+            if turn.keeping is task:
+                turn.keeping = None
 
     async def _after_answer(self, answer: Answer, turn: Turn, release: Release) -> Answer:
         """Finish the turn once the answer is out: after the last event of a stream; for a whole body, right after
@@ -464,16 +467,23 @@ class TurnService:
         if answer.events is not None:
             answer.events = self._finish_after(answer.events, turn, release)
             return answer
-        await self._kept(turn)  # an answer drawn from a pushed round is not seen before the round is stored
+        try:
+            await self._kept(turn)  # an answer drawn from a pushed round is not seen before the round is stored
+        except BaseException:  # the client went away meanwhile: the turn still ends (its write, the lock)
+            self._finish_soon(turn, release)
+            raise
         if answer.status == 200 and (turn.record is None or turn.record.rounds == 0):
             self.counts.answered(answer.body)  # one round: its completion tokens count the answer's text
         if not self.settings.write_behind:
             await self._finish(turn, release)
         else:
-            task = asyncio.get_running_loop().create_task(self._finish(turn, release))
-            self._finishing.add(task)
-            task.add_done_callback(self._finishing.discard)
+            self._finish_soon(turn, release)
         return answer
+
+    def _finish_soon(self, turn: Turn, release: Release) -> None:
+        task = asyncio.get_running_loop().create_task(self._finish(turn, release))
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
 
     async def _finish_after(self, events: AsyncIterator[bytes], turn: Turn, release: Release) -> AsyncIterator[bytes]:
         try:

@@ -307,3 +307,29 @@ async def test_a_wanted_push_starts_its_query_vectors_when_the_message_is_weighe
     await service.push.weigh("t", chat.conversation_id, state, [*chat.messages, {"role": "user", "content": "ok"}])
     assert len(started) == 1  # nothing wanted, nothing embedded
     await service.close()
+
+
+async def test_a_client_gone_while_the_round_is_written_still_ends_the_turn() -> None:
+    import asyncio
+
+    repo = MemoryRepository()
+    upstream = ChatUpstream()
+    service = make_service(upstream, repo, write_behind_max_lag_ms=60_000)
+    chat = Chat(service)
+    await _past_an_epoch(chat)
+    question = {"role": "user", "content": "Remind me what I said about code0000?"}
+    repo.delay = 0.2  # the answer is back long before the round's write
+    handling = asyncio.ensure_future(service.handle(call_of([*chat.messages, question])))
+    await asyncio.sleep(0.1)
+    assert not handling.done()  # the answer waits for the write
+    handling.cancel()  # the client goes away
+    with pytest.raises(asyncio.CancelledError):
+        await handling
+    repo.delay = 0.0
+    await asyncio.sleep(0.2)
+    stored = ConversationState.from_bytes(repo.conversations[chat.conversation_id].state)
+    assert any(g.messages[-1]["role"] == "tool" and "code0000" in g.messages[-1]["content"] for g in stored.hidden)
+    chat.messages += [question, {"role": "assistant", "content": "gone"}]
+    out = await asyncio.wait_for(chat.send(chat.user_text(501)), 2.0)  # the lock was released: no wait, no 409
+    assert out["choices"][0]["message"]["content"]
+    await service.close()
