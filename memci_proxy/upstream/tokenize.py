@@ -78,7 +78,7 @@ class UpstreamTokenCounter:
             "upstream_token_counts", self.max_entries, self.max_entries * COUNT_ITEM_BYTES,
             size_of=lambda _k, _v: COUNT_ITEM_BYTES)
         self._inflight: dict[int, asyncio.Task[None]] = {}
-        self._gathering: _Gathering | None = None  # the texts waiting for others to share their request
+        self._gathering: dict[str, _Gathering] = {}  # model -> the texts waiting for others to share their request
         self.gather_s = GATHER_S
         self._off_until = 0.0
         self._gate = asyncio.Semaphore(MAX_CONCURRENT)
@@ -160,22 +160,22 @@ class UpstreamTokenCounter:
                 tasks.add(task)
             uncounted += len(text)
         for key, text in asked.items():
-            tasks.add(self._gather(key, text))
+            tasks.add(self._gather(key, text, self.model))
         if not tasks or (timeout is None and uncounted < self.wait_min_chars):
             return  # short new texts: counted behind the turn (an explicit timeout always waits)
-        gathering = self._gathering
-        if gathering is not None and gathering.task in tasks:
-            gathering.now.set()  # a turn waits for it: asked now, with what was gathered so far
+        for gathering in self._gathering.values():
+            if gathering.task in tasks:
+                gathering.now.set()  # a turn waits for it: asked now, with what was gathered so far
         wait = self.timeout if timeout is None else timeout
         if wait > 0:
             await asyncio.wait(tasks, timeout=wait)
 
-    def _gather(self, key: int, text: str) -> asyncio.Task[None]:
-        """The request that will count the text: the one gathering texts now, or a new one (sent after `gather_s`,
-        or at once when full)."""
-        gathering = self._gathering
+    def _gather(self, key: int, text: str, model: str) -> asyncio.Task[None]:
+        """The request that will count the text: the one gathering the model's texts now, or a new one (sent after
+        `gather_s`, or at once when full)."""
+        gathering = self._gathering.get(model)
         if gathering is None:
-            gathering = self._gathering = _Gathering()
+            gathering = self._gathering[model] = _Gathering(model)
             loop = asyncio.get_running_loop()
             gathering.task = loop.create_task(self._send_gathered(gathering))
             gathering.task.add_done_callback(lambda _t, g=gathering: self._landed(tuple(g.texts)))
@@ -183,30 +183,33 @@ class UpstreamTokenCounter:
         gathering.texts[key] = text
         self._inflight[key] = gathering.task
         if len(gathering.texts) >= MAX_BATCH:
-            self._gathering = None
+            self._sent(gathering)
             gathering.now.set()
         return gathering.task
 
+    def _sent(self, gathering: _Gathering) -> None:
+        if self._gathering.get(gathering.model) is gathering:
+            del self._gathering[gathering.model]
+
     async def _send_gathered(self, gathering: _Gathering) -> None:
         await gathering.now.wait()
-        if self._gathering is gathering:
-            self._gathering = None
-        await self._fetch(gathering.texts)
+        self._sent(gathering)
+        await self._fetch(gathering.texts, gathering.model)
 
     def _landed(self, keys: tuple[int, ...]) -> None:
         for key in keys:
             self._inflight.pop(key, None)
 
-    async def _fetch(self, texts: dict[int, str]) -> None:
+    async def _fetch(self, texts: dict[int, str], model: str = "") -> None:
         async with self._gate:
             if not self.available:
                 return
             if len(texts) > 1 and self._lists:
-                counts = await self._ask(list(texts.values()))
+                counts = await self._ask(list(texts.values()), model)
                 if counts is None and self.available and not self._lists:  # refused: one text per request
-                    counts = [await self._ask(text) for text in texts.values()]
+                    counts = [await self._ask(text, model) for text in texts.values()]
             else:
-                counts = [await self._ask(text) for text in texts.values()]
+                counts = [await self._ask(text, model) for text in texts.values()]
         for (key, text), count in zip(texts.items(), counts or ()):
             if isinstance(count, int):
                 self._counted(key, text, count)
@@ -218,7 +221,7 @@ class UpstreamTokenCounter:
             self._estimate_sum = RATIO_DECAY * self._estimate_sum + estimate
         self._cache.put(key, count)
 
-    async def _ask(self, prompt: str | list[str]) -> Any:
+    async def _ask(self, prompt: str | list[str], model: str = "") -> Any:
         """The count of one text (an int), or of a list of texts (a list of ints); None when not counted."""
         if not self.available:
             return None
@@ -228,8 +231,8 @@ class UpstreamTokenCounter:
             self._lists = False
             return None
         body: dict[str, Any] = {"input": prompt} if extras else {"prompt": prompt, "add_special_tokens": False}
-        if self.model and not extras:  # llama-cpp-python's names are its aliases: its default model serves
-            body["model"] = self.model
+        if model and not extras:  # llama-cpp-python's names are its aliases: its default model serves
+            body["model"] = model
         try:
             response, _ = await self.upstream.send("POST", tokenize_url(self.upstream, self._path),
                                                    {**self.upstream.forward_headers({}),
@@ -238,7 +241,7 @@ class UpstreamTokenCounter:
             content = await self.upstream.read_body(response)
             if status in NOT_FOUND and not self._path_known and not extras:
                 self._path = EXTRAS  # llama-cpp-python's route, asked once; off (below) if it is not there either
-                return await self._ask(prompt)
+                return await self._ask(prompt, model)
             if many and status in REFUSES_LISTS:
                 self._lists = False
                 return None
@@ -280,11 +283,12 @@ class UpstreamTokenCounter:
 
 
 class _Gathering:
-    """Texts asked in one request, and its task; `now` is set when it is to be sent."""
+    """Texts of one model asked in one request, and its task; `now` is set when it is to be sent."""
 
-    __slots__ = ("texts", "task", "now")
+    __slots__ = ("model", "texts", "task", "now")
 
-    def __init__(self) -> None:
+    def __init__(self, model: str) -> None:
+        self.model = model
         self.texts: dict[int, str] = {}
         self.task: asyncio.Task[None]
         self.now = asyncio.Event()

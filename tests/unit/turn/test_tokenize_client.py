@@ -158,6 +158,20 @@ async def test_texts_no_turn_waits_for_share_a_request_with_the_next_turns():
     assert counter.lookup(long_text) == 100
     await counter.close()
 
+async def test_texts_of_different_models_are_gathered_apart():
+    server = Tokenizer()
+    counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0, wait_min_chars=200)
+    counter.gather_s = 0.05
+    await counter.prefetch([f"{TEXT} for model a"], model="a")
+    await counter.prefetch([f"{TEXT} for model b"], model="b")
+    await counter.prefetch([f"{TEXT} for a again"], model="a")
+    await asyncio.sleep(0.1)
+    asked = sorted((body["model"], body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]])
+                   for body in server.bodies)
+    assert asked == [("a", [f"{TEXT} for model a", f"{TEXT} for a again"]), ("b", [f"{TEXT} for model b"])]
+    await counter.close()
+
+
 async def test_an_upstream_refusing_lists_is_asked_one_text_per_request():
     server = Tokenizer(lists=False)
     counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0)
