@@ -96,24 +96,11 @@ def _segments(text: str) -> list[tuple[str, str]]:
     return [(role, text[start:end]) for (start, role), end in zip(starts, ends)]
 
 
-def page_terms(text: str, user_weight: int = USER_WEIGHT) -> list[str]:
-    """A page's BM25 terms from its role-labelled text: the user's own words count ``user_weight`` times (what a
-    user asks back about is mostly what they said; an assistant's long answers weigh less), with the terms of
-    what their numbers count (memci_proxy.recall.counting)."""
-    terms: list[str] = []
-    for role, said in _segments(text):
-        words = tokenize(said)
-        if role == "user":
-            terms.extend(words * user_weight)
-            terms.extend(counted_terms(said))
-        else:
-            terms.extend(words)
-    return terms
-
-
 def page_counts(text: str, user_weight: int = USER_WEIGHT) -> tuple[dict[str, int], int]:
-    """A page's BM25 term counts (``page_terms``, counted without repeating the user's words) and their sum, as
-    stored beside it; the terms in order of first appearance."""
+    """A page's BM25 term counts from its role-labelled text, and their sum, as stored beside it; the terms in order
+    of first appearance. The user's own words count ``user_weight`` times (what a user asks back about is mostly what
+    they said; an assistant's long answers weigh less), with the terms of what their numbers count
+    (memci_proxy.recall.counting)."""
     counts: Counter[str] = Counter()
     for role, said in _segments(text):
         words = tokenize(said)

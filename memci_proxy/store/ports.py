@@ -141,7 +141,7 @@ class UserPageRow:
     seen_at: float  # epoch seconds
     text: str
     terms: list[str]  # its terms, tagged with the user's key (memci_proxy.recall.across.tagged_terms)
-    counts: dict[str, int]  # its BM25 terms' counts (memci_proxy.recall.across.page_terms)
+    counts: dict[str, int]  # its BM25 terms' counts (memci_proxy.recall.across.page_counts)
     length: int  # their sum
 
 

@@ -65,8 +65,8 @@ def test_a_hit_holds_two_of_the_querys_terms():
 def test_the_users_own_words_weigh_more_than_the_answers():
     user_said = page("c1", "1", "user: my tortoise is called Rex\nassistant: nice")
     assistant_said = page("c1", "2", "user: hi\nassistant: tortoise called Rex tortoise called Rex are fine names")
-    terms = across.page_terms(user_said.text)
-    assert terms.count("tortois") == 2 or terms.count("tortoise") == 2
+    counts, _ = across.page_counts(user_said.text)
+    assert counts.get("tortois") == 2 or counts.get("tortoise") == 2
     hits, _ = ranked("what is my tortoise called?", [assistant_said, user_said], 2)
     assert hits[0][0] is user_said
 
@@ -156,10 +156,25 @@ _PAGE_TEXT = st.lists(st.sampled_from(["user: ", "\nassistant: ", "\ntool: ", "I
                       max_size=25).map("".join)
 
 
+def _page_terms_reference(text: str, user_weight: int = across.USER_WEIGHT) -> list[str]:
+    """A page's terms as the proxy listed them before it counted them directly: the user's words repeated
+    ``user_weight`` times, with their counted terms; the others' words once."""
+    from memci_proxy.recall.counting import counted_terms
+    from memci_proxy.recall.text import tokenize
+
+    terms: list[str] = []
+    for role, said in across._segments(text):
+        words = tokenize(said)
+        terms.extend(words * user_weight if role == "user" else words)
+        if role == "user":
+            terms.extend(counted_terms(said))
+    return terms
+
+
 @given(_PAGE_TEXT)
 def test_page_counts_are_those_of_the_pages_terms_in_their_order(text: str) -> None:
     from collections import Counter
 
-    terms = across.page_terms(text)
+    terms = _page_terms_reference(text)
     counts, length = across.page_counts(text)
     assert list(counts.items()) == list(Counter(terms).items()) and length == len(terms)
