@@ -201,9 +201,10 @@ class ProactivePush:
             return []
         m.recall_search_seconds.observe(outcome.search_seconds)
         exchange = recall_round(call, outcome.text)
-        await rounds.exact(outcome.text, counter.count_text(outcome.text))  # the upstream's count when it can tell
         m.recall_pushes.labels("pushed").inc()
         m.recall_push_tokens.observe(charge_round(rounds, exchange, within))
+        # the upstream's count when it can tell: asked now, settled before the model's own round needs the room
+        await rounds.count_soon(outcome.text, counter.count_text(outcome.text), round_tokens(rounds, exchange))
         return exchange
 
 
@@ -220,9 +221,14 @@ def round_room(turn: Turn, rounds: TurnRecall, call: ToolCall) -> tuple[int, int
     return within, limit
 
 
+def round_tokens(rounds: TurnRecall, exchange: list[dict[str, Any]]) -> int:
+    """A round's tokens in the resolver's base count."""
+    return sum(rounds.resolver.counter.count_message(x) for x in exchange)
+
+
 def charge_round(rounds: TurnRecall, exchange: list[dict[str, Any]], within: int) -> int:
     """The pushed round's tokens (planned), taken from the room the model's own rounds have left."""
-    pushed = math.ceil(sum(rounds.resolver.counter.count_message(x) for x in exchange) * rounds.density)
+    pushed = math.ceil(round_tokens(rounds, exchange) * rounds.density)
     # What the model's own rounds may still add: after a push, within the budget too (no margin allowance), so
     # that a turn the proxy chose to extend never goes over it.
     rounds.room = max(0, min(rounds.room, within) - pushed)

@@ -3,6 +3,7 @@ left, each finished exchange kept (durably) before the next round goes upstream.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,6 +47,9 @@ class TurnRecall:
         self.choices = choices
         self._keep = keep
         self.density = 1.0  # the upstream's count of recall text per counted token, as measured this turn
+        # pushed results whose upstream count was asked and not waited for: (text, its count, the round's tokens
+        # charged in the base count, the density they were charged at), settled before the next round needs them
+        self._unsettled: list[tuple[str, int, int, float]] = []
 
     async def exact(self, text: str, counted: int) -> int:
         """The upstream's count of a result when the counter can ask it (`/tokenize`), else the counted one; the
@@ -62,7 +66,29 @@ class TurnRecall:
             self.density = max(self.density, exact / counted)
         return max(exact, counted)
 
+    async def count_soon(self, text: str, counted: int, charged: int) -> None:
+        """The upstream's count of a pushed result asked now and not waited for: the request that carries the
+        round goes upstream meanwhile. Its density, and the round's charge (``charged`` base tokens, at the density
+        then), are settled before a recall round of the model's needs the room (``settle``)."""
+        prefetch = getattr(self.resolver.counter, "prefetch", None)
+        if prefetch is None or getattr(self.resolver.counter, "lookup", None) is None or not text:
+            return
+        await prefetch([text], timeout=0)  # asked at once, never waited for here
+        self._unsettled.append((text, counted, charged, self.density))
+
+    async def settle(self) -> None:
+        """The pushed results' counts (waited for, within the counter's timeout): the density they show, and the
+        room their rounds take at it, as if each had been known when its round was charged."""
+        unsettled, self._unsettled = self._unsettled, []
+        for text, counted, charged, charged_at in unsettled:
+            await self.exact(text, counted)
+            extra = math.ceil(charged * self.density) - math.ceil(charged * charged_at)
+            if extra > 0:
+                self.room = max(0, self.room - extra)
+                self.initial_room = max(0, self.initial_room - extra)
+
     async def resolve(self, call: ToolCall) -> str:
+        await self.settle()
         m = self.metrics
         count = self.resolver.counter.count_text
         args = parse_arguments(call.arguments)

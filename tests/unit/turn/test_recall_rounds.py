@@ -1,0 +1,111 @@
+"""A turn's recall rounds (memci_proxy.turn.recall_rounds.TurnRecall): a pushed result's upstream count is asked
+without holding the request that carries the round, and settled (the density it shows, the round charged at it)
+before a recall round of the model's needs the room."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from test_tokenize_client import Tokenizer
+from turn_fakes import MockUpstream
+
+from memci_proxy.metrics import Metrics
+from memci_proxy.recall.loop import LoopConfig
+from memci_proxy.recall.resolver import RecallOutcome
+from memci_proxy.recall.rounds import ToolCall
+from memci_proxy.turn.push import charge_round, round_tokens
+from memci_proxy.turn.recall_rounds import TurnRecall
+from memci_proxy.upstream.tokenize import UpstreamTokenCounter
+
+# recall text is denser than the estimate: one upstream token per word, the estimate about one per four characters
+PUSHED = " ".join(f"w{i % 10}" for i in range(400))
+ROUND = [{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+    "name": "recall", "arguments": "{\"query\": \"w1\"}"}}]},
+         {"role": "tool", "tool_call_id": "c1", "content": PUSHED}]
+
+
+@dataclass
+class Resolver:
+    counter: Any
+    limits: list[int] = field(default_factory=list)
+
+    async def resolve(self, context: Any, args: Any, limit: int, **_: Any) -> RecallOutcome:
+        self.limits.append(limit)
+        return RecallOutcome("nothing found", "query")
+
+
+async def _nothing(_exchange: list[dict[str, Any]]) -> None:
+    return None
+
+
+def _rounds(counter: Any, room: int = 5000) -> tuple[TurnRecall, Resolver]:
+    resolver = Resolver(counter)
+    return TurnRecall(LoopConfig("recall", 3, False), None, resolver, Metrics(), room, 1, _nothing), resolver
+
+
+async def test_a_pushed_results_count_is_asked_and_not_waited_for():
+    server = Tokenizer(delay=0.2)
+    counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0)
+    rounds, _ = _rounds(counter)
+    started = time.perf_counter()
+    await rounds.count_soon(PUSHED, counter.count_text(PUSHED), round_tokens(rounds, ROUND))
+    assert time.perf_counter() - started < 0.1  # the request carrying the round is not held for the count
+    await asyncio.sleep(0)
+    assert server.bodies and server.bodies[0]["prompt"] == PUSHED  # asked at once, not gathered
+    await rounds.settle()
+    assert counter.lookup(PUSHED) == 400
+
+
+async def test_settled_room_is_the_round_charged_at_the_density_its_count_shows():
+    counter = UpstreamTokenCounter(MockUpstream(Tokenizer(delay=0.05)), timeout=1.0)
+    rounds, _ = _rounds(counter)
+    estimated = round_tokens(rounds, ROUND)
+    assert charge_round(rounds, ROUND, within=4000) == estimated  # at the density known then (none yet: 1.0)
+    await rounds.count_soon(PUSHED, counter.count_text(PUSHED), estimated)
+    assert (rounds.density, rounds.room) == (1.0, 4000 - estimated)  # not known yet
+    counted = counter.count_text(PUSHED)
+    await rounds.settle()
+    assert rounds.density == 400 / counted > 1.2  # the case that matters: the estimate under-counted the result
+    charged = math.ceil(estimated * rounds.density)  # as if the count had been waited for before the charge
+    assert (rounds.room, rounds.initial_room) == (4000 - charged, 4000 - charged)
+
+
+async def test_a_round_that_no_longer_fits_leaves_no_room():
+    counter = UpstreamTokenCounter(MockUpstream(Tokenizer(delay=0.02)), timeout=1.0)
+    rounds, _ = _rounds(counter, room=700)
+    estimated = round_tokens(rounds, ROUND)
+    charge_round(rounds, ROUND, within=estimated + 10)
+    await rounds.count_soon(PUSHED, counter.count_text(PUSHED), estimated)
+    assert rounds.room == 10
+    await rounds.settle()
+    assert rounds.room == rounds.initial_room == 0
+
+
+async def test_the_models_own_round_is_limited_by_the_settled_room():
+    counter = UpstreamTokenCounter(MockUpstream(Tokenizer(delay=0.05)), timeout=1.0)
+    rounds, resolver = _rounds(counter)
+    charge_round(rounds, ROUND, within=4000)
+    await rounds.count_soon(PUSHED, counter.count_text(PUSHED), round_tokens(rounds, ROUND))
+    unsettled_room = rounds.room
+    await rounds.resolve(ToolCall("c2", "recall", "{\"query\": \"w2\"}"))
+    assert rounds.density > 1.2  # settled before the resolver was asked
+    assert resolver.limits and resolver.limits[0] < unsettled_room / rounds.density
+
+
+async def test_without_an_upstream_count_nothing_is_pending():
+    class Estimate:
+        def count_text(self, text: str) -> int:
+            return len(text) // 4
+
+        def count_message(self, message: dict[str, Any]) -> int:
+            return len(str(message.get("content") or "")) // 4
+
+    rounds, _ = _rounds(Estimate())
+    await rounds.count_soon(PUSHED, 100, 120)
+    room = rounds.room
+    await rounds.settle()
+    assert (rounds.density, rounds.room) == (1.0, room)
