@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from memci_proxy.caches import BoundedLru
 from memci_proxy.engine.state import ConversationState
 from memci_proxy.workers.summaries import render_profile
 
+log = logging.getLogger("memci.workers")
 POLL_FIRST_S = 0.05  # (a job of this process wakes the wait at once: the polls are for other replicas' jobs)
 POLL_MAX_S = 0.5
 BEHIND_RECHECK_S = 1.0  # a turn asks PostgreSQL again this long after it found the jobs behind (epochs always ask)
@@ -78,6 +80,10 @@ class CoveredMemory:
         # conversation -> the events of the epochs waiting for its jobs (``jobs_ran`` wakes them at once; the poll
         # remains for jobs another replica runs)
         self._waiting: dict[tuple[str, str], set[asyncio.Event]] = {}
+        # conversation -> the read of what a job that ended in this process left (``jobs_ran``), and whether another
+        # job ended while it ran (it reads once more)
+        self._refreshing: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._stale: set[tuple[str, str]] = set()
 
     async def read(self, tenant: str, conversation_id: str, through: int, end_user: str = "") -> Covered | None:
         """The summary and profile covering at least message ``through``; None while the jobs are behind."""
@@ -129,11 +135,51 @@ class CoveredMemory:
                     del self._waiting[key]
 
     def jobs_ran(self, tenant: str, conversation_id: str) -> None:
-        """A summary or profile job of the conversation ended in this process: the epochs waiting read again now."""
-        for woken in self._waiting.get((tenant, conversation_id), ()):
-            woken.set()
+        """A summary or profile job of the conversation ended in this process: the epochs waiting read again now;
+        with none waiting, what the jobs cover is read behind the turns (``_refresh``), so that the next epoch finds
+        it cached instead of waiting for a read, and the turns between stop finding the jobs behind."""
+        key = (tenant, conversation_id)
+        waiting = self._waiting.get(key)
+        if waiting:
+            for woken in waiting:
+                woken.set()
+            return
+        if key in self._refreshing:
+            self._stale.add(key)  # read again once the read under way ends (it may predate this job's rows)
+            return
+        task = asyncio.get_running_loop().create_task(self._refresh(key))
+        self._refreshing[key] = task
+        task.add_done_callback(lambda done: self._refreshing.pop(key) if self._refreshing.get(key) is done else None)
+
+    async def _refresh(self, key: tuple[str, str]) -> None:
+        """What the conversation's summary and profile rows cover now, cached as an epoch's read caches it; the
+        mark of jobs found behind goes once they cover what it was set for."""
+        tenant, conversation_id = key
+        try:
+            while True:
+                self._stale.discard(key)
+                behind = self._behind.peek(key)
+                found = await self._own(tenant, conversation_id, max(0, behind[0] if behind is not None else 0))
+                if found is not None and found is not _FAILED:
+                    self._behind.pop(key)
+                if key not in self._stale:
+                    return
+        except Exception as exc:  # the next epoch reads (and waits) as before
+            log.debug("could not read the memory jobs' progress for %s: %s", conversation_id, exc)
+        finally:
+            self._stale.discard(key)
+
+    async def close(self) -> None:
+        """The reads under way cancelled (nothing waits for them)."""
+        tasks = list(self._refreshing.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def forget(self, tenant: str, conversation_id: str) -> None:
+        refreshing = self._refreshing.pop((tenant, conversation_id), None)
+        if refreshing is not None:
+            refreshing.cancel()  # a deleted conversation's rows are not cached again
         self._cache.pop((tenant, conversation_id))
         self._behind.pop((tenant, conversation_id))
 

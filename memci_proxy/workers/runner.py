@@ -390,6 +390,7 @@ class MemoryWorker:
                 await task
         self._tasks = []
         self._before.clear()
+        await self.covered.close()
         await self.queue.close()
         if self.local_queue is not None:
             await self.local_queue.close()

@@ -141,3 +141,75 @@ async def test_a_job_ending_in_this_process_wakes_the_waiting_epoch_at_once():
     await done
     assert m._waiting == {}  # nothing left of the wait
     m.jobs_ran("t", "c")  # no one waiting: nothing to do
+
+
+async def test_jobs_that_end_with_no_epoch_waiting_are_read_behind_the_turns():
+    repo = Repo()
+    m = memory(repo)
+    assert await m.read("t", "c", 8) is None  # a turn after the epoch: its jobs are behind (marked for a second)
+    repo.done(8, "S8")
+    m.jobs_ran("t", "c")
+    await asyncio.sleep(0)
+    await asyncio.gather(*m._refreshing.values())
+    reads = repo.reads
+    # the turns between epochs see the jobs caught up; the next epoch takes the cached value, no read, no wait
+    assert await m.read("t", "c", 8) == Covered("S8", "")
+    assert await m.wait("t", "c", 8, "", timeout_s=5) == Covered("S8", "")
+    assert repo.reads == reads and m.waits == {"ready": 1}
+
+
+async def test_a_job_behind_the_other_leaves_the_mark_until_both_cover():
+    repo = Repo()
+    m = memory(repo)
+    assert await m.read("t", "c", 8) is None
+    repo.rows = {"conversation": Row("done", 8, "S8"), "profile": Row("done", 5)}  # the summary job ended first
+    m.jobs_ran("t", "c")
+    await asyncio.gather(*m._refreshing.values())
+    assert await m.read("t", "c", 8) is None  # still behind: the mark stays (no read at each turn)
+    repo.done(8, "S8")
+    m.jobs_ran("t", "c")  # the profile job
+    await asyncio.gather(*m._refreshing.values())
+    assert await m.read("t", "c", 8) == Covered("S8", "")
+
+
+async def test_a_job_ending_during_a_read_is_read_again():
+    repo = Repo()
+    m = memory(repo)
+    gate = asyncio.Event()
+    get_summary = repo.get_summary
+
+    async def slow(tenant: str, conversation_id: str, kind: str):
+        await gate.wait()
+        return await get_summary(tenant, conversation_id, kind)
+
+    repo.get_summary = slow  # type: ignore[method-assign]
+    repo.done(5, "S5")
+    m.jobs_ran("t", "c")
+    await asyncio.sleep(0)
+    repo.done(8, "S8")
+    m.jobs_ran("t", "c")  # while the first read waits: read again after it
+    gate.set()
+    while m._refreshing:
+        await asyncio.gather(*m._refreshing.values())
+    reads = repo.reads
+    assert await m.read("t", "c", 8) == Covered("S8", "") and repo.reads == reads
+
+
+async def test_forgetting_a_conversation_cancels_its_read():
+    repo = Repo()
+    m = memory(repo)
+    gate = asyncio.Event()
+
+    async def never(tenant: str, conversation_id: str, kind: str):
+        await gate.wait()
+
+    repo.get_summary = never  # type: ignore[method-assign]
+    m.jobs_ran("t", "c")
+    await asyncio.sleep(0)
+    task = m._refreshing[("t", "c")]
+    m.forget("t", "c")
+    await asyncio.gather(task, return_exceptions=True)
+    assert task.cancelled() and m._refreshing == {} and m._cache.peek(("t", "c")) is None
+    m.jobs_ran("t", "c")
+    await m.close()
+    assert m._refreshing == {}
