@@ -51,13 +51,19 @@ class TurnRecall:
         # charged in the base count, the density they were charged at), settled before the next round needs them
         self._unsettled: list[tuple[str, int, int, float]] = []
 
+    def _asking(self) -> tuple[Any, Any] | None:
+        """(prefetch, lookup) of a counter that can ask the upstream for its count (`/tokenize`), else None."""
+        counter = self.resolver.counter
+        prefetch, lookup = getattr(counter, "prefetch", None), getattr(counter, "lookup", None)
+        return None if prefetch is None or lookup is None else (prefetch, lookup)
+
     async def exact(self, text: str, counted: int) -> int:
         """The upstream's count of a result when the counter can ask it (`/tokenize`), else the counted one; the
         next results' limits shrink by what this one was under-counted (recall text is denser than chat)."""
-        prefetch = getattr(self.resolver.counter, "prefetch", None)
-        lookup = getattr(self.resolver.counter, "lookup", None)
-        if prefetch is None or lookup is None or not text:
+        asking = self._asking()
+        if asking is None or not text:
             return counted
+        prefetch, lookup = asking
         await prefetch([text], timeout=getattr(self.resolver.counter, "timeout", None))  # waited for, short or long
         exact = lookup(text)
         if exact is None:
@@ -70,10 +76,10 @@ class TurnRecall:
         """The upstream's count of a pushed result asked now and not waited for: the request that carries the
         round goes upstream meanwhile. Its density, and the round's charge (``charged`` base tokens, at the density
         then), are settled before a recall round of the model's needs the room (``settle``)."""
-        prefetch = getattr(self.resolver.counter, "prefetch", None)
-        if prefetch is None or getattr(self.resolver.counter, "lookup", None) is None or not text:
+        asking = self._asking()
+        if asking is None or not text:
             return
-        await prefetch([text], timeout=0)  # asked at once, never waited for here
+        await asking[0]([text], timeout=0)  # asked at once, never waited for here
         self._unsettled.append((text, counted, charged, self.density))
 
     async def settle(self) -> None:

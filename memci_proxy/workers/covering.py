@@ -158,8 +158,9 @@ class CoveredMemory:
         try:
             while True:
                 self._stale.discard(key)
-                behind = self._behind.peek(key)
-                found = await self._own(tenant, conversation_id, max(0, behind[0] if behind is not None else 0))
+                behind = self._behind.peek(key)  # (through, when to ask again): the coverage the mark waits for
+                through = max(0, behind[0]) if behind is not None else 0
+                found = await self._own(tenant, conversation_id, through)
                 if found is not None and found is not _FAILED:
                     self._behind.pop(key)
                 if key not in self._stale:

@@ -158,6 +158,7 @@ async def test_texts_no_turn_waits_for_share_a_request_with_the_next_turns():
     assert counter.lookup(long_text) == 100
     await counter.close()
 
+
 async def test_texts_of_different_models_are_gathered_apart():
     server = Tokenizer()
     counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0, wait_min_chars=200)
