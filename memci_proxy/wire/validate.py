@@ -37,6 +37,9 @@ def _too_deep(value: Any, limit: int) -> bool:
     return True
 
 
+_INVALID_UTF8 = "Invalid UTF-8"  # msgspec's DecodeError for a string whose bytes are not UTF-8
+
+
 def decode_json(body: bytes, decoder: msgspec.json.Decoder = _decoder) -> Any:
     """The one place a request body is decoded: 400 ``invalid_request_error`` for an empty body, bytes that are
     not UTF-8, malformed JSON, JSON nested more than MAX_JSON_DEPTH levels, or (with a typed decoder) a body of
@@ -50,6 +53,8 @@ def decode_json(body: bytes, decoder: msgspec.json.Decoder = _decoder) -> Any:
     except msgspec.ValidationError:
         raise bad_request("request body must be a JSON object", code="invalid_json") from None
     except msgspec.DecodeError as exc:
+        if _INVALID_UTF8 in str(exc):  # msgspec's own check of a string's bytes: the same fault as the one above
+            raise not_utf8() from None
         raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     except RecursionError:
         raise _too_deep_error() from None

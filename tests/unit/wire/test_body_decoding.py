@@ -49,3 +49,20 @@ def test_stored_text_refuses_nul_and_long_values():
             stored_text(value, "id", 256)
         assert info.value.status == 400 and info.value.param == "id"
 
+
+
+@pytest.mark.parametrize("body", [b'{"model":"m","messages":[{"role":"user","content":"caf\xe9"}]}',
+                                  b'{"messages":[],"stream":true,"x":"\xff\xfe"}', b'{"\xc3\x28":1}',
+                                  b'{"query":"\xed\xa0\x80"}'])
+def test_a_string_whose_bytes_are_not_utf8_is_invalid_encoding_on_every_parse(body):
+    for parse in (parse_json_object, parse_chat_body):
+        with pytest.raises(ProxyError) as info:
+            parse(body)
+        assert (info.value.status, info.value.code) == (400, "invalid_encoding")
+
+
+def test_malformed_json_stays_invalid_json():
+    for body in (b"\xff", b'{"a":', b'{"a" 1}'):
+        with pytest.raises(ProxyError) as info:
+            parse_json_object(body)
+        assert info.value.code == "invalid_json"
