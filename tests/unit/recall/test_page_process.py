@@ -4,13 +4,15 @@ cannot be used."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import threading
 
 import numpy as np
 import pytest
 
 from memci_proxy.recall.local_embedder import LocalEmbedder
 from memci_proxy.recall.packaged_models import PackagedModel
-from memci_proxy.recall.page_process import PageProcess, embed_texts
+from memci_proxy.recall.page_process import PageProcess, embed_texts, yield_cpu
 
 
 def fake_encode(texts: list[str]) -> np.ndarray:
@@ -72,3 +74,24 @@ async def test_pages_embedded_in_the_process_match_the_threads() -> None:
         assert np.allclose(np.array(in_process), np.array(on_thread), atol=1e-5)
     finally:
         await embedder.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's SCHED_IDLE")
+def test_pages_run_only_when_no_turn_wants_the_cpu() -> None:
+    """The page process (and the page thread, where pages are embedded in the proxy) at SCHED_IDLE: a turn's thread
+    that wakes takes the core at once."""
+    seen: list[int] = []
+
+    def thread() -> None:
+        yield_cpu(threading.get_native_id())
+        seen.append(os.sched_getscheduler(0))
+
+    worker = threading.Thread(target=thread)
+    worker.start()
+    worker.join()
+    assert seen == [os.SCHED_IDLE] and os.sched_getscheduler(0) != os.SCHED_IDLE  # that thread alone
+    process = PageProcess("no-such-model", "", 1200)
+    try:
+        assert process._executor().submit(os.sched_getscheduler, 0).result(timeout=60) == os.SCHED_IDLE
+    finally:
+        process.close()
