@@ -311,7 +311,8 @@ class Settings:
     embeddings_page_process: bool = field(
         default=True,
         metadata=_doc(
-            "Embed archived pages with the packaged model in a child process of their own (spawned, niced): the "
+            "Embed archived pages with the packaged model in a child process of their own (spawned, at Linux's "
+            "SCHED_IDLE priority: it runs when no turn wants the CPU): the "
             "model's forward pass holds the interpreter lock while it runs, and on a thread of the proxy it made "
             "every turn wait for that lock. Off: a background thread (one model in memory instead of two)."
         ),
@@ -330,8 +331,8 @@ class Settings:
     embeddings_pages: str = field(
         default="candidates",
         metadata=_doc("How the vectors serve a search: candidates (the vectors that exist re-order what a search's "
-                      "BM25 half finds; pages are embedded in the background after the turn that archived them, their "
-                      "user words, and a long page's whole text once a search finds it; kept by digest in memory) "
+                      "BM25 half finds; pages are embedded in the background after the turn that archived them: their "
+                      "user words, and their whole text when short or without user words; kept by digest in memory) "
                       "or archive (every page embedded in the background and stored; the vectors may add pages BM25 "
                       "missed: worth it with an embeddings_url served elsewhere).",
                       choices=("candidates", "archive")),

@@ -5,9 +5,11 @@ The default (``embeddings_pages = candidates``). A search asks BM25 for its cand
 alone (within ``query_deadline_s``) and gives the cosine with the query of each candidate whose vector it holds, so
 that the fusion (memci_proxy.recall.fusion) re-orders what BM25 found; a candidate without a vector keeps its lexical rank.
 No page is embedded on the request path: the views of the pages a turn archived are embedded after it, in the
-background (``prefetch``, memci_proxy.recall.background_vectors), and a search's candidates still without a vector are
-queued there first. A vector is kept by the digest of its page's text in a bounded map (``cache_max_bytes``), so a
-page is embedded once, in any conversation.
+background (``prefetch``, memci_proxy.recall.background_vectors), and a search's candidates whose views have no vector
+yet (after a restart, or dropped from a full backlog) are queued there first. Which views a page gets is the
+caller's ``wanted`` (memci_proxy.recall.ranking.archived_view_wanted: its user words, its whole text only when short or
+without user words); a view judged unwanted is remembered by digest and not read again. A vector is kept by the
+digest of its page's text in a bounded map (``cache_max_bytes``), so a page is embedded once, in any conversation.
 
 Each candidate's text is cut to ``page_chars`` characters (pieces spread over all of it); a search queues at most
 ``search_chars`` characters of its candidates' text, best lexical candidates first. Vectors are not stored: they are
@@ -66,6 +68,8 @@ class CandidateVectors:
             self.embedder.embed, self._keep, lambda digest: self._by_digest.peek(digest) is not None,
             max_views=max_views, max_lag_s=max_lag_s, metrics=metrics)
         self._reading: set[asyncio.Task[None]] = set()
+        self._unwanted: BoundedLru[str, bool] = BoundedLru(  # digests of views ``wanted`` turned down
+            "candidate_vectors_unwanted", 1 << 18, 8 * 2**20, size_of=lambda k, v: 64 + len(k))
         self._remembered: BoundedLru[str, dict[str, None]] = BoundedLru(  # conversation -> labels indexed
             "candidate_vectors_remembered", 1024, 8 * 2**20, size_of=lambda k, v: 64 + len(k) + 64 * len(v))
 
@@ -73,21 +77,23 @@ class CandidateVectors:
         self._by_digest.put(digest, np.asarray(vector, dtype=np.float32))
 
     async def cosines(self, query: str, candidates: Sequence[tuple[str, str]],
-                      text_of: Callable[[str], Awaitable[str]]) -> list[tuple[str, float]]:
+                      text_of: Callable[[str], Awaitable[str]],
+                      wanted: Callable[[str, str], bool] | None = None) -> list[tuple[str, float]]:
         """``candidates``: (label, digest of the page's text), best lexical first; ``text_of(label)``: its text.
-        Only the query is embedded here; candidates without a vector are queued for the background.
-        Raises VectorSearchFailed (the caller stays lexical)."""
+        Only the query is embedded here; candidates without a vector are queued for the background, those
+        ``wanted(label, text)`` (all without it). Raises VectorSearchFailed (the caller stays lexical)."""
         query_vector = await self._query_vector(query)
         known: dict[str, np.ndarray] = {}
         missing: list[tuple[str, str]] = []
         for label, digest in candidates:
             vector = self._by_digest.get(digest)
             if vector is None:
-                missing.append((label, digest))
+                if self._unwanted.peek(digest) is None:
+                    missing.append((label, digest))
             else:
                 known[label] = vector
         if missing:
-            self._read_later(missing, text_of, soon=True)
+            self._read_later(missing, text_of, soon=True, wanted=wanted)
         q = np.asarray(query_vector, dtype=np.float32)
         qn = float(np.linalg.norm(q))
         out = []
@@ -103,7 +109,8 @@ class CandidateVectors:
                  wanted: Callable[[str, str], bool] | None = None) -> None:
         """Views (label, digest) of pages just archived: embedded in the background, those ``wanted(label, text)``
         (the rest when a search finds them)."""
-        missing = [(label, digest) for label, digest in views if self._by_digest.peek(digest) is None]
+        missing = [(label, digest) for label, digest in views
+                   if self._by_digest.peek(digest) is None and self._unwanted.peek(digest) is None]
         if missing:
             self._read_later(missing, text_of, soon=False, wanted=wanted)
 
@@ -122,6 +129,7 @@ class CandidateVectors:
                         break
                     whole = await text_of(label)
                     if wanted is not None and not wanted(label, whole):
+                        self._unwanted.put(digest, True)
                         continue
                     text = page_sample(whole, self.page_chars)
                     if room is not None:

@@ -126,11 +126,11 @@ def candidate_views(candidates: Iterable[Id], has_user_words: Callable[[Id], boo
 
 
 def archived_view_wanted(view: str, has_user_words: bool, whole_chars: int) -> bool:
-    """Whether a page just archived gets this view embedded in the background: its user words, and its whole text
-    when it has no user words or is short (at most ``WHOLE_AT_ARCHIVE_CHARS``: one input of the packaged model).
-    A long page's whole text waits until a search finds it (a candidate's missing view is embedded then): what the
-    user said names what a page is about at a fraction of the text (LongMemEval dev, recall@5 of a page's first
-    search the same as with both views; docs/memory.md), and the model's cost is in its tokens."""
+    """Whether a page gets this view embedded in the background (when archived, or when a search finds it without
+    it): its user words, and its whole text when it has no user words or is short (at most
+    ``WHOLE_AT_ARCHIVE_CHARS``: one input of the packaged model). A long page's whole text is never embedded: what
+    the user said names what a page is about at a fraction of the text (recall@5 the same as with both views on
+    LongMemEval dev, MADial-Bench and MemoryBank; docs/memory.md), and the model's cost is in its tokens."""
     return view == USER or not has_user_words or whole_chars <= WHOLE_AT_ARCHIVE_CHARS
 
 

@@ -75,6 +75,18 @@ def _view_key(label: str, view: str) -> str:
     return label if view == PAGE else f"{label} {view}"
 
 
+def _views_wanted(keys: dict[str, tuple[str, str]]) -> Callable[[str, str], bool]:
+    """``wanted(key, text)`` of the vector half: whether that view of a page is embedded at all
+    (memci_proxy.recall.ranking.archived_view_wanted), the same for a page just archived and a search's candidate."""
+    two_views = {label for label, view in keys.values() if view == USER}
+
+    def wanted(key: str, text: str) -> bool:
+        label, view = keys[key]
+        return archived_view_wanted(view, label in two_views, len(text))
+
+    return wanted
+
+
 def query_terms(query: str) -> list[str]:
     """The query's search terms worth locating in an excerpt."""
     return [t for t in tokenize(query) if len(t) > 1]
@@ -240,7 +252,7 @@ class RecallResolver:
         CandidateVectors)."""
         assert isinstance(self.vectors, CandidateVectors)
         keys, pairs, text_of = self._views(ctx, [label for label, _ in lexical])
-        cosines = await self.vectors.cosines(query, pairs, text_of)
+        cosines = await self.vectors.cosines(query, pairs, text_of, _views_wanted(keys))
         return best_views((keys[key], cosine) for key, cosine in cosines)
 
     def _views(self, ctx: RecallContext, labels: list[str]) -> tuple[
@@ -303,13 +315,7 @@ class RecallResolver:
         await self.archive_index(ctx)
         if isinstance(self.vectors, CandidateVectors):
             keys, views, text_of = self._views(ctx, self.vectors.take_remembered(ctx.conversation_id))
-            two_views = {label for label, view in keys.values() if view == USER}
-
-            def wanted(key: str, text: str) -> bool:
-                label, view = keys[key]
-                return archived_view_wanted(view, label in two_views, len(text))
-
-            self.vectors.prefetch(views, text_of, wanted)
+            self.vectors.prefetch(views, text_of, _views_wanted(keys))
         elif self.vectors is not None:
             await self.vectors.prepare(ctx.tenant, ctx.conversation_id)
 
