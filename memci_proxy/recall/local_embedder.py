@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,8 +33,11 @@ __all__ = ["LocalEmbedder", "chunk_text"]
 
 
 def _lower_priority() -> None:
-    """The page-embedding thread yields the CPU to the event loop's (Linux: a thread has its own policy)."""
-    yield_cpu(threading.get_native_id())
+    """The page-embedding thread yields the CPU to the event loop's (Linux: a thread has its own policy). Never the
+    process's main thread: where threads are green (gevent's patching), a "thread" runs on it."""
+    thread = threading.get_native_id()
+    if thread != os.getpid():
+        yield_cpu(thread)
 
 
 class LocalEmbedder:

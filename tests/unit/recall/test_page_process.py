@@ -80,18 +80,38 @@ async def test_pages_embedded_in_the_process_match_the_threads() -> None:
 def test_pages_run_only_when_no_turn_wants_the_cpu() -> None:
     """The page process (and the page thread, where pages are embedded in the proxy) at SCHED_IDLE: a turn's thread
     that wakes takes the core at once."""
-    seen: list[int] = []
+    seen: dict[str, int] = {}
 
-    def thread() -> None:
+    def page_thread() -> None:
         yield_cpu(threading.get_native_id())
-        seen.append(os.sched_getscheduler(0))
+        seen["page thread"] = os.sched_getscheduler(0)
 
-    worker = threading.Thread(target=thread)
-    worker.start()
-    worker.join()
-    assert seen == [os.SCHED_IDLE] and os.sched_getscheduler(0) != os.SCHED_IDLE  # that thread alone
+    def turn_thread() -> None:  # at the default policy, whatever the test process's own
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        pages = threading.Thread(target=page_thread)
+        pages.start()
+        pages.join()
+        seen["turn thread"] = os.sched_getscheduler(0)
+
+    turns = threading.Thread(target=turn_thread)
+    turns.start()
+    turns.join()
+    assert seen == {"page thread": os.SCHED_IDLE, "turn thread": os.SCHED_OTHER}  # that thread alone
     process = PageProcess("no-such-model", "", 1200)
     try:
         assert process._executor().submit(os.sched_getscheduler, 0).result(timeout=60) == os.SCHED_IDLE
     finally:
         process.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's SCHED_IDLE")
+def test_the_page_threads_priority_never_reaches_the_main_thread() -> None:
+    """Where threads are green (gevent's patching, as importing Locust does), a pool's "thread" runs on the main
+    thread: the page thread's priority is not set there."""
+    import subprocess
+    import sys
+
+    code = ("import os; from memci_proxy.recall.local_embedder import _lower_priority; _lower_priority(); "
+            "print(os.sched_getscheduler(0))")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert int(ran.stdout.strip()) != os.SCHED_IDLE
