@@ -108,7 +108,7 @@ class CandidateVectors:
     def prefetch(self, views: Sequence[tuple[str, str]], text_of: Callable[[str], Awaitable[str]],
                  wanted: Callable[[str, str], bool] | None = None) -> None:
         """Views (label, digest) of pages just archived: embedded in the background, those ``wanted(label, text)``
-        (the rest when a search finds them)."""
+        (the others never: turned down by digest, not read again)."""
         missing = [(label, digest) for label, digest in views
                    if self._by_digest.peek(digest) is None and self._unwanted.peek(digest) is None]
         if missing:
