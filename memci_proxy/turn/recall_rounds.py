@@ -1,9 +1,17 @@
 """A managed turn's recall rounds as the upstream exchange runs them: each call answered within the room the plan
-left, each finished exchange kept (durably) before the next round goes upstream."""
+left, each finished exchange kept (durably) before the next round goes upstream.
+
+A result's room is charged in the upstream's tokens. Recall text is denser than the estimate says, so a result's
+count is asked of the upstream (`/tokenize`). The turn waits for it only while the process has not yet seen enough
+results counted (``ResultDensities``): from then on a result is cut to fit its room at a density a tenth above the
+densest of the last results counted, charged at that density, and its count settled before the room is next needed,
+while the round that carries it is upstream. The window's other half of its safety margin covers a result denser
+still (memci_proxy.engine.config.EngineConfig.answer_tokens)."""
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,6 +26,24 @@ from memci_proxy.recall.tool import parse_arguments
 CALL_FRAMING_TOKENS = 48
 RESULT_FRAMING_TOKENS = 8
 MIN_ROOM_TOKENS = 64 + CALL_FRAMING_TOKENS + RESULT_FRAMING_TOKENS  # below: no recall result fits any more
+DENSITY_SLACK = 1.1  # a result sent before its count is cut to fit its room at this much over the densest seen
+DENSITIES_KEPT = 32  # results whose density bounds the next one's
+KNOWN_AFTER = 3  # results counted exactly before one goes upstream without waiting for its count
+
+
+class ResultDensities:
+    """The upstream's count of recall results per counted token, over the last ``DENSITIES_KEPT`` results this
+    process counted exactly (pushed and the model's): the densest bounds the next result's, once ``KNOWN_AFTER``
+    were seen."""
+
+    def __init__(self) -> None:
+        self._seen: deque[float] = deque(maxlen=DENSITIES_KEPT)
+
+    def observe(self, density: float) -> None:
+        self._seen.append(density)
+
+    def bound(self) -> float | None:
+        return max(self._seen) if len(self._seen) >= KNOWN_AFTER else None
 
 
 def recall_room(plan: Plan, state: ConversationState, safety_margin_tokens: float, unit: float = 1.0) -> int:
@@ -37,7 +63,8 @@ class TurnRecall:
     """
 
     def __init__(self, config: LoopConfig, context: RecallContext, resolver: RecallResolver, metrics: Metrics,
-                 room: int, choices: int, keep: Callable[[list[dict[str, Any]]], Awaitable[None]]) -> None:
+                 room: int, choices: int, keep: Callable[[list[dict[str, Any]]], Awaitable[None]],
+                 densities: ResultDensities | None = None) -> None:
         self.config = config
         self.record = LoopRecord()
         self.context = context
@@ -46,6 +73,7 @@ class TurnRecall:
         self.initial_room = self.room = room
         self.choices = choices
         self._keep = keep
+        self.densities = densities
         self.density = 1.0  # the upstream's count of recall text per counted token, as measured this turn
         # pushed results whose upstream count was asked and not waited for: (text, its count, the round's tokens
         # charged in the base count, the density they were charged at), settled before the next round needs them
@@ -70,17 +98,19 @@ class TurnRecall:
             return counted
         if counted > 0:
             self.density = max(self.density, exact / counted)
+            if self.densities is not None:
+                self.densities.observe(exact / counted)
         return max(exact, counted)
 
-    async def count_soon(self, text: str, counted: int, charged: int) -> None:
-        """The upstream's count of a pushed result asked now and not waited for: the request that carries the
-        round goes upstream meanwhile. Its density, and the round's charge (``charged`` base tokens, at the density
-        then), are settled before a recall round of the model's needs the room (``settle``)."""
+    async def count_soon(self, text: str, counted: int, charged: int, charged_at: float | None = None) -> None:
+        """The upstream's count of a result asked now and not waited for: the request that carries the round goes
+        upstream meanwhile. Its density, and the round's charge (``charged`` base tokens, at ``charged_at``, by
+        default the density then), are settled before a recall round of the model's needs the room (``settle``)."""
         asking = self._asking()
         if asking is None or not text:
             return
         await asking[0]([text], timeout=0)  # asked at once, never waited for here
-        self._unsettled.append((text, counted, charged, self.density))
+        self._unsettled.append((text, counted, charged, self.density if charged_at is None else charged_at))
 
     async def settle(self) -> None:
         """The pushed results' counts (waited for, within the counter's timeout): the density they show, and the
@@ -93,6 +123,14 @@ class TurnRecall:
                 self.room = max(0, self.room - extra)
                 self.initial_room = max(0, self.initial_room - extra)
 
+    def _density_bound(self) -> float | None:
+        """The density a result is charged at without waiting for its count: the turn's and the recent results'
+        densest; None: wait (no upstream count to ask, or too few results counted yet)."""
+        known = self.densities.bound() if self.densities is not None else None
+        if known is None or self._asking() is None:
+            return None
+        return max(self.density, known)
+
     async def resolve(self, call: ToolCall) -> str:
         await self.settle()
         m = self.metrics
@@ -103,8 +141,16 @@ class TurnRecall:
             outcome = await self.resolver.resolve(self.context, args, limit=limit)
         else:
             self.room -= count(call.arguments or "") + CALL_FRAMING_TOKENS
-            outcome = await self.resolver.resolve(self.context, args, limit=int(self.room / self.density))
-            self.room -= await self.exact(outcome.text, count(outcome.text)) + RESULT_FRAMING_TOKENS
+            bound = self._density_bound()
+            if bound is None:  # the count waited for
+                outcome = await self.resolver.resolve(self.context, args, limit=int(self.room / self.density))
+                self.room -= await self.exact(outcome.text, count(outcome.text)) + RESULT_FRAMING_TOKENS
+            else:  # charged at the bound, counted while the next round is upstream
+                outcome = await self.resolver.resolve(self.context, args,
+                                                      limit=int(self.room / (bound * DENSITY_SLACK)))
+                counted = count(outcome.text)
+                await self.count_soon(outcome.text, counted, counted, bound)
+                self.room -= math.ceil(counted * bound) + RESULT_FRAMING_TOKENS
             if self.room < MIN_ROOM_TOKENS:
                 self.config.answer_now = True  # another call could only add "no room": the model answers next
         m.recall_calls.labels(outcome.kind).inc()

@@ -1,6 +1,8 @@
 """A turn's recall rounds (memci_proxy.turn.recall_rounds.TurnRecall): a pushed result's upstream count is asked
 without holding the request that carries the round, and settled (the density it shows, the round charged at it)
-before a recall round of the model's needs the room."""
+before a recall round of the model's needs the room. A result of the model's own call waits for its count until the
+process has seen a few results counted; from then on it is cut and charged at the densest of them (a tenth over),
+and settled as a pushed one."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from memci_proxy.recall.loop import LoopConfig
 from memci_proxy.recall.resolver import RecallOutcome
 from memci_proxy.recall.rounds import ToolCall
 from memci_proxy.turn.push import charge_round, round_tokens
-from memci_proxy.turn.recall_rounds import TurnRecall
+from memci_proxy.turn.recall_rounds import DENSITY_SLACK, KNOWN_AFTER, ResultDensities, TurnRecall
 from memci_proxy.upstream.tokenize import UpstreamTokenCounter
 
 # recall text is denser than the estimate: one upstream token per word, the estimate about one per four characters
@@ -32,19 +34,22 @@ ROUND = [{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "typ
 class Resolver:
     counter: Any
     limits: list[int] = field(default_factory=list)
+    text: str = "nothing found"
 
     async def resolve(self, context: Any, args: Any, limit: int, **_: Any) -> RecallOutcome:
         self.limits.append(limit)
-        return RecallOutcome("nothing found", "query")
+        return RecallOutcome(self.text, "query")
 
 
 async def _nothing(_exchange: list[dict[str, Any]]) -> None:
     return None
 
 
-def _rounds(counter: Any, room: int = 5000) -> tuple[TurnRecall, Resolver]:
-    resolver = Resolver(counter)
-    return TurnRecall(LoopConfig("recall", 3, False), None, resolver, Metrics(), room, 1, _nothing), resolver
+def _rounds(counter: Any, room: int = 5000, densities: ResultDensities | None = None, text: str = "nothing found"
+            ) -> tuple[TurnRecall, Resolver]:
+    resolver = Resolver(counter, text=text)
+    return TurnRecall(LoopConfig("recall", 3, False), None, resolver, Metrics(), room, 1, _nothing,
+                      densities), resolver
 
 
 async def test_a_pushed_results_count_is_asked_and_not_waited_for():
@@ -109,3 +114,63 @@ async def test_without_an_upstream_count_nothing_is_pending():
     room = rounds.room
     await rounds.settle()
     assert (rounds.density, rounds.room) == (1.0, room)
+
+
+def _result(i: int) -> str:
+    return " ".join(f"{chr(97 + i)}{j % 10}" for j in range(300))  # the model's call's: 300 upstream tokens
+
+
+async def test_the_models_result_waits_for_its_count_until_the_process_knows_the_density():
+    server = Tokenizer(delay=0.15)
+    counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0)
+    densities = ResultDensities()
+    for i in range(KNOWN_AFTER):
+        rounds, _ = _rounds(counter, densities=densities, text=_result(i))
+        started = time.perf_counter()
+        await rounds.resolve(ToolCall("c1", "recall", "{\"query\": \"w2\"}"))
+        assert time.perf_counter() - started >= 0.15  # waited for: too few results counted yet
+    bound = densities.bound()
+    assert bound is not None and bound > 1.2  # each result denser than its estimate
+
+
+async def test_once_the_density_is_known_the_models_result_goes_without_waiting_and_is_settled_later():
+    server = Tokenizer(delay=0.15)
+    counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0)
+    densities = ResultDensities()
+    for density in (1.1, 1.2, 1.15):
+        densities.observe(density)
+    text = _result(7)
+    rounds, resolver = _rounds(counter, densities=densities, text=text)
+    room = rounds.room
+    count = counter.count_text
+    arguments = "{\"query\": \"w2\"}"
+    started = time.perf_counter()
+    await rounds.resolve(ToolCall("c1", "recall", arguments))
+    assert time.perf_counter() - started < 0.1  # the next round is not held for the count
+    after_call = room - count(arguments) - 48
+    assert resolver.limits == [int(after_call / (1.2 * DENSITY_SLACK))]  # cut with a tenth of slack
+    counted = count(text)
+    assert rounds.room == after_call - math.ceil(counted * 1.2) - 8  # charged at the densest seen
+    await asyncio.sleep(0)
+    assert any(body["prompt"] == text or text in body["prompt"] for body in server.bodies)  # asked at once
+    await rounds.settle()  # the next call (or nothing) settles it: 300 upstream tokens, denser than 1.2
+    assert rounds.density == 300 / counted > 1.2
+    assert rounds.room == after_call - math.ceil(counted * rounds.density) - 8
+    assert densities.bound() == rounds.density  # and the next results are charged at it
+
+
+async def test_without_densities_the_models_result_waits_as_before():
+    server = Tokenizer(delay=0.15)
+    rounds, _ = _rounds(UpstreamTokenCounter(MockUpstream(server), timeout=1.0), text=_result(1))
+    started = time.perf_counter()
+    await rounds.resolve(ToolCall("c1", "recall", "{\"query\": \"w2\"}"))
+    assert time.perf_counter() - started >= 0.15
+
+
+def test_densities_bound_the_last_results_only():
+    densities = ResultDensities()
+    assert densities.bound() is None
+    densities.observe(3.0)
+    for _ in range(40):
+        densities.observe(1.2)
+    assert densities.bound() == 1.2  # a dense result long ago no longer weighs
