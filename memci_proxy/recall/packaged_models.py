@@ -41,14 +41,15 @@ class PackagedModel:
     inline_query: bool = False
 
 
-def _one_blas_thread() -> None:
+def _one_blas_thread() -> bool:
     """One BLAS thread for the whole process: the model's and the vector scan's products are small, and BLAS
-    threads spinning on a shared machine made them 5-20x slower (measured)."""
+    threads spinning on a shared machine made them 5-20x slower (measured). Whether it could be set."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
-        return
+        return False
     threadpool_limits(limits=1, user_api="blas")
+    return True
 
 
 def _package_dir(package: str) -> str:
@@ -68,6 +69,10 @@ def load_use(weights_path: str = "") -> Encode:
     if not os.path.exists(weights):
         raise FileNotFoundError(weights)
     backend = NumpyBackend(weights, use_tokenizer(os.path.join(resources, "sp.model")), threads=1)
+    if _one_blas_thread():
+        # BLAS is held to one thread for the whole process already: the backend's own limit around each call
+        # (threadpoolctl's, set and restored) would cost a tenth of a short query's forward pass (0.1-0.2 ms)
+        backend._threadpool = None
     return backend.encode
 
 

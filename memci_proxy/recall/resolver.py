@@ -216,6 +216,8 @@ class RecallResolver:
             found = lexical_candidates(index, weights, k if days is None else candidates, days)
             return self._labelled(lexical_ranking(found, days))[:k]
         if isinstance(self.vectors, CandidateVectors):
+            if len(index):  # the query's vector computed (a worker thread) while the lexical candidates are found
+                self.embed_queries_soon([query])
             lexical = self._labelled(lexical_candidates(index, weights, candidates, days))
             vector_task = asyncio.ensure_future(self._candidate_cosines(ctx, vector_query(query), lexical))
         else:

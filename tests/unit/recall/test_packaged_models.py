@@ -206,3 +206,13 @@ def test_a_model_file_the_c_tokenizer_cannot_read_falls_back_to_the_port(tmp_pat
     assert isinstance(use_tokenizer(str(tmp_path / "absent.model")), OwnTokenizer)
     (tmp_path / "garbage.model").write_bytes(b"not a model")
     assert isinstance(use_tokenizer(str(tmp_path / "garbage.model")), OwnTokenizer)
+
+
+def test_the_use_model_runs_on_one_blas_thread_without_a_limit_around_each_call() -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    encode = USE.load("")
+    backend = getattr(encode, "__self__", None)
+    assert backend is not None and backend._threadpool is None  # no set-and-restore around each forward pass
+    encode(["one short query"])
+    blas = [pool for pool in threadpoolctl.threadpool_info() if pool["user_api"] == "blas"]
+    assert blas and all(pool["num_threads"] == 1 for pool in blas)  # the process-wide limit holds
