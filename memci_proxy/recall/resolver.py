@@ -193,14 +193,15 @@ class RecallResolver:
 
     async def search(
         self, ctx: RecallContext, query: str, k: int, use_vectors: bool = True, muted: frozenset[str] = frozenset(),
-        counting: bool = False,
+        counting: bool = False, vector_text: str | None = None,
     ) -> list[tuple[str, float]]:
         """Best-first (page label, score): BM25 scores when lexical only, reciprocal-rank-fusion scores when
         fused with the vector ranking (memci_proxy.recall.ranking: the top lexical hits stay first). Each page at most
         once. When the query names days ("yesterday", "on May 2nd"), the pages of those days (and after them)
         join the candidates and climb the ranking (lexical scores are kept, the floors of the push and of memory
         injection compare them). A query that asks for a count, or ``counting`` (it stands for a message that does),
-        weighs the counted forms of its terms too (memci_proxy.recall.ranking.query_weights)."""
+        weighs the counted forms of its terms too (memci_proxy.recall.ranking.query_weights). ``vector_text``: the
+        text whose vector ranks the candidates in the vector half (default: the query)."""
         added: dict[str, str] = {}
         index = await self.indexes.index_for(ctx, added)
         if self.vectors is not None:
@@ -217,13 +218,14 @@ class RecallResolver:
             return self._labelled(lexical_ranking(found, days))[:k]
         if isinstance(self.vectors, CandidateVectors):
             if len(index):  # the query's vector computed (a worker thread) while the lexical candidates are found
-                self.embed_queries_soon([query])
+                self.embed_queries_soon([vector_text or query])
             lexical = self._labelled(lexical_candidates(index, weights, candidates, days))
-            vector_task = asyncio.ensure_future(self._candidate_cosines(ctx, vector_query(query), lexical))
+            vector_task = asyncio.ensure_future(self._candidate_cosines(ctx, vector_query(vector_text or query),
+                                                                        lexical))
         else:
             # The query is embedded (a worker thread) while BM25 runs here: started first, awaited after.
             vector_task = asyncio.ensure_future(
-                self.vectors.nearest(ctx.tenant, ctx.conversation_id, vector_query(query), candidates))
+                self.vectors.nearest(ctx.tenant, ctx.conversation_id, vector_query(vector_text or query), candidates))
             try:
                 await asyncio.sleep(0)
                 lexical = self._labelled(lexical_candidates(index, weights, candidates, days))

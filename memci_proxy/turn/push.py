@@ -138,8 +138,8 @@ class ProactivePush:
         try:
             index = await self.resolver.archive_index(RecallContext(tenant, conversation_id, state, messages))
             need = need_of(index, text, state, messages)
-            if need.wanted:  # the queries' vectors computed while the turn is planned (and its epoch stored)
-                self.resolver.embed_queries_soon(push_queries(need))
+            if need.wanted:  # the query's vector computed while the turn is planned (and its epoch stored)
+                self.resolver.embed_queries_soon(push_queries(need)[1:])
             return need
         except Exception:
             log.exception("weighing the message against the archive failed; no push this turn")
@@ -179,13 +179,15 @@ class ProactivePush:
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
             return []
-        self.resolver.embed_queries_soon([matched, query])  # started by `weigh` already, unless the epoch changed them
+        # One vector ranks both searches' candidates: all the message's words (started by `weigh` already; an epoch
+        # changes the matched words, not these)
+        self.resolver.embed_queries_soon([query])
         # How many pages: those the matched words find (the best, and of the next four those holding a rare term
         # of the message: the pages of each session a "how many X did I ..." spans); none found, no round
         holding = need.weighing.holding.__contains__
         counting = counts(need.text)  # the search weighs what the user gave a count of (memci_proxy.recall.counting)
-        found = allowed_hits(await self.resolver.search(rounds.context, matched, SEARCH_HITS, counting=counting),
-                             holding)
+        found = allowed_hits(await self.resolver.search(rounds.context, matched, SEARCH_HITS, counting=counting,
+                                                        vector_text=query), holding)
         if not found:
             m.recall_pushes.labels("no_hits").inc()
             return []

@@ -303,9 +303,39 @@ async def test_a_wanted_push_starts_its_query_vectors_when_the_message_is_weighe
     messages = [*chat.messages, {"role": "user", "content": "Remind me what I said about code0000?"}]
     need = await service.push.weigh("t", chat.conversation_id, state, messages)
     assert need is not None and need.wanted
-    assert started == [list(push_queries(need))]  # before the turn is planned: computed while it is
+    assert started == [[push_queries(need)[1]]]  # before the turn is planned: computed while it is
     await service.push.weigh("t", chat.conversation_id, state, [*chat.messages, {"role": "user", "content": "ok"}])
     assert len(started) == 1  # nothing wanted, nothing embedded
+    await service.close()
+
+
+async def test_the_push_ranks_both_its_searches_by_the_vector_of_all_the_messages_words() -> None:
+    """The matched words decide how many pages, all the words which; one vector (the latter's, started when the
+    message is weighed, which an epoch does not change) ranks the candidates of both."""
+    from memci_proxy.turn.push import push_queries
+
+    upstream = ChatUpstream()
+    service = make_service(upstream)
+    chat = Chat(service)
+    await _past_an_epoch(chat)
+    searched: list[tuple[str, str]] = []
+    search = service.resolver.search
+
+    async def spy(ctx, query, k, *args, vector_text=None, **kwargs):
+        searched.append((query, vector_text or query))
+        return await search(ctx, query, k, *args, vector_text=vector_text, **kwargs)
+
+    service.resolver.search = spy
+    question = "Remind me what I said about code0000, and about the weekend trip to the harbour?"
+    state = service.state_of(chat.conversation_id)
+    need = await service.push.weigh("t", chat.conversation_id, state,
+                                    [*chat.messages, {"role": "user", "content": question}])
+    assert need is not None and need.wanted
+    matched, query = push_queries(need)
+    await chat.send(question)
+    assert upstream.requests[-1]["messages"][-1]["role"] == "tool"  # pushed
+    assert [q for q, _ in searched] == [matched, query] and matched != query
+    assert {vector for _, vector in searched} == {query}
     await service.close()
 
 
