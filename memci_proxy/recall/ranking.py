@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -80,9 +81,11 @@ class DayPreference:
         return prefer_days(ranking, self.days.get, self.span, keep_scores, until=self.today)
 
 
+@functools.lru_cache(maxsize=1024)
 def vector_query(query: str) -> str:
     """What the vector half embeds of a query: the query without the times it names (step 1: they say when; the
-    days rank the pages in step 2), unless that leaves nothing."""
+    days rank the pages in step 2), unless that leaves nothing. Kept for the last texts asked: a turn asks it of the
+    same query several times (its vector started, looked up, searched), each a dozen regular-expression passes."""
     timeless = without_times(query)
     if timeless == query:
         return query
