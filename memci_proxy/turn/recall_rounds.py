@@ -11,7 +11,7 @@ still (memci_proxy.engine.config.EngineConfig.answer_tokens)."""
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,6 +29,7 @@ MIN_ROOM_TOKENS = 64 + CALL_FRAMING_TOKENS + RESULT_FRAMING_TOKENS  # below: no 
 DENSITY_SLACK = 1.1  # a result sent before its count is cut to fit its room at this much over the densest seen
 DENSITIES_KEPT = 32  # results whose density bounds the next one's
 KNOWN_AFTER = 3  # results counted exactly before one goes upstream without waiting for its count
+MODELS_KEPT = 64
 
 
 class ResultDensities:
@@ -44,6 +45,20 @@ class ResultDensities:
 
     def bound(self) -> float | None:
         return max(self._seen) if len(self._seen) >= KNOWN_AFTER else None
+
+
+class ResultsByModel:
+    """``ResultDensities`` per model (each its own tokenizer), for the last ``MODELS_KEPT`` models asked."""
+
+    def __init__(self) -> None:
+        self._models: OrderedDict[str, ResultDensities] = OrderedDict()
+
+    def of(self, model: str) -> ResultDensities:
+        densities = self._models.pop(model, None) or ResultDensities()
+        self._models[model] = densities
+        while len(self._models) > MODELS_KEPT:
+            self._models.popitem(last=False)
+        return densities
 
 
 def recall_room(plan: Plan, state: ConversationState, safety_margin_tokens: float, unit: float = 1.0) -> int:

@@ -38,7 +38,7 @@ from memci_proxy.turn.fallback import unmanaged_body
 from memci_proxy.turn.identity import continues, new_conversation_id, split_system
 from memci_proxy.turn.lookup import ConversationLookup, Found
 from memci_proxy.turn.prompts import LastPrompt, LastPrompts
-from memci_proxy.turn.recall_rounds import ResultDensities, TurnRecall, recall_room
+from memci_proxy.turn.recall_rounds import ResultsByModel, TurnRecall, recall_room
 from memci_proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
 from memci_proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
 from memci_proxy.turn.turn import Redo, Release, Turn
@@ -104,7 +104,7 @@ class TurnService:
         self.recall_enabled = s.recall_enabled
         self.volatile = VolatileContext(settings, metrics, self.resolver, getattr(exchange.client, "session", None))
         self.push = ProactivePush(metrics, self.resolver)
-        self.result_densities = ResultDensities()  # recall results' upstream counts per counted token, lately
+        self.result_densities = ResultsByModel()  # recall results' upstream counts per counted token, lately
         self.across = UserMemory(store.repo, metrics, s.user_memory and s.recall_enabled,
                                  s.user_memory_timeout_ms / 1000)
         self.states = ConversationStates(store.repo, store.hot, store.kind_hot == "redis", metrics, settings, self._redo)
@@ -366,7 +366,7 @@ class TurnService:
             await self._keep(turn, exchange, alongside=not call.stream)  # (a stream relays the rounds' events as they come)
 
         rounds = TurnRecall(loop_config, context, self.resolver, self.metrics, room, call.data.get("n") or 1, keep,
-                            self.result_densities)
+                            self.result_densities.of(turn.model))
         turn.record = rounds.record
         pushed: list[dict[str, Any]] = []
         if push_on(s, call.memory_mode):

@@ -7,6 +7,7 @@ and settled as a pushed one."""
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 import math
 import time
 from dataclasses import dataclass, field
@@ -174,3 +175,14 @@ def test_densities_bound_the_last_results_only():
     for _ in range(40):
         densities.observe(1.2)
     assert densities.bound() == 1.2  # a dense result long ago no longer weighs
+
+
+def test_each_model_has_its_own_densities():
+    from memci_proxy.turn.recall_rounds import MODELS_KEPT, ResultsByModel
+
+    by_model = ResultsByModel()
+    by_model.of("a").observe(2.0)
+    assert by_model.of("a") is by_model.of("a") and by_model.of("b") is not by_model.of("a")
+    for i in range(MODELS_KEPT + 5):
+        by_model.of(f"m{i}")
+    assert by_model.of("a")._seen == deque()  # a model not asked lately starts again
