@@ -26,11 +26,11 @@
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from memci_proxy.engine.memo import memoised
 from memci_proxy.recall.bm25 import BM25Index
 from memci_proxy.recall.counting import counted_form, counts
 from memci_proxy.recall.dates import DaySpan, asked_days, prefer_days, without_times
@@ -81,7 +81,7 @@ class DayPreference:
         return prefer_days(ranking, self.days.get, self.span, keep_scores, until=self.today)
 
 
-@functools.lru_cache(maxsize=1024)
+@memoised(1024, 4 * 2**20)
 def vector_query(query: str) -> str:
     """What the vector half embeds of a query: the query without the times it names (step 1: they say when; the
     days rank the pages in step 2), unless that leaves nothing. Kept for the last texts asked: a turn asks it of the

@@ -11,7 +11,7 @@ still (memci_proxy.engine.config.EngineConfig.answer_tokens)."""
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,6 +30,7 @@ DENSITY_SLACK = 1.1  # a result sent before its count is cut to fit its room at 
 DENSITIES_KEPT = 32  # results whose density bounds the next one's
 KNOWN_AFTER = 3  # results counted exactly before one goes upstream without waiting for its count
 MODELS_KEPT = 64
+MODEL_CHARS = 256
 
 
 class ResultDensities:
@@ -48,16 +49,18 @@ class ResultDensities:
 
 
 class ResultsByModel:
-    """``ResultDensities`` per model (each its own tokenizer), for the last ``MODELS_KEPT`` models asked."""
+    """``ResultDensities`` per model (each its own tokenizer), for the last ``MODELS_KEPT`` models asked (a name
+    kept to its first ``MODEL_CHARS`` characters)."""
 
     def __init__(self) -> None:
-        self._models: OrderedDict[str, ResultDensities] = OrderedDict()
+        self._models: dict[str, ResultDensities] = {}  # oldest asked first
 
     def of(self, model: str) -> ResultDensities:
+        model = model[:MODEL_CHARS]
         densities = self._models.pop(model, None) or ResultDensities()
         self._models[model] = densities
         while len(self._models) > MODELS_KEPT:
-            self._models.popitem(last=False)
+            del self._models[next(iter(self._models))]
         return densities
 
 

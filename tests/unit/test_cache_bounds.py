@@ -81,8 +81,8 @@ def test_every_module_memo_reports_a_byte_bound():
     print("module memos:", memoised, sorted(snapshot))
     module_memos = {"image_refs", "offload_previews", "intent_english_entities", "intent_chinese_entities",
                     "intent_word_sets", "markup_folds", "search_term_patterns", "search_stems", "search_terms",
-                    "memory_blocks", "escaped_lead_messages"}
-    assert len(memoised) == 7  # the seven decorated ones among them
+                    "memory_blocks", "escaped_lead_messages", "search_vector_queries"}
+    assert len(memoised) == 8  # the eight decorated ones among them
     for name in module_memos:
         stats = snapshot[name]
         assert stats.max_bytes > 0 and stats.bytes >= 0, (name, stats)
