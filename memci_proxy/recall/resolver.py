@@ -216,16 +216,16 @@ class RecallResolver:
                 self._fallback("not_configured")
             found = lexical_candidates(index, weights, k if days is None else candidates, days)
             return self._labelled(lexical_ranking(found, days))[:k]
+        vector_text = vector_text or query
         if isinstance(self.vectors, CandidateVectors):
             if len(index):  # the query's vector computed (a worker thread) while the lexical candidates are found
-                self.embed_queries_soon([vector_text or query])
+                self.embed_queries_soon([vector_text])
             lexical = self._labelled(lexical_candidates(index, weights, candidates, days))
-            vector_task = asyncio.ensure_future(self._candidate_cosines(ctx, vector_query(vector_text or query),
-                                                                        lexical))
+            vector_task = asyncio.ensure_future(self._candidate_cosines(ctx, vector_query(vector_text), lexical))
         else:
             # The query is embedded (a worker thread) while BM25 runs here: started first, awaited after.
             vector_task = asyncio.ensure_future(
-                self.vectors.nearest(ctx.tenant, ctx.conversation_id, vector_query(vector_text or query), candidates))
+                self.vectors.nearest(ctx.tenant, ctx.conversation_id, vector_query(vector_text), candidates))
             try:
                 await asyncio.sleep(0)
                 lexical = self._labelled(lexical_candidates(index, weights, candidates, days))

@@ -179,13 +179,12 @@ class ProactivePush:
         if limit < MIN_RESULT_TOKENS:
             m.recall_pushes.labels("no_room").inc()
             return []
-        # One vector ranks both searches' candidates: all the message's words (started by `weigh` already; an epoch
-        # changes the matched words, not these)
-        self.resolver.embed_queries_soon([query])
         # How many pages: those the matched words find (the best, and of the next four those holding a rare term
         # of the message: the pages of each session a "how many X did I ..." spans); none found, no round
         holding = need.weighing.holding.__contains__
         counting = counts(need.text)  # the search weighs what the user gave a count of (memci_proxy.recall.counting)
+        # one vector ranks both searches' candidates: all the message's words' (started by `weigh` already, else by
+        # the search; an epoch changes the matched words, not these)
         found = allowed_hits(await self.resolver.search(rounds.context, matched, SEARCH_HITS, counting=counting,
                                                         vector_text=query), holding)
         if not found:
