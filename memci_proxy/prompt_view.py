@@ -131,8 +131,8 @@ def render(view: dict[str, Any], color: bool = True, recall_tool: str = "recall"
             continue
         block = block_of(index, blocks)
         calls = [c for c in message.get("tool_calls") or [] if (c.get("function") or {}).get("name") == recall_tool]
-        recall_ids |= {c.get("id") for c in calls}
-        is_recall = bool(calls) or (role == "tool" and message.get("tool_call_id") in recall_ids)
+        recall_ids |= {c.get("id") for c in calls if isinstance(c.get("id"), str)}
+        is_recall = bool(calls) or (role == "tool" and str(message.get("tool_call_id")) in recall_ids)
         label = "recall" if is_recall else ("context" if block == "tail" else block)
         shown_block = "B6 + context" if block == "tail" else ("B6 recall" if is_recall else block)
         out.append(paint(f"[{index}] {role}  {shown_block}", "head", color))

@@ -31,6 +31,11 @@ def _name(call: Any) -> str | None:
     return function.get("name") if isinstance(function, dict) else None
 
 
+def _call_id(value: Any) -> str | None:
+    """A tool call's id or a tool message's ``tool_call_id`` when it is a string (a client may send anything)."""
+    return value if isinstance(value, str) else None
+
+
 def _recall_calls(message: dict[str, Any], recall_name: str) -> list[dict[str, Any]]:
     if message.get("role") != "assistant" or not isinstance(message.get("tool_calls"), list):
         return []
@@ -69,12 +74,12 @@ def render(messages: list[dict[str, Any]], shape: str, recall_name: str) -> list
     if shape == "strings":
         return [{**m, "content": ""} if m.get("content") is None and _recall_calls(m, recall_name) else m
                 for m in messages]
-    ids = {c.get("id") for m in messages for c in _recall_calls(m, recall_name)}
-    results = {m.get("tool_call_id"): _result_text(m.get("content")) for m in messages
-               if m.get("role") == "tool" and m.get("tool_call_id") in ids}
+    ids = {i for m in messages for c in _recall_calls(m, recall_name) if (i := _call_id(c.get("id"))) is not None}
+    results = {m["tool_call_id"]: _result_text(m.get("content")) for m in messages
+               if m.get("role") == "tool" and _call_id(m.get("tool_call_id")) in ids}
     out: list[dict[str, Any]] = []
     for m in messages:
-        if m.get("role") == "tool" and m.get("tool_call_id") in ids:
+        if m.get("role") == "tool" and _call_id(m.get("tool_call_id")) in ids:
             continue
         mine = _recall_calls(m, recall_name)
         if not mine:
@@ -84,7 +89,7 @@ def render(messages: list[dict[str, Any]], shape: str, recall_name: str) -> list
         content = _result_text(m.get("content"))
         if shape == "text":
             notes = [f"{RECALLED} {_name(c)} {(c.get('function') or {}).get('arguments', '')}:\n"
-                     f"{results.get(c.get('id'), '')}" for c in mine]
+                     f"{results.get(_call_id(c.get('id')), '')}" for c in mine]
             content = "\n\n".join([content, *notes] if content else notes)
         message = {k: v for k, v in m.items() if k != "tool_calls"}
         message["content"] = content

@@ -177,6 +177,17 @@ def test_a_client_tool_call_beside_a_recall_call_stays():
     assert "Lisbon" in render(mixed, "text", "recall")[1]["content"]
 
 
+@pytest.mark.parametrize("call_id", [["a", "b"], {"x": 1}, 7, None])
+def test_a_client_recall_call_with_an_id_that_is_not_a_string_is_rendered_without_error(call_id):
+    forged = [{"role": "user", "content": "hi"},
+              {"role": "assistant", "content": "", "tool_calls": [
+                  {"id": call_id, "type": "function", "function": {"name": "recall", "arguments": "{}"}}]},
+              {"role": "tool", "tool_call_id": "call_9", "content": "kept"}]
+    for shape in ("text", "omit"):
+        out = render(forged, shape, "recall")
+        assert not holds_rounds(out, "recall") and out[-1] == forged[-1]  # its answer matched no string id: it stays
+
+
 def test_the_next_shape_skips_strings_without_a_null_and_ends():
     assert next_shape("as_sent", HISTORY, "recall") == "strings"
     later = HISTORY[4:]
