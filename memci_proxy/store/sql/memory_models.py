@@ -17,6 +17,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from memci_proxy.store.sql.models import Base
 
+USER_TERMS_PENDING_KB = 256  # ix_user_pages_terms' gin_pending_list_limit (migration 0011)
+
 class MemorySummary(Base):
     __tablename__ = "memory_summaries"
 
@@ -99,6 +101,8 @@ class UserPage(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
 
     __table_args__ = (
-        Index("ix_user_pages_terms", "terms", postgresql_using="gin"),
+        # a short pending list (migration 0011): every search reads it whole, and every user's pages go through it
+        Index("ix_user_pages_terms", "terms", postgresql_using="gin",
+              postgresql_with={"gin_pending_list_limit": USER_TERMS_PENDING_KB}),
         Index("ix_user_pages_tenant_end_user_seen_at", "tenant", "end_user", "seen_at"),
     )

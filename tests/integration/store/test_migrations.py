@@ -8,6 +8,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, pool
 
+from memci_proxy.store.sql.memory_models import USER_TERMS_PENDING_KB
 from memci_proxy.store.sql.migrate import current_revision, downgrade, head_revision, run_migrations
 from memci_proxy.store.sql.models import Base
 from memci_proxy.store.sql.urls import to_libpq_url, to_sync_url
@@ -125,3 +126,17 @@ def test_active_pages_lose_their_tsvector_in_0007_and_get_it_back_on_downgrade(e
     with psycopg.connect(to_libpq_url(empty_db_url)) as conn:
         found = conn.execute("SELECT number FROM pages WHERE tsv @@ to_tsquery('simple', 'osaka')").fetchall()
     assert found == [("2",)]
+
+
+def test_the_user_pages_term_index_keeps_a_short_pending_list_until_downgraded(empty_db_url: str) -> None:
+    def options() -> list[str]:
+        with psycopg.connect(to_libpq_url(empty_db_url)) as conn:
+            row = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'ix_user_pages_terms'").fetchone()
+        return list(row[0] or [])
+
+    run_migrations(empty_db_url)
+    assert options() == [f"gin_pending_list_limit={USER_TERMS_PENDING_KB}"]
+    downgrade(empty_db_url, "0010_epoch_pages_indexed_behind")
+    assert options() == []
+    run_migrations(empty_db_url)
+    assert options() == [f"gin_pending_list_limit={USER_TERMS_PENDING_KB}"]
