@@ -15,6 +15,7 @@ import httpx
 from memci_proxy.engine.layout import VOLATILE_CLOSE as CONTEXT_CLOSE
 from memci_proxy.engine.layout import VOLATILE_OPEN as CONTEXT_OPEN
 from memci_proxy.engine.state import STATUS_MEANINGS
+from memci_proxy.turn.shapes import call_id, recall_calls
 
 RESET = "\x1b[0m"
 COLORS = {
@@ -130,9 +131,9 @@ def render(view: dict[str, Any], color: bool = True, recall_tool: str = "recall"
                 out.append(raw[position:])
             continue
         block = block_of(index, blocks)
-        calls = [c for c in message.get("tool_calls") or [] if (c.get("function") or {}).get("name") == recall_tool]
-        recall_ids |= {c.get("id") for c in calls if isinstance(c.get("id"), str)}
-        is_recall = bool(calls) or (role == "tool" and str(message.get("tool_call_id")) in recall_ids)
+        calls = recall_calls(message, recall_tool)
+        recall_ids |= {i for c in calls if (i := call_id(c.get("id"))) is not None}
+        is_recall = bool(calls) or (role == "tool" and call_id(message.get("tool_call_id")) in recall_ids)
         label = "recall" if is_recall else ("context" if block == "tail" else block)
         shown_block = "B6 + context" if block == "tail" else ("B6 recall" if is_recall else block)
         out.append(paint(f"[{index}] {role}  {shown_block}", "head", color))

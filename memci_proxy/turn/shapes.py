@@ -31,12 +31,13 @@ def _name(call: Any) -> str | None:
     return function.get("name") if isinstance(function, dict) else None
 
 
-def _call_id(value: Any) -> str | None:
+def call_id(value: Any) -> str | None:
     """A tool call's id or a tool message's ``tool_call_id`` when it is a string (a client may send anything)."""
     return value if isinstance(value, str) else None
 
 
-def _recall_calls(message: dict[str, Any], recall_name: str) -> list[dict[str, Any]]:
+def recall_calls(message: dict[str, Any], recall_name: str) -> list[dict[str, Any]]:
+    """The calls of the recall tool in an assistant message ([] in any other message)."""
     if message.get("role") != "assistant" or not isinstance(message.get("tool_calls"), list):
         return []
     return [c for c in message["tool_calls"] if _name(c) == recall_name]
@@ -44,11 +45,11 @@ def _recall_calls(message: dict[str, Any], recall_name: str) -> list[dict[str, A
 
 def holds_rounds(messages: Sequence[dict[str, Any]], recall_name: str) -> bool:
     """Whether the messages hold a recall round (only the proxy makes them: the client never sees the tool)."""
-    return any(_recall_calls(m, recall_name) for m in messages if isinstance(m, dict))
+    return any(recall_calls(m, recall_name) for m in messages if isinstance(m, dict))
 
 
 def _has_null(messages: Sequence[dict[str, Any]], recall_name: str) -> bool:
-    return any(m.get("content") is None and _recall_calls(m, recall_name) for m in messages if isinstance(m, dict))
+    return any(m.get("content") is None and recall_calls(m, recall_name) for m in messages if isinstance(m, dict))
 
 
 def next_shape(shape: str, messages: Sequence[dict[str, Any]], recall_name: str) -> str | None:
@@ -72,16 +73,16 @@ def render(messages: list[dict[str, Any]], shape: str, recall_name: str) -> list
     if shape == "as_sent" or not holds_rounds(messages, recall_name):
         return messages
     if shape == "strings":
-        return [{**m, "content": ""} if m.get("content") is None and _recall_calls(m, recall_name) else m
+        return [{**m, "content": ""} if m.get("content") is None and recall_calls(m, recall_name) else m
                 for m in messages]
-    ids = {i for m in messages for c in _recall_calls(m, recall_name) if (i := _call_id(c.get("id"))) is not None}
+    ids = {i for m in messages for c in recall_calls(m, recall_name) if (i := call_id(c.get("id"))) is not None}
     results = {m["tool_call_id"]: _result_text(m.get("content")) for m in messages
-               if m.get("role") == "tool" and _call_id(m.get("tool_call_id")) in ids}
+               if m.get("role") == "tool" and call_id(m.get("tool_call_id")) in ids}
     out: list[dict[str, Any]] = []
     for m in messages:
-        if m.get("role") == "tool" and _call_id(m.get("tool_call_id")) in ids:
+        if m.get("role") == "tool" and call_id(m.get("tool_call_id")) in ids:
             continue
-        mine = _recall_calls(m, recall_name)
+        mine = recall_calls(m, recall_name)
         if not mine:
             out.append(m)
             continue
@@ -89,7 +90,7 @@ def render(messages: list[dict[str, Any]], shape: str, recall_name: str) -> list
         content = _result_text(m.get("content"))
         if shape == "text":
             notes = [f"{RECALLED} {_name(c)} {(c.get('function') or {}).get('arguments', '')}:\n"
-                     f"{results.get(_call_id(c.get('id')), '')}" for c in mine]
+                     f"{results.get(call_id(c.get('id')), '')}" for c in mine]
             content = "\n\n".join([content, *notes] if content else notes)
         message = {k: v for k, v in m.items() if k != "tool_calls"}
         message["content"] = content

@@ -19,6 +19,7 @@ from memci_proxy.store.sql.models import Base
 
 USER_TERMS_PENDING_KB = 256  # ix_user_pages_terms' gin_pending_list_limit (migration 0011)
 
+
 class MemorySummary(Base):
     __tablename__ = "memory_summaries"
 

@@ -1,9 +1,10 @@
 """A client may send what looks like the proxy's own recall rounds (an assistant message calling the ``recall`` tool,
-tool messages answering it) with any values in them, in a short chat, or in a long one that archives them or not: the proxy never shows its tool to the client, but nothing stops
-a client from sending such messages. Whatever their ids, names, arguments and contents, the managed turn answers
-(or refuses with a 4xx), through every shape of the rounds' fallback (memci_proxy.turn.shapes), and never fails with
-an error of its own. The HTTP fuzz (tests/resilience/test_fuzz.py) found one such failure by chance (a list id put in
-a set); this walks the space on purpose."""
+tool messages answering it) with any values in them, in a short chat, or in a long one that archives them or not: the
+proxy never shows its tool to the client, but nothing stops a client from sending such messages. Whatever their ids,
+names, arguments and contents, the managed turn answers (or refuses with a 4xx), through every shape of the rounds'
+fallback (memci_proxy.turn.shapes), and never fails with an error of its own. The HTTP fuzz
+(tests/resilience/test_fuzz.py) found one such failure by chance (a list id put in a set); this walks the space on
+purpose."""
 
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def filler() -> list[dict[str, Any]]:
     words = " ".join(f"word{i}" for i in range(120))
     out: list[dict[str, Any]] = []
     for turn in range(24):
-        out += [{"role": "assistant", "content": f"Noted {turn}. {words}"}, {"role": "user", "content": f"Note {turn}: {words}"}]
+        out += [{"role": "assistant", "content": f"Noted {turn}. {words}"},
+                {"role": "user", "content": f"Note {turn}: {words}"}]
     return out
 
 
