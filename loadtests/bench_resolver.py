@@ -67,8 +67,8 @@ def measure(pages: int, days: int, count: int, seed: int, model: str) -> dict[st
     from loadtests.bench_search import english_vocabulary
     from memci_proxy.engine import EstimateCounter
     from memci_proxy.engine.state import ARCHIVED, ConversationState, PageRecord
-    from memci_proxy.recall.candidate_vectors import CandidateVectors
-    from memci_proxy.recall.local_embedder import LocalEmbedder
+    from memci_proxy.recall.vectors.candidates import CandidateVectors
+    from memci_proxy.recall.vectors.local_embedder import LocalEmbedder
     from memci_proxy.recall.resolver import RecallContext, RecallResolver
 
     rng = random.Random(seed)
@@ -121,7 +121,7 @@ def _child(tree: str, argv: list[str]) -> dict[str, dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from memci_proxy.recall.packaged_models import DEFAULT_MODEL
+    from memci_proxy.recall.vectors.packaged_models import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=1000)

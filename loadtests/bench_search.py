@@ -35,8 +35,8 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memci_proxy.recall.bm25 import BM25Index
-from memci_proxy.recall.packaged_models import DEFAULT_MODEL
+from memci_proxy.recall.lexical.bm25 import BM25Index
+from memci_proxy.recall.vectors.packaged_models import DEFAULT_MODEL
 
 _SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "i", "o", "u", "ai", "ou")]
 
@@ -119,9 +119,9 @@ def fused_bench(pages: list[str], queries: list[str], k: int, model: str, mode: 
 
     from memci_proxy.engine import EstimateCounter
     from memci_proxy.engine.state import ARCHIVED, ConversationState, PageRecord
-    from memci_proxy.recall.local_embedder import LocalEmbedder
+    from memci_proxy.recall.vectors.local_embedder import LocalEmbedder
     from memci_proxy.recall.resolver import RecallContext, RecallResolver
-    from memci_proxy.recall.vector_index import PageVectors
+    from memci_proxy.recall.vectors.index import PageVectors
 
     class NoStore:  # a fresh conversation: every vector is kept in process memory
         async def page_vector_digests(self, *a: object) -> dict[str, str]:
@@ -170,7 +170,7 @@ def fused_bench(pages: list[str], queries: list[str], k: int, model: str, mode: 
         await vectors.close()
 
     async def candidates_run(embedder: LocalEmbedder) -> None:
-        from memci_proxy.recall.candidate_vectors import CandidateVectors
+        from memci_proxy.recall.vectors.candidates import CandidateVectors
 
         vectors = CandidateVectors(embedder, cache_max_bytes=512 * 2**20)
         resolver = RecallResolver(None, EstimateCounter(), 2048, vectors=vectors)  # type: ignore[arg-type]
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                         default=["archive", "candidates"],
                         help="fused run(s): every page embedded beforehand, or each search's candidates (default both)")
     parser.add_argument("--model", action="append", default=None,
-                        help="packaged model(s) of the fused run (memci_proxy.recall.packaged_models; default: the default)")
+                        help="packaged model(s) of the fused run (memci_proxy.recall.vectors.packaged_models; default: the default)")
     args = parser.parse_args(argv)
 
     rng = random.Random(args.seed)

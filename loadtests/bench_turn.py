@@ -176,7 +176,7 @@ def main() -> int:
                         help="team: overhead.py's team chat; chat: the cache benchmark's chat (facts asked back: pushes)")
     args = parser.parse_args()
     if args.embeddings_local != "off":
-        from memci_proxy.recall.packaged_models import packaged_model, shared_encoder
+        from memci_proxy.recall.vectors.packaged_models import packaged_model, shared_encoder
 
         shared_encoder(packaged_model(args.embeddings_local))  # loaded before the timed runs (as a proxy, at start)
     asyncio.run(run(1, min(args.turns, 60), args.window, args.embeddings_local, workload=args.workload))  # warm-up

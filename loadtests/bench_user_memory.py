@@ -2,7 +2,7 @@
 ``--pages`` pages each (500 x 100 = 50,000 pages by default), beside ``--others`` other users of the same tenant
 with as many pages each, in a real PostgreSQL (the embedded one, or ``DATABASE_URL``).
 
-Measured: the time of the push's search (memci_proxy.recall.user_search.search_user: the candidates' statistics from
+Measured: the time of the push's search (memci_proxy.recall.users.search.search_user: the candidates' statistics from
 the user's GIN postings, the ranking, the hits' texts) for questions made of the pages' own words, p50 / p99 over
 ``--queries``; the same search for a user with ``--small`` pages (the usual case), in the same run; and the time to
 write one turn's page (memci_proxy.turn.across.page_row + the upsert) behind the answer.
@@ -31,8 +31,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtests.evaldata import load_longmemeval_s
-from memci_proxy.recall.pagetext import index_text
-from memci_proxy.recall.user_search import search_user
+from memci_proxy.recall.reading.pagetext import index_text
+from memci_proxy.recall.users.search import search_user
 from memci_proxy.turn.across import UserTurn, page_row
 
 TENANT = "t-bench"

@@ -4,11 +4,11 @@ Protocol: each question's evidence sessions are surrounded by other questions' s
 about 500 messages (loadtests.evaldata.longmemeval_history, in date order). The history is paged the way the
 proxy pages a chat: a page is one user message and what follows it up to the next user message (sessions start
 with a user message, so no page straddles two). A page is dated by its session's date, and it is indexed with
-the proxy's own page text (memci_proxy.recall.pagetext.index_text). The question is asked in its own words on its
-``question_date`` (what "last week" means: memci_proxy.recall.dates). A page is relevant when it holds a message
+the proxy's own page text (memci_proxy.recall.reading.pagetext.index_text). The question is asked in its own words on its
+``question_date`` (what "last week" means: memci_proxy.recall.dates.asked). A page is relevant when it holds a message
 flagged ``has_answer``; ``recall_any@5`` is 1 when at least one relevant page is in the top 5.
 
-Rankings over the same pages, with the proxy's ranking code (memci_proxy.recall.ranking, through
+Rankings over the same pages, with the proxy's ranking code (memci_proxy.recall.search.ranking, through
 loadtests.eval_sets.search_rankings): ``lexical`` (the search without vectors: BM25 with its entity boost, the
 pages of the days the question names joining its candidates and climbing), ``vector`` (cosine of the whole pages
 with the packaged model), ``default`` (what the proxy's search returns with the vector half on: the vectors of the
@@ -38,7 +38,7 @@ if __package__ in (None, ""):
 from loadtests.evaldata import LongMemEvalHistory, LongMemEvalQuestion, load_longmemeval, longmemeval_history
 from loadtests.progress import add_argument as add_progress_argument
 from loadtests.progress import bars_wanted, progress
-from memci_proxy.recall.pagetext import index_text
+from memci_proxy.recall.reading.pagetext import index_text
 
 __all__ = ["HistoryPage", "history_pages", "evidence_pages", "question_day", "session_day", "recall_any",
            "page_rankings", "evaluate_longmemeval", "report", "main"]
@@ -116,9 +116,9 @@ def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, emb
     as the proxy indexes it, the question's entity terms boosted as the proxy boosts them. ``candidates_only``: only
     the lexical candidates' views embedded (no ``vector`` or ``archive`` ranking), a fraction of the time."""
     from loadtests.eval_sets import embedded_text, search_rankings, user_view_texts, user_views
-    from memci_proxy.recall.bm25 import BM25Index
-    from memci_proxy.recall.pagetext import index_terms
-    from memci_proxy.recall.ranking import query_weights, vector_query
+    from memci_proxy.recall.lexical.bm25 import BM25Index
+    from memci_proxy.recall.reading.pagetext import index_terms
+    from memci_proxy.recall.search.ranking import query_weights, vector_query
 
     index = BM25Index()
     for position, page in enumerate(pages):
@@ -142,7 +142,7 @@ def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, emb
 
 def _page_chars(pages: Sequence[HistoryPage]) -> dict[int, int]:
     """The length of each page's whole text as the proxy embeds it."""
-    from memci_proxy.recall.pagetext import vector_text
+    from memci_proxy.recall.reading.pagetext import vector_text
 
     return {i: len(vector_text(list(p.messages))) for i, p in enumerate(pages)}
 
@@ -190,7 +190,7 @@ def report(results: dict[str, dict[str, list[float]]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     from loadtests.eval_sets import cached_embed, local_embed
-    from memci_proxy.recall.packaged_models import DEFAULT_MODEL, MODELS
+    from memci_proxy.recall.vectors.packaged_models import DEFAULT_MODEL, MODELS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions")

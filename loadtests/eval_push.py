@@ -280,9 +280,9 @@ def run_longmemeval(args: argparse.Namespace) -> int:
 def run_memorybank() -> int:
     """The decision in-process: MemoryBank users' exchanges as the archive, nothing active."""
     from loadtests.eval_sets import memorybank_cases, page_text
-    from memci_proxy.recall.bm25 import BM25Index
-    from memci_proxy.recall.proactive import is_look_up, search_words
-    from memci_proxy.recall.salience import asks, verdict, weigh
+    from memci_proxy.recall.lexical.bm25 import BM25Index
+    from memci_proxy.recall.push.proactive import is_look_up, search_words
+    from memci_proxy.recall.push.salience import asks, verdict, weigh
 
     users = load_memorybank()
     if not users:

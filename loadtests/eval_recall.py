@@ -51,10 +51,10 @@ from loadtests.eval_sets import embedded_text, evaluate_memorybank, local_embed,
 from loadtests.evaldata import MadialBench, MadialDialogue, MemoryBankUser, load_madial_bench, load_memorybank
 from loadtests.progress import add_argument as add_progress_argument
 from loadtests.progress import bars_wanted, progress
-from memci_proxy.recall.bm25 import DEFAULT_MIN_SCORE, BM25Index
-from memci_proxy.recall.entities import boosted_query
-from memci_proxy.recall.packaged_models import DEFAULT_MODEL, MODELS
-from memci_proxy.recall.text import tokenize
+from memci_proxy.recall.lexical.bm25 import DEFAULT_MIN_SCORE, BM25Index
+from memci_proxy.recall.lexical.entities import boosted_query
+from memci_proxy.recall.vectors.packaged_models import DEFAULT_MODEL, MODELS
+from memci_proxy.recall.lexical.text import tokenize
 
 __all__ = [
     "EmbedFn",

@@ -12,7 +12,7 @@ raw question adds nothing, so its row is 0).
 Retrieval gain: the CAsT files hold no passage texts (2020 only canonical passage ids), so the retrieval
 evaluation is built from MADial-Bench (``loadtests/evaldata.py``): the candidates are the memories of the
 dialogue's user, the query comes from the dialogue before the first test turn, recall@5 and hit@5 of the
-BM25 search (``memci_proxy/recall/bm25.py``, min score 0.2) are compared for: the raw last user message, its
+BM25 search (``memci_proxy/recall/lexical/bm25.py``, min score 0.2) are compared for: the raw last user message, its
 rules rewrite, seed 001's keyword query (top 6 keywords of the query and the last 5 messages) built on
 either, the same with 12 keywords, and the rewrite followed by the user's 5 previous messages.
 As the CAsT files hold no passage texts, a second, constructed retrieval task asks whether a CAsT 2019
@@ -44,8 +44,8 @@ if __package__ in (None, ""):
 
 from loadtests.evaldata import MadialBench, eval_dir, load_madial_bench
 from memci_proxy.engine.intent import rewrite_rules
-from memci_proxy.recall.bm25 import DEFAULT_MIN_SCORE, BM25Index
-from memci_proxy.recall.memory import memory_keywords
+from memci_proxy.recall.lexical.bm25 import DEFAULT_MIN_SCORE, BM25Index
+from memci_proxy.recall.push.memory_block import memory_keywords
 
 __all__ = [
     "CastTurn",

@@ -4,7 +4,7 @@ and MemoryBank's labelled probing questions (loadtests/memorybank_evidence.json)
 
 MemoryBank protocol: each exchange (the user's message and the answer) of a user's dated history is a page;
 each labelled probing question is a query, asked as written, on the day of the history's last exchange (what
-"on May 2nd" refers to: memci_proxy.recall.dates); the relevant pages are the labelled ones.
+"on May 2nd" refers to: memci_proxy.recall.dates.asked); the relevant pages are the labelled ones.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ import numpy as np
 
 from loadtests.evaldata import MemoryBankUser
 from loadtests.progress import progress
-from memci_proxy.recall.bm25 import BM25Index
-from memci_proxy.recall.candidate_vectors import page_sample
-from memci_proxy.recall.fusion import cosine_similarity, rank_by_cosine
-from memci_proxy.recall.packaged_models import DEFAULT_MODEL
-from memci_proxy.recall.pagetext import index_terms, user_text, vector_text
-from memci_proxy.recall.ranking import (MIN_SCORE, PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse,
+from memci_proxy.recall.lexical.bm25 import BM25Index
+from memci_proxy.recall.vectors.candidates import page_sample
+from memci_proxy.recall.search.fusion import cosine_similarity, rank_by_cosine
+from memci_proxy.recall.vectors.packaged_models import DEFAULT_MODEL
+from memci_proxy.recall.reading.pagetext import index_terms, user_text, vector_text
+from memci_proxy.recall.search.ranking import (MIN_SCORE, PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse,
                                   lexical_candidates, lexical_ranking, preferred_days, query_weights, vector_query)
 from memci_proxy.recall.resolver import FUSION_CANDIDATES, SEARCH_HITS
-from memci_proxy.recall.text import tokenize
+from memci_proxy.recall.lexical.text import tokenize
 
 __all__ = ["EVIDENCE_FILE", "reference_ranking", "local_embed", "cached_embed", "memorybank_cases",
            "evaluate_memorybank", "page_text", "page_messages", "search_rankings", "user_views", "user_view_texts",
@@ -51,8 +51,8 @@ def reference_ranking(documents: Sequence[str], query_terms: Sequence[str]) -> l
 
 
 def local_embed(model: str = DEFAULT_MODEL) -> Callable[[list[str]], list[list[float]]]:
-    """An EmbedFn over a packaged model (memci_proxy.recall.packaged_models), as the proxy runs it (chunking included)."""
-    from memci_proxy.recall.local_embedder import LocalEmbedder
+    """An EmbedFn over a packaged model (memci_proxy.recall.vectors.packaged_models), as the proxy runs it (chunking included)."""
+    from memci_proxy.recall.vectors.local_embedder import LocalEmbedder
 
     embedder = LocalEmbedder(model)
 
@@ -69,7 +69,7 @@ def cached_embed(embed: Callable[[list[str]], list[list[float]]], path: str | No
                  ) -> Callable[[list[str]], list[list[float]]]:
     """``embed`` asked only for texts it has not seen, by digest, in batches; ``path``: an .npz file that keeps the
     vectors between runs (``.save()`` writes it)."""
-    from memci_proxy.recall.vector_index import text_digest
+    from memci_proxy.recall.vectors.index import text_digest
 
     memo: dict[str, np.ndarray] = {}
     if path and Path(path).is_file():
@@ -107,7 +107,7 @@ def search_rankings(
     whole_archive: bool = True,
     page_chars: Mapping[Any, int] | None = None,
 ) -> dict[str, list[Hashable]]:
-    """Best-first ids of the proxy's search over ``index`` (memci_proxy.recall.ranking, the steps of
+    """Best-first ids of the proxy's search over ``index`` (memci_proxy.recall.search.ranking, the steps of
     memci_proxy.recall.resolver.RecallResolver.search): ``lexical`` (the search without vectors: BM25 with ``weights``,
     the pages of the days ``query`` names joining and climbing; then the rest of BM25's ranking), and with a query
     vector ``vector`` (cosine over every page), ``default`` (embeddings_pages=candidates: the vectors of the lexical
@@ -116,7 +116,7 @@ def search_rankings(
     the background after the turns that archived them (a search that comes before that is ``lexical``).
     ``user_vectors``: the vectors of the pages' user words (pages without any left out). ``user-first``: the
     default at a page's first search, the vectors the proxy made when it archived the page
-    (memci_proxy.recall.ranking.archived_view_wanted: its user words, its whole text when it has none or is short,
+    (memci_proxy.recall.search.ranking.archived_view_wanted: its user words, its whole text when it has none or is short,
     ``page_chars`` long; the whole text of the rest is embedded when a search first finds them). ``whole_archive`` False:
     the rankings over every page's vector (``vector``, ``archive``) left out, so that only the candidates' vectors
     are read (``page_vectors`` may embed on demand)."""
@@ -151,12 +151,12 @@ def search_rankings(
 
 
 def embedded_text(text: str) -> str:
-    """What the proxy embeds of a candidate page (memci_proxy.recall.candidate_vectors.page_sample)."""
+    """What the proxy embeds of a candidate page (memci_proxy.recall.vectors.candidates.page_sample)."""
     return page_sample(text)
 
 
 def user_view_texts(pages: Sequence[list[dict[str, Any]]]) -> dict[int, str]:
-    """The pages' user words as the proxy embeds them (memci_proxy.recall.pagetext.user_text, cut as a candidate page
+    """The pages' user words as the proxy embeds them (memci_proxy.recall.reading.pagetext.user_text, cut as a candidate page
     is), by position; pages without user words, or of user words only (one view), left out."""
     return {i: embedded_text(t) for i, t in enumerate(user_text(page) for page in pages)
             if t and t != vector_text(pages[i])}
@@ -206,9 +206,9 @@ def evaluate_memorybank(
 ) -> dict[str, list[Row]]:
     """Rows per ranking (lexical, reference-bm25, and vector, default and archive when ``embed`` is given: see
     search_rankings). Each exchange is a page of two messages, indexed as the proxy indexes it (``user_weight``:
-    memci_proxy.recall.pagetext.index_terms) and dated by its day; ``bars``: as loadtests.progress.progress (None: no
+    memci_proxy.recall.reading.pagetext.index_terms) and dated by its day; ``bars``: as loadtests.progress.progress (None: no
     progress); ``dates``: the pages of the days a question names climb, as in the proxy's search."""
-    from memci_proxy.recall.pagetext import index_text
+    from memci_proxy.recall.reading.pagetext import index_text
 
     cases = memorybank_cases(users)
     rows: dict[str, list[Row]] = {"lexical": [], "reference-bm25": []}

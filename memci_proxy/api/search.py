@@ -10,12 +10,12 @@ from litestar import Request, Response, post
 from memci_proxy.api.forwarding import services_of
 from memci_proxy.api.tenants import caller_tenant
 from memci_proxy.engine.contents import utc_date
-from memci_proxy.recall import across
+from memci_proxy.recall.users import across
 from memci_proxy.turn.end_user import MAX_USER_ID_CHARS, user_key
 from memci_proxy.turn.identity import conversation_id_for_session
 from memci_proxy.engine import ConversationState
 from memci_proxy.engine.state import STATUS_NAMES
-from memci_proxy.recall.pagetext import excerpt
+from memci_proxy.recall.reading.pagetext import excerpt
 from memci_proxy.recall.resolver import RecallContext, query_terms
 from memci_proxy.wire.errors import ProxyError, bad_request
 from memci_proxy.wire.validate import parse_json_object, stored_text

@@ -14,22 +14,22 @@ from memci_proxy.engine.contents import utc_date
 from memci_proxy.engine.output_preview import OffloadRecord, output_text
 from memci_proxy.engine.offload_state import find_offload, offload_page
 from memci_proxy.engine.state import STATUS_NAMES, find_page
-from memci_proxy.recall import across
-from memci_proxy.recall.bm25 import BM25Index
-from memci_proxy.recall.candidate_vectors import CandidateVectors
-from memci_proxy.recall.counting import COUNTED
-from memci_proxy.recall.dates import day_of
-from memci_proxy.recall.neighbours import part_after, part_before
-from memci_proxy.recall.offload_reading import OffloadRead, read_chars, read_lines, search_lines
-from memci_proxy.recall.pagetext import (USER_PLACE_WEIGHT, excerpt, index_text, message_text, page_messages_with_hidden,
+from memci_proxy.recall.users import across
+from memci_proxy.recall.lexical.bm25 import BM25Index
+from memci_proxy.recall.vectors.candidates import CandidateVectors
+from memci_proxy.recall.lexical.counting import COUNTED
+from memci_proxy.recall.dates.asked import day_of
+from memci_proxy.recall.reading.neighbours import part_after, part_before
+from memci_proxy.recall.reading.offloads import OffloadRead, read_chars, read_lines, search_lines
+from memci_proxy.recall.reading.pagetext import (USER_PLACE_WEIGHT, excerpt, index_text, message_text, page_messages_with_hidden,
                                    render_page, user_text, vector_text)
-from memci_proxy.recall.ranking import (PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse,
+from memci_proxy.recall.search.ranking import (PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse,
                                   lexical_candidates, lexical_ranking, preferred_days, query_weights, vector_query)
-from memci_proxy.recall.search_indexes import PageSource, RecallContext, SearchIndexes
-from memci_proxy.recall.text import tokenize
-from memci_proxy.recall.tool import RecallArgs
-from memci_proxy.recall.user_search import search_user
-from memci_proxy.recall.vector_index import PageVectors, VectorSearchFailed
+from memci_proxy.recall.search.indexes import PageSource, RecallContext, SearchIndexes
+from memci_proxy.recall.lexical.text import tokenize
+from memci_proxy.recall.tool.schema import RecallArgs
+from memci_proxy.recall.users.search import search_user
+from memci_proxy.recall.vectors.index import PageVectors, VectorSearchFailed
 from memci_proxy.store.ports import ConversationRepository
 
 SEARCH_HITS = 5
@@ -77,7 +77,7 @@ def _view_key(label: str, view: str) -> str:
 
 def _views_wanted(keys: dict[str, tuple[str, str]]) -> Callable[[str, str], bool]:
     """``wanted(key, text)`` of the vector half: whether that view of a page is embedded at all
-    (memci_proxy.recall.ranking.archived_view_wanted), the same for a page just archived and a search's candidate."""
+    (memci_proxy.recall.search.ranking.archived_view_wanted), the same for a page just archived and a search's candidate."""
     two_views = {label for label, view in keys.values() if view == USER}
 
     def wanted(key: str, text: str) -> bool:
@@ -115,11 +115,11 @@ class RecallResolver:
     ) -> None:
         """``vectors``: the vector half of the search (None: lexical only). ``metrics``: a memci_proxy.metrics.Metrics
         (``recall_fallbacks`` counts searches that went lexical only). The weights and ``min_cosine`` tune the
-        fusion (memci_proxy.recall.fusion.fuse_lexical_and_vector). ``index_max_bytes``: bound of this process's
+        fusion (memci_proxy.recall.search.fusion.fuse_lexical_and_vector). ``index_max_bytes``: bound of this process's
         search indexes (estimated). ``entity_boost``: weight of the query's proper nouns, numbers and codes in
-        the BM25 half (memci_proxy.recall.entities). ``clock``: the time now, which dates "yesterday" or "May 2nd" in a
-        query (memci_proxy.recall.dates). ``user_weight``: how many times a user message's terms count in its page's
-        BM25 terms (memci_proxy.recall.pagetext.index_terms)."""
+        the BM25 half (memci_proxy.recall.lexical.entities). ``clock``: the time now, which dates "yesterday" or "May 2nd" in a
+        query (memci_proxy.recall.dates.asked). ``user_weight``: how many times a user message's terms count in its page's
+        BM25 terms (memci_proxy.recall.reading.pagetext.index_terms)."""
         self.entity_boost = entity_boost
         self.clock = clock
         self.source = PageSource(repo)
@@ -196,11 +196,11 @@ class RecallResolver:
         counting: bool = False, vector_text: str | None = None,
     ) -> list[tuple[str, float]]:
         """Best-first (page label, score): BM25 scores when lexical only, reciprocal-rank-fusion scores when
-        fused with the vector ranking (memci_proxy.recall.ranking: the top lexical hits stay first). Each page at most
+        fused with the vector ranking (memci_proxy.recall.search.ranking: the top lexical hits stay first). Each page at most
         once. When the query names days ("yesterday", "on May 2nd"), the pages of those days (and after them)
         join the candidates and climb the ranking (lexical scores are kept, the floors of the push and of memory
         injection compare them). A query that asks for a count, or ``counting`` (it stands for a message that does),
-        weighs the counted forms of its terms too (memci_proxy.recall.ranking.query_weights). ``vector_text``: the
+        weighs the counted forms of its terms too (memci_proxy.recall.search.ranking.query_weights). ``vector_text``: the
         text whose vector ranks the candidates in the vector half (default: the query)."""
         added: dict[str, str] = {}
         index = await self.indexes.index_for(ctx, added)
@@ -252,7 +252,7 @@ class RecallResolver:
     async def _candidate_cosines(self, ctx: RecallContext, query: str, lexical: list[tuple[str, float]]
                                  ) -> list[tuple[str, float]]:
         """Cosines of the lexical candidates that have a vector, each that of its best view
-        (memci_proxy.recall.ranking.candidate_views; views without a vector are embedded in the background,
+        (memci_proxy.recall.search.ranking.candidate_views; views without a vector are embedded in the background,
         CandidateVectors)."""
         assert isinstance(self.vectors, CandidateVectors)
         keys, pairs, text_of = self._views(ctx, [label for label, _ in lexical])
@@ -310,7 +310,7 @@ class RecallResolver:
 
     def prepare_active(self, ctx: RecallContext) -> int:
         """Behind an answer: the terms of the conversation's complete active pages read ahead of the epoch that
-        archives them (memci_proxy.recall.search_indexes.SearchIndexes.prepare_active)."""
+        archives them (memci_proxy.recall.search.indexes.SearchIndexes.prepare_active)."""
         return self.indexes.prepare_active(ctx)
 
     async def prepare(self, ctx: RecallContext) -> None:
@@ -387,7 +387,7 @@ class RecallResolver:
     async def other_conversations(self, tenant: str, end_user: str, conversation_id: str, query: str,
                                   k: int = SEARCH_HITS) -> tuple[list[tuple[across.Candidate, float]], dict[str, float]]:
         """The best ``k`` pages for ``query`` among the end user's conversations other than ``conversation_id``
-        (memci_proxy.recall.user_search), with the query terms' idf; none without a user."""
+        (memci_proxy.recall.users.search), with the query terms' idf; none without a user."""
         return await search_user(self.source.repo, tenant, end_user, conversation_id, query, k)
 
     async def _other_page(self, ctx: RecallContext, label: str) -> str | None:
@@ -454,7 +454,7 @@ class RecallResolver:
     async def _read_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]],
                          user_place: float = USER_PLACE_WEIGHT) -> _ReadHits:
         """What rendering ``hits`` (or any first part of them) needs: their pages, the parts of their turns beside
-        each (memci_proxy.recall.neighbours) and the query terms' idf in the archive (a rare term places the excerpt
+        each (memci_proxy.recall.reading.neighbours) and the query terms' idf in the archive (a rare term places the excerpt
         before a common one)."""
         terms = query_terms(query)
         index = await self.archive_index(ctx)
@@ -515,7 +515,7 @@ class RecallResolver:
         return lambda tokens: max(24, tokens * length // count)
 
     async def _neighbours(self, ctx: RecallContext, record: PageRecord, terms: list[str]) -> list[str]:
-        """The parts of the hit's user turn to show beside it (memci_proxy.recall.neighbours): the part before a
+        """The parts of the hit's user turn to show beside it (memci_proxy.recall.reading.neighbours): the part before a
         continuation page; the part after, when a query term sits in the hit's last message."""
         beside = [label for label in (part_before(ctx.state, record.label),) if label is not None]
         after = part_after(ctx.state, record.label)

@@ -116,7 +116,7 @@ class UserPageText:
     conversation_id: str
     number: str
     seen_at: float  # when the page was first seen (epoch seconds)
-    text: str  # its messages as role-labelled text (memci_proxy.recall.pagetext.index_text)
+    text: str  # its messages as role-labelled text (memci_proxy.recall.reading.pagetext.index_text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +140,8 @@ class UserPageRow:
     last_seq: int
     seen_at: float  # epoch seconds
     text: str
-    terms: list[str]  # its terms, tagged with the user's key (memci_proxy.recall.across.tagged_terms)
-    counts: dict[str, int]  # its BM25 terms' counts (memci_proxy.recall.across.page_counts)
+    terms: list[str]  # its terms, tagged with the user's key (memci_proxy.recall.users.across.tagged_terms)
+    counts: dict[str, int]  # its BM25 terms' counts (memci_proxy.recall.users.across.page_counts)
     length: int  # their sum
 
 

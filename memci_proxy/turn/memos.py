@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from memci_proxy.caches import register_lru_cache, register_memo
 from memci_proxy.engine import condense, intent, layout, markup, output_preview
-from memci_proxy.recall import ranking, salience, text
+from memci_proxy.recall.search import ranking
+from memci_proxy.recall.push import salience
+from memci_proxy.recall.lexical import text
 
 _memos_registered = False
 # A search term is cut to MAX_TERM_CHARS characters: a stem or term memo's item (key, value, the map's slots) holds

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from memci_proxy.engine import TurnInput, plan
-from memci_proxy.recall.tool import recall_tool
+from memci_proxy.recall.tool.schema import recall_tool
 from memci_proxy.turn.answer_room import requested_tokens
 from memci_proxy.turn.call import ChatCall
 from memci_proxy.turn.identity import continues, split_system

@@ -17,10 +17,10 @@ from typing import Any
 
 from memci_proxy.engine import ConversationState, Plan
 from memci_proxy.metrics import Metrics
-from memci_proxy.recall.loop import LoopConfig
+from memci_proxy.recall.tool.loop import LoopConfig
 from memci_proxy.recall.resolver import RecallContext, RecallResolver
-from memci_proxy.recall.rounds import LoopRecord, ToolCall
-from memci_proxy.recall.tool import parse_arguments
+from memci_proxy.recall.tool.rounds import LoopRecord, ToolCall
+from memci_proxy.recall.tool.schema import parse_arguments
 
 # What one call adds to the prompt besides its result: the assistant's call and its framing, in tokens.
 CALL_FRAMING_TOKENS = 48

@@ -26,10 +26,10 @@ from memci_proxy.engine import (
 )
 from memci_proxy.engine.learner import LearnedCounter
 from memci_proxy.metrics import Metrics
-from memci_proxy.recall.loop import prepare_rounds
+from memci_proxy.recall.tool.loop import prepare_rounds
 from memci_proxy.recall.resolver import RecallContext, RecallResolver
-from memci_proxy.recall.tool import recall_tool
-from memci_proxy.recall.vectors import build_page_vectors
+from memci_proxy.recall.tool.schema import recall_tool
+from memci_proxy.recall.vectors.build import build_page_vectors
 from memci_proxy.settings import Settings
 from memci_proxy.store.ports import LockTimeout, SnapshotBase, StaleState
 from memci_proxy.turn.cache_keys import upstream_headers, with_prompt_cache_key

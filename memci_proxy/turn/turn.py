@@ -36,7 +36,7 @@ class Turn:
     state: ConversationState  # the plan's state, with what the rounds and the answer add
     rows: RowSet  # not stored yet
     redo: Redo
-    record: Any = None  # memci_proxy.recall.rounds.LoopRecord of the recall rounds
+    record: Any = None  # memci_proxy.recall.tool.rounds.LoopRecord of the recall rounds
     usage: dict[str, Any] | None = None
     model: str = ""
     tools_json: str = ""  # the tools as sent upstream (count learning)

@@ -13,8 +13,8 @@ from typing import Any
 from memci_proxy.engine import ConversationState
 from memci_proxy.engine.intent import RewriteResult, intent_block, message_text
 from memci_proxy.metrics import Metrics
-from memci_proxy.recall.memory import format_memory
-from memci_proxy.recall.proactive import missing_terms
+from memci_proxy.recall.push.memory_block import format_memory
+from memci_proxy.recall.push.proactive import missing_terms
 from memci_proxy.recall.resolver import RecallContext, RecallResolver
 from memci_proxy.rewrite.levels import rewrite
 from memci_proxy.rewrite.model import ModelRewriter

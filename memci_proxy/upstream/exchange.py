@@ -4,7 +4,7 @@ Pass-through, managed and recall requests all come through here, so metrics, the
 and client disconnects are handled once:
 - ``send``: plain forwarding, the exchange with zero recall rounds. The answer goes back byte for byte, event by
   event when streamed.
-- ``send_with_recall``: the recall loop (``memci_proxy.recall.loop``) answers the model's ``recall`` calls and asks
+- ``send_with_recall``: the recall loop (``memci_proxy.recall.tool.loop``) answers the model's ``recall`` calls and asks
   again; the client sees one ordinary completion.
 
 An upstream that cannot be reached or times out raises ProxyError (502/504) before anything reached the client;
@@ -24,8 +24,8 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from memci_proxy.metrics import Metrics
-from memci_proxy.recall.loop import LoopConfig, complete_json, replay_as_stream, stream_rounds
-from memci_proxy.recall.rounds import LoopRecord, ToolCall
+from memci_proxy.recall.tool.loop import LoopConfig, complete_json, replay_as_stream, stream_rounds
+from memci_proxy.recall.tool.rounds import LoopRecord, ToolCall
 from memci_proxy.upstream.client import response_headers
 from memci_proxy.upstream import outcome
 from memci_proxy.upstream.failures import Failures, kind_of_code

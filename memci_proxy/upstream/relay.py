@@ -78,7 +78,7 @@ async def relay_sse(
             yield cut_stream_event("no [DONE] received")
             yield DONE
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # a cut body, a reset, a disconnect, a time-out
-        # (memci_proxy.recall.loop.stream_rounds reads the same exceptions as a cut)
+        # (memci_proxy.recall.tool.loop.stream_rounds reads the same exceptions as a cut)
         if on_cut is not None:
             on_cut(type(exc).__name__)
         yield cut_stream_event(type(exc).__name__)

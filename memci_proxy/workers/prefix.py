@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memci_proxy.engine.layout import without_memory_block
-from memci_proxy.recall.pagetext import message_text
+from memci_proxy.recall.reading.pagetext import message_text
 
 # Fields of the client's request that shape the answer's delivery or decoding, not the rendered prompt: the job sets
 # or drops them. Everything else (model, messages, tools, tool_choice unless it forces a call, cache_salt,

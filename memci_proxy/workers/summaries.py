@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memci_proxy.recall.text import keyword_counts, top_keywords
+from memci_proxy.recall.lexical.text import keyword_counts, top_keywords
 from memci_proxy.workers.backoff import BACKLOG_EVENT, after_failure
 from memci_proxy.workers.config import MemoryConfig
 from memci_proxy.workers.prefix import PROFILE_INSTRUCTION, SUMMARY_INSTRUCTION, SummaryBase, job_body, page_instruction

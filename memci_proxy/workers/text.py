@@ -7,14 +7,14 @@ from typing import Any
 
 import xxhash
 
-from memci_proxy.recall.memory import estimate_tokens
-from memci_proxy.recall.pagetext import message_text
+from memci_proxy.recall.push.memory_block import estimate_tokens
+from memci_proxy.recall.reading.pagetext import message_text
 
 __all__ = ["estimate_tokens", "messages_text", "batches", "cut_to_tokens", "parse_facts", "fact_digest"]
 
 
 def messages_text(messages: Iterable[dict[str, Any]], message_chars: int) -> str:
-    """One line per message as memci_proxy.recall.pagetext.message_text labels it (its role once), each cut to about
+    """One line per message as memci_proxy.recall.reading.pagetext.message_text labels it (its role once), each cut to about
     ``message_chars`` characters after its label."""
     lines = []
     for message in messages:

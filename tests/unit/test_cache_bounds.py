@@ -15,12 +15,12 @@ ROOT = Path(__file__).resolve().parents[2] / "memci_proxy"
 SOURCES = sorted(p for p in ROOT.rglob("*.py") if "emulator" not in p.parts)
 # The LRU implementations themselves.
 IMPLEMENTATIONS = {"memci_proxy/caches.py", "memci_proxy/engine/memo.py"}
-# Queues (not caches) of texts each cut to a page sample (memci_proxy.recall.candidate_vectors.PAGE_CHARS), at most
+# Queues (not caches) of texts each cut to a page sample (memci_proxy.recall.vectors.candidates.PAGE_CHARS), at most
 # max_views of them: their entry bound is a byte bound.
-SAMPLE_QUEUES = {"memci_proxy/recall/background_vectors.py"}
+SAMPLE_QUEUES = {"memci_proxy/recall/vectors/background.py"}
 # functools.lru_cache memos whose keys and values are cut to a bounded length (their entry bound is a byte bound),
 # reported with that per-item bound (memci_proxy.turn.memos).
-LENGTH_BOUNDED_LRU = {"memci_proxy/recall/text.py:stem", "memci_proxy/recall/text.py:_term"}
+LENGTH_BOUNDED_LRU = {"memci_proxy/recall/lexical/text.py:stem", "memci_proxy/recall/lexical/text.py:_term"}
 
 
 def _modules() -> list[tuple[str, ast.Module]]:

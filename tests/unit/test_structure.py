@@ -129,15 +129,38 @@ def test_the_layers_point_inwards():
 def test_the_request_path_is_five_files():
     """route -> turn service -> upstream exchange -> recall loop, with the planner in the engine."""
     modules = imports()
-    path = ["memci_proxy.api.routes", "memci_proxy.turn.service", "memci_proxy.upstream.exchange", "memci_proxy.recall.loop",
-            "memci_proxy.engine.planner"]
+    path = ["memci_proxy.api.routes", "memci_proxy.turn.service", "memci_proxy.upstream.exchange",
+            "memci_proxy.recall.tool.loop", "memci_proxy.engine.planner"]
     assert all(m in modules for m in path)
     assert "memci_proxy.upstream.exchange" in {t.rsplit(".", 1)[0] for t in modules["memci_proxy.api.routes"]} | modules["memci_proxy.api.routes"]
     assert "memci_proxy.upstream.exchange" in modules["memci_proxy.turn.service"]
-    assert "memci_proxy.recall.loop" in modules["memci_proxy.upstream.exchange"]
+    assert "memci_proxy.recall.tool.loop" in modules["memci_proxy.upstream.exchange"]
     assert "memci_proxy.engine.plan" in modules["memci_proxy.turn.service"] and "memci_proxy.engine.planner" in modules["memci_proxy.engine"] | {
         f"memci_proxy.engine.{t}" for t in ("planner",)}
     # the Litestar request stays in api/: nothing below it imports the web framework
     web = sorted(m for m, ts in modules.items() if not m.startswith("memci_proxy.api") and m not in MAY_IMPORT_API
                  and any(t == "litestar" or t.startswith("litestar.") for t in ts))
     assert web == []
+
+
+def test_recall_is_grouped_by_concern():
+    """recall/ holds its entry point (resolver) and groups, each a package that says what it holds; a group's
+    modules import no group above them in the search's stack (the tool and the push use the search, not back)."""
+    recall = PACKAGE / "recall"
+    assert sorted(p.name for p in recall.glob("*.py")) == ["__init__.py", "resolver.py"]
+    def folders(path: Path) -> list[str]:
+        return sorted(p.name for p in path.iterdir() if p.is_dir() and p.name != "__pycache__")
+
+    groups = folders(recall)
+    assert groups == ["dates", "lexical", "push", "reading", "search", "tool", "users", "vectors"]
+    for group in groups:
+        init = recall / group / "__init__.py"
+        assert init.exists() and ast.get_docstring(ast.parse(init.read_text())), group
+        assert folders(recall / group) == [], group
+    below = {"lexical": {"tool", "push", "users", "search", "vectors", "reading"}, "dates": {"tool", "push", "users"}}
+    for module, targets in imports().items():
+        parts = module.split(".")
+        if parts[:2] != ["memci_proxy", "recall"] or len(parts) < 4 or parts[2] not in below:
+            continue
+        reached = {t.split(".")[2] for t in targets if t.startswith("memci_proxy.recall.") and len(t.split(".")) > 3}
+        assert not reached & below[parts[2]], (module, reached & below[parts[2]])

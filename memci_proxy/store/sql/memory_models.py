@@ -82,7 +82,7 @@ class MemoryProfileFact(Base):
 
 class UserPage(Base):
     """A page of an end user's conversation, for the search across their conversations (migration 0009): its text
-    and its terms, each lexeme prefixed with the user's key (memci_proxy.recall.across.tagged_terms)."""
+    and its terms, each lexeme prefixed with the user's key (memci_proxy.recall.users.across.tagged_terms)."""
 
     __tablename__ = "user_pages"
 

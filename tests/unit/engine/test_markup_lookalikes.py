@@ -20,8 +20,8 @@ from memci_proxy.confusables import install
 
 from memci_proxy.engine.contents import summary_line
 from memci_proxy.engine.markup import escape_tags, quote
-from memci_proxy.recall.memory import memory_line
-from memci_proxy.recall.pagetext import excerpt, render_page
+from memci_proxy.recall.push.memory_block import memory_line
+from memci_proxy.recall.reading.pagetext import excerpt, render_page
 
 
 def _lookalike_table() -> dict[str, list[str]]:

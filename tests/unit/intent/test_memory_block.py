@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memci_proxy.recall.memory import (
+from memci_proxy.recall.push.memory_block import (
     MEMORY_HEADER,
     TRUNCATED,
     estimate_tokens,

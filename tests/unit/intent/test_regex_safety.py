@@ -18,7 +18,8 @@ import pytest
 
 from memci_proxy.engine import intent, markup, tokens
 from memci_proxy.engine.intent import MAX_MESSAGE_CHARS, rewrite_rules
-from memci_proxy.recall import memory, text
+from memci_proxy.recall.push import memory_block as memory
+from memci_proxy.recall.lexical import text
 
 HISTORY = [{"role": "user", "content": "Tell me about the Eiffel Tower in Paris."},
            {"role": "assistant", "content": "It is a wrought-iron lattice tower built in 1889 for the World's Fair."}]

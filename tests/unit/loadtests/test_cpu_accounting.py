@@ -64,7 +64,7 @@ def test_no_two_chats_share_a_page_text_while_their_words_are_the_same(workload:
     """Rounds and cells reuse one proxy, which keeps page vectors by the digest of a page's text: each chat's
     messages differ by a mark of punctuation, which the search's terms do not see, so every cell embeds its own."""
     from loadtests.turn_overhead import cell_mark, chat_bodies, probe_chat_bodies
-    from memci_proxy.recall.text import tokenize
+    from memci_proxy.recall.lexical.text import tokenize
 
     make = chat_bodies if workload == "team" else probe_chat_bodies
     # (the system message, and the team chat's first message, name the chat)

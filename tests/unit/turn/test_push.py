@@ -148,7 +148,7 @@ async def test_epochs_are_accounted_in_metrics_and_the_admin_view() -> None:
 
 def test_push_room_is_planned_only_for_messages_whose_archived_match_the_active_pages_lack() -> None:
     from memci_proxy.engine.config import EngineConfig
-    from memci_proxy.recall.bm25 import BM25Index
+    from memci_proxy.recall.lexical.bm25 import BM25Index
     from memci_proxy.turn.push import PUSH_HIGH_WATERMARK, latest_user_text, need_of, with_push_room
 
     index = BM25Index()
@@ -217,7 +217,7 @@ def test_a_page_an_earlier_round_brought_back_into_the_prompt_is_not_pushed_agai
     from memci_proxy.engine import EstimateCounter
     from memci_proxy.engine.feedback import add_hidden
     from memci_proxy.engine.state import ACTIVE, ARCHIVED, PageRecord
-    from memci_proxy.recall.bm25 import BM25Index
+    from memci_proxy.recall.lexical.bm25 import BM25Index
     from memci_proxy.turn.push import need_of
 
     index = BM25Index()
@@ -238,7 +238,7 @@ def test_a_page_an_earlier_round_brought_back_into_the_prompt_is_not_pushed_agai
 
 
 def test_look_ups_and_questions_plan_room_and_a_narrow_match_does_not() -> None:
-    from memci_proxy.recall.salience import NOTHING
+    from memci_proxy.recall.push.salience import NOTHING
     from memci_proxy.turn.push import PUSH_HIGH_WATERMARK, QUESTION_HIGH_WATERMARK, Need
 
     narrow, full = Need("q?", NOTHING, "question", "narrow"), Need("q?", NOTHING, "question", "pushed")

@@ -17,9 +17,9 @@ from test_tokenize_client import Tokenizer
 from turn_fakes import MockUpstream
 
 from memci_proxy.metrics import Metrics
-from memci_proxy.recall.loop import LoopConfig
+from memci_proxy.recall.tool.loop import LoopConfig
 from memci_proxy.recall.resolver import RecallOutcome
-from memci_proxy.recall.rounds import ToolCall
+from memci_proxy.recall.tool.rounds import ToolCall
 from memci_proxy.turn.push import charge_round, round_tokens
 from memci_proxy.turn.recall_rounds import DENSITY_SLACK, KNOWN_AFTER, ResultDensities, TurnRecall
 from memci_proxy.upstream.tokenize import UpstreamTokenCounter

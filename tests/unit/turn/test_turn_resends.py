@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-import memci_proxy.recall.loop as loop_module
-from memci_proxy.recall.rounds import assistant_call_message
+import memci_proxy.recall.tool.loop as loop_module
+from memci_proxy.recall.tool.rounds import assistant_call_message
 from turn_fakes import Chat, ChatUpstream, make_service
 
 

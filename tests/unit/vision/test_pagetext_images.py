@@ -4,7 +4,7 @@ import base64
 import hashlib
 
 from memci_proxy.blobs import externalize_images
-from memci_proxy.recall.pagetext import index_text, render_page
+from memci_proxy.recall.reading.pagetext import index_text, render_page
 
 DATA = b"GIF89a" + b"\x00" * 58
 URI = "data:image/gif;base64," + base64.b64encode(DATA).decode()
