@@ -6,7 +6,7 @@ user message, each with the state the previous turn returned. Message dicts are 
 JSON parsing is not part of the figure). Reports p50/p99 per length, the growth between lengths, and the
 size and (de)serialisation time of the state.
 
-    /work/venv/bin/python loadtests/bench_engine.py [--turns 200] [--lengths 10,100,1000,10000]
+    .venv/bin/python loadtests/bench_engine.py [--turns 200] [--lengths 10,100,1000,10000]
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.evaldata import load_longmemeval_s
+from loadtests.evals.evaldata import load_longmemeval_s
 from memci_proxy.recall.reading.pagetext import index_text
 from memci_proxy.recall.users.search import search_user
 from memci_proxy.turn.across import UserTurn, page_row

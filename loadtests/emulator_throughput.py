@@ -1,6 +1,6 @@
 """Requests per second of the upstream emulator alone, for a small non-streaming chat completion.
 
-    /work/venv/bin/python loadtests/emulator_throughput.py --concurrency 32 --seconds 5
+    .venv/bin/python loadtests/emulator_throughput.py --concurrency 32 --seconds 5
 
 Starts the emulator in a subprocess (or uses --url) and drives it with a plain aiohttp client.
 """

@@ -8,13 +8,13 @@ concurrency) runs for a bounded time with an aiohttp client that records per-req
 first byte when streaming). `wrk` measures the req/s ceiling of the non-streaming pass-through, where the
 Python client itself saturates. Prints a markdown table; --json writes the figures.
 
-    /work/venv/bin/python loadtests/overhead.py               # full run (~3 min)
-    /work/venv/bin/python loadtests/overhead.py --quick       # CI smoke (~20 s)
-    /work/venv/bin/python loadtests/overhead.py --multi-turn  # a 60-turn chat per conversation, 1 and 8 at once
+    .venv/bin/python loadtests/overhead.py               # full run (~3 min)
+    .venv/bin/python loadtests/overhead.py --quick       # CI smoke (~20 s)
+    .venv/bin/python loadtests/overhead.py --multi-turn  # a 60-turn chat per conversation, 1 and 8 at once
                                                               # (see loadtests/turn_overhead.py)
-    /work/venv/bin/python loadtests/overhead.py --multi-turn --baseline-tree ../before
+    .venv/bin/python loadtests/overhead.py --multi-turn --baseline-tree ../before
                                                               # + a managed proxy from another checkout, interleaved
-    /work/venv/bin/python loadtests/overhead.py --multi-turn --long-chat   # one 600-turn chat, 0.9 MB bodies, 32k
+    .venv/bin/python loadtests/overhead.py --multi-turn --long-chat   # one 600-turn chat, 0.9 MB bodies, 32k
                                                               # window: CPU per turn over turns 551-600
 """
 

@@ -16,7 +16,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
-python="${PYTHON:-/work/venv/bin/python}"
+python="${PYTHON:-$repo/.venv/bin/python}"
 [ -x "$python" ] || python="$(command -v python3)"
 
 upstream=""

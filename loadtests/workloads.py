@@ -379,7 +379,7 @@ def agent_large(turns: int = 40, seed: int = 0, output_tokens: tuple[int, int] =
 def replay(turns: int = 300, seed: int = 0) -> Workload | None:
     """MemoryBank's dated dialogues, user after user, as one long conversation (None when absent)."""
     try:
-        from loadtests.evaldata import load_memorybank
+        from loadtests.evals.evaldata import load_memorybank
     except ImportError:  # run from another directory without the repository on the path
         return None
     users = load_memorybank()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from loadtests import eval_across
+from loadtests.evals import eval_across
 from tests.unit.loadtests.test_eval_across import write_s_file
 
 
@@ -14,7 +14,7 @@ def test_two_synthetic_questions_run_through_a_proxy(tmp_path, capsys) -> None:
     out = tmp_path / "across.json"
     assert eval_across.main(["--data", str(data), "--json", str(out), "--window", "4096"]) == 0
     report = capsys.readouterr().out
-    assert report.startswith("$ python loadtests/eval_across.py --data ")
+    assert report.startswith("$ python loadtests/evals/eval_across.py --data ")
     assert "leaks to another user: 0/2" in report
     result = json.loads(out.read_text())
     assert result["command"][:2] == ["--data", str(data)]

@@ -4,7 +4,7 @@
   query first, then those of the last 5 messages, top 6 in all (``memci_proxy.recall.lexical.text.keywords``: regex
   ``[a-z0-9_]{2,}|[\\u4e00-\\u9fff]{2,}``, stop words removed).
 * ``memory_query_text(query, previous_user_texts)``: the alternative query measured better on MADial-Bench
-  (``loadtests/eval_rewrite.py``): the rewritten query followed by the user's 5 previous messages (BM25
+  (``loadtests/evals/eval_rewrite.py``): the rewritten query followed by the user's 5 previous messages (BM25
   recall@5 0.533 against 0.391 for the 6-keyword query and 0.436 for the last message alone).
 * ``format_memory(hits)``: hits best first as ``(source, text)``; one line per hit ``[source] text``,
   whitespace collapsed, text cut at ``cut_chars`` characters followed by ``…[truncated]``; at most

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.eval_across import (CLOSING, NOBODY, Run, leaked, others, question_messages, reach, sent_text,
+from loadtests.evals.eval_across import (CLOSING, NOBODY, Run, leaked, others, question_messages, reach, sent_text,
                                    session_messages, user_of)
-from loadtests.eval_push import prompt_text
-from loadtests.evaldata import load_longmemeval_s
+from loadtests.evals.eval_push import prompt_text
+from loadtests.evals.evaldata import load_longmemeval_s
 
 FACT = ("My cat is called Biscuit and she is a ginger tabby I adopted from the shelter on Elm Street three years ago, "
         "she loves sleeping on the radiator and hates the vacuum cleaner more than anything else in the world, so I "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.evaldata import load_longmemeval, longmemeval_history
+from loadtests.evals.evaldata import load_longmemeval, longmemeval_history
 
 QUESTIONS = load_longmemeval()
 pytestmark = pytest.mark.skipif(QUESTIONS is None, reason="LongMemEval data not found (../shared/eval)")

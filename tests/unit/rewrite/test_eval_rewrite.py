@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.eval_rewrite import (
+from loadtests.evals.eval_rewrite import (
     CastTurn,
     evaluate_cast,
     evaluate_retrieval,
@@ -15,7 +15,7 @@ from loadtests.eval_rewrite import (
     score_rewrites,
     token_f1,
 )
-from loadtests.evaldata import load_madial_bench
+from loadtests.evals.evaldata import load_madial_bench
 
 
 def test_token_f1_and_exact_match() -> None:

@@ -55,7 +55,7 @@ def test_benchmark_chats_fire_on_their_probes_only(kind: str, seed: int) -> None
 def test_memorybank_dialogues_do_not_fire_and_its_probing_questions_mostly_do(monkeypatch) -> None:
     """MemoryBank (../shared/eval): 566 recorded user turns, 100 questions about earlier days."""
     try:
-        from loadtests.evaldata import load_memorybank
+        from loadtests.evals.evaldata import load_memorybank
     except ImportError:
         pytest.skip("loadtests not importable")
     if not os.environ.get("MEMCI_EVAL_DIR") and Path("/work/shared/eval").is_dir():

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from loadtests.eval_longmemeval import (
+from loadtests.evals.eval_longmemeval import (
     evaluate_longmemeval,
     evidence_pages,
     history_pages,
@@ -15,7 +15,7 @@ from loadtests.eval_longmemeval import (
     report,
     session_day,
 )
-from loadtests.evaldata import LongMemEvalHistory, LongMemEvalQuestion, LongMemEvalSession, load_longmemeval
+from loadtests.evals.evaldata import LongMemEvalHistory, LongMemEvalQuestion, LongMemEvalSession, load_longmemeval
 
 
 def _session(sid: str, date: str, turns: list[tuple[str, str]], evidence: tuple[int, ...] = ()) -> LongMemEvalSession:

@@ -6,8 +6,8 @@ import zlib
 
 import pytest
 
-from loadtests.eval_recall import STRATEGIES, build_query, evaluate_madial, score_ranking
-from loadtests.evaldata import load_madial_bench
+from loadtests.evals.eval_recall import STRATEGIES, build_query, evaluate_madial, score_ranking
+from loadtests.evals.evaldata import load_madial_bench
 from memci_proxy.recall.lexical.text import tokenize
 
 
@@ -67,7 +67,7 @@ def test_lexical_and_fused_pipeline_on_a_slice(bench) -> None:
 
 
 def test_loaders_return_none_when_the_data_is_absent(tmp_path, monkeypatch) -> None:
-    from loadtests.evaldata import eval_dir, load_memorybank
+    from loadtests.evals.evaldata import eval_dir, load_memorybank
 
     monkeypatch.setenv("MEMCI_EVAL_DIR", str(tmp_path / "missing"))
     assert eval_dir() is None

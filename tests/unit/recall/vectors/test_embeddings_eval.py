@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.eval_recall import VECTOR_QUERIES, caching, vector_query_text
-from loadtests.evaldata import MadialDialogue
+from loadtests.evals.eval_recall import VECTOR_QUERIES, caching, vector_query_text
+from loadtests.evals.evaldata import MadialDialogue
 
 TEXTS = ["I adopted a dog.", "How nice!", "He barks a lot.", "Walks help.", "Any other tips?",
          "Remember your first pet?"]

@@ -1,7 +1,7 @@
 """Page-level recall of the search on LongMemEval (dev half): does an evidence page reach the top 5?
 
 Protocol: each question's evidence sessions are surrounded by other questions' sessions until the history holds
-about 500 messages (loadtests.evaldata.longmemeval_history, in date order). The history is paged the way the
+about 500 messages (loadtests.evals.evaldata.longmemeval_history, in date order). The history is paged the way the
 proxy pages a chat: a page is one user message and what follows it up to the next user message (sessions start
 with a user message, so no page straddles two). A page is dated by its session's date, and it is indexed with
 the proxy's own page text (memci_proxy.recall.reading.pagetext.index_text). The question is asked in its own words on its
@@ -9,7 +9,7 @@ the proxy's own page text (memci_proxy.recall.reading.pagetext.index_text). The 
 flagged ``has_answer``; ``recall_any@5`` is 1 when at least one relevant page is in the top 5.
 
 Rankings over the same pages, with the proxy's ranking code (memci_proxy.recall.search.ranking, through
-loadtests.eval_sets.search_rankings): ``lexical`` (the search without vectors: BM25 with its entity boost, the
+loadtests.evals.eval_sets.search_rankings): ``lexical`` (the search without vectors: BM25 with its entity boost, the
 pages of the days the question names joining its candidates and climbing), ``vector`` (cosine of the whole pages
 with the packaged model), ``default`` (what the proxy's search returns with the vector half on: the vectors of the
 candidates' user words and whole pages, within one search's bound) and ``archive`` (embeddings_pages=archive).
@@ -17,9 +17,9 @@ Per question type too; ``--seed`` surrounds each question with other sessions.
 
 Usage::
 
-    python loadtests/eval_longmemeval.py                  # the 252 dev questions, packaged model
-    python loadtests/eval_longmemeval.py --limit 40 --lexical-only
-    python loadtests/eval_longmemeval.py --vector-cache /tmp/lme-vectors.npz   # embed once, re-run quickly
+    python loadtests/evals/eval_longmemeval.py                  # the 252 dev questions, packaged model
+    python loadtests/evals/eval_longmemeval.py --limit 40 --lexical-only
+    python loadtests/evals/eval_longmemeval.py --vector-cache /tmp/lme-vectors.npz   # embed once, re-run quickly
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from loadtests.evaldata import LongMemEvalHistory, LongMemEvalQuestion, load_longmemeval, longmemeval_history
+from loadtests.evals.evaldata import LongMemEvalHistory, LongMemEvalQuestion, load_longmemeval, longmemeval_history
 from loadtests.progress import add_argument as add_progress_argument
 from loadtests.progress import bars_wanted, progress
 from memci_proxy.recall.reading.pagetext import index_text
@@ -112,10 +112,10 @@ class _OnDemand(dict):  # type: ignore[type-arg]
 def page_rankings(pages: Sequence[HistoryPage], question: str, day: dt.date, embed: EmbedFn | None,
                   user_weight: int = 2, entity_boost: float = 2.0, candidates_only: bool = False
                   ) -> dict[str, list[int]]:
-    """The proxy's rankings of the pages for the question (loadtests.eval_sets.search_rankings): each page indexed
+    """The proxy's rankings of the pages for the question (loadtests.evals.eval_sets.search_rankings): each page indexed
     as the proxy indexes it, the question's entity terms boosted as the proxy boosts them. ``candidates_only``: only
     the lexical candidates' views embedded (no ``vector`` or ``archive`` ranking), a fraction of the time."""
-    from loadtests.eval_sets import embedded_text, search_rankings, user_view_texts, user_views
+    from loadtests.evals.eval_sets import embedded_text, search_rankings, user_view_texts, user_views
     from memci_proxy.recall.lexical.bm25 import BM25Index
     from memci_proxy.recall.reading.pagetext import index_terms
     from memci_proxy.recall.search.ranking import query_weights, vector_query
@@ -189,7 +189,7 @@ def report(results: dict[str, dict[str, list[float]]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from loadtests.eval_sets import cached_embed, local_embed
+    from loadtests.evals.eval_sets import cached_embed, local_embed
     from memci_proxy.recall.vectors.packaged_models import DEFAULT_MODEL, MODELS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -9,15 +9,15 @@ per question), through a real proxy process and the emulator (loadtests.bench_se
   closing user message when the session ends with the assistant's (so the whole session is stored);
 * then the question in a new conversation of the same user: ``Today is <question date>.`` and the question in the
   user's own words. ``reached``: a message flagged ``has_answer`` reaches the prompt the emulator received for it
-  (whole, or a stretch of ``STRETCH`` letters and digits: loadtests.eval_push.reached); ``whole``: whole;
+  (whole, or a stretch of ``STRETCH`` letters and digits: loadtests.evals.eval_push.reached); ``whole``: whole;
 * once every haystack is stored, each question again from another user: the previous question's user (a different
   haystack; a user who sent nothing when there is one question). A leak: evidence of the first user's sessions, that
   the other user never sent, reaches that prompt. Must be 0.
 
 Usage::
 
-    MEMCI_EVAL_DIR=../shared/eval python loadtests/eval_across.py --limit 20
-    MEMCI_EVAL_DIR=../shared/eval python loadtests/eval_across.py --limit 20 --proxy-src main=/tmp/main-export \\
+    MEMCI_EVAL_DIR=../shared/eval python loadtests/evals/eval_across.py --limit 20
+    MEMCI_EVAL_DIR=../shared/eval python loadtests/evals/eval_across.py --limit 20 --proxy-src main=/tmp/main-export \\
         --env MEMCI_MEMORY_WORKERS=false --json /tmp/across.json
 """
 
@@ -35,13 +35,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from loadtests import progress
 from loadtests.bench_servers import emulator_upstream, proxy_server
 from loadtests.cache_bench import settle
-from loadtests.eval_push import Client, normal, prompt_text, reached, spread, stretches
-from loadtests.evaldata import LongMemEvalHaystack, LongMemEvalQuestion, LongMemEvalSession, load_longmemeval_s
+from loadtests.evals.eval_push import Client, normal, prompt_text, reached, spread, stretches
+from loadtests.evals.evaldata import LongMemEvalHaystack, LongMemEvalQuestion, LongMemEvalSession, load_longmemeval_s
 from loadtests.progress import Progress, bars_wanted
 
 CLOSING = "Thanks, that is all for now."  # ends a session whose last message is the assistant's
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="each question's outcome on stderr")
     progress.add_argument(parser)
     args = parser.parse_args(argv)
-    print("$ python loadtests/eval_across.py " + shlex.join(sys.argv[1:] if argv is None else argv), flush=True)
+    print("$ python loadtests/evals/eval_across.py " + shlex.join(sys.argv[1:] if argv is None else argv), flush=True)
     haystacks = load_longmemeval_s(Path(args.data) if args.data else None)
     if not haystacks:
         print("LongMemEval S data not found (set MEMCI_EVAL_DIR, or --data)", file=sys.stderr)

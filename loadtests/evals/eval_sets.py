@@ -1,6 +1,6 @@
-"""Pieces of loadtests/eval_recall.py shared by its data sets: the reference BM25 (``rank_bm25``, a library
+"""Pieces of loadtests/evals/eval_recall.py shared by its data sets: the reference BM25 (``rank_bm25``, a library
 the project does not use for its own search), a packaged embedding model as an EmbedFn, a progress line,
-and MemoryBank's labelled probing questions (loadtests/memorybank_evidence.json).
+and MemoryBank's labelled probing questions (loadtests/evals/memorybank_evidence.json).
 
 MemoryBank protocol: each exchange (the user's message and the answer) of a user's dated history is a page;
 each labelled probing question is a query, asked as written, on the day of the history's last exchange (what
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtests.evaldata import MemoryBankUser
+from loadtests.evals.evaldata import MemoryBankUser
 from loadtests.progress import progress
 from memci_proxy.recall.lexical.bm25 import BM25Index
 from memci_proxy.recall.vectors.candidates import page_sample

@@ -10,7 +10,7 @@ the tokens added to the raw question (add.: what the prediction added against wh
 raw question adds nothing, so its row is 0).
 
 Retrieval gain: the CAsT files hold no passage texts (2020 only canonical passage ids), so the retrieval
-evaluation is built from MADial-Bench (``loadtests/evaldata.py``): the candidates are the memories of the
+evaluation is built from MADial-Bench (``loadtests/evals/evaldata.py``): the candidates are the memories of the
 dialogue's user, the query comes from the dialogue before the first test turn, recall@5 and hit@5 of the
 BM25 search (``memci_proxy/recall/lexical/bm25.py``, min score 0.2) are compared for: the raw last user message, its
 rules rewrite, seed 001's keyword query (top 6 keywords of the query and the last 5 messages) built on
@@ -20,9 +20,9 @@ turn's query finds its own conversation's topic (title + description) among the 
 
 Usage::
 
-    python loadtests/eval_rewrite.py
-    python loadtests/eval_rewrite.py --model-url http://127.0.0.1:30000/v1 --model qwen2.5-1.5b-instruct
-    python loadtests/eval_rewrite.py --fallback 20     # plus: latency with the emulator as a slow model
+    python loadtests/evals/eval_rewrite.py
+    python loadtests/evals/eval_rewrite.py --model-url http://127.0.0.1:30000/v1 --model qwen2.5-1.5b-instruct
+    python loadtests/evals/eval_rewrite.py --fallback 20     # plus: latency with the emulator as a slow model
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from loadtests.evaldata import MadialBench, eval_dir, load_madial_bench
+from loadtests.evals.evaldata import MadialBench, eval_dir, load_madial_bench
 from memci_proxy.engine.intent import rewrite_rules
 from memci_proxy.recall.lexical.bm25 import DEFAULT_MIN_SCORE, BM25Index
 from memci_proxy.recall.push.memory_block import memory_keywords

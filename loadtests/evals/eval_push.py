@@ -19,9 +19,9 @@ holds the evidence.
 
 Usage::
 
-    MEMCI_EVAL_DIR=../shared/eval python loadtests/eval_push.py --limit 40 --replay 2
-    MEMCI_EVAL_DIR=../shared/eval python loadtests/eval_push.py --proxy-src main=/tmp/main-export --limit 40
-    MEMCI_EVAL_DIR=../shared/eval python loadtests/eval_push.py --memorybank
+    MEMCI_EVAL_DIR=../shared/eval python loadtests/evals/eval_push.py --limit 40 --replay 2
+    MEMCI_EVAL_DIR=../shared/eval python loadtests/evals/eval_push.py --proxy-src main=/tmp/main-export --limit 40
+    MEMCI_EVAL_DIR=../shared/eval python loadtests/evals/eval_push.py --memorybank
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import httpx
 
 from loadtests import progress
 from loadtests.bench_servers import Upstream, emulator_upstream, proxy_server
 from loadtests.cache_bench import pushed_tokens
-from loadtests.evaldata import LongMemEvalHistory, load_longmemeval, load_memorybank, longmemeval_history
+from loadtests.evals.evaldata import LongMemEvalHistory, load_longmemeval, load_memorybank, longmemeval_history
 from loadtests.progress import Progress, bars_wanted
 from memci_proxy.workers.prefix import is_job_body
 
@@ -279,7 +279,7 @@ def run_longmemeval(args: argparse.Namespace) -> int:
 
 def run_memorybank() -> int:
     """The decision in-process: MemoryBank users' exchanges as the archive, nothing active."""
-    from loadtests.eval_sets import memorybank_cases, page_text
+    from loadtests.evals.eval_sets import memorybank_cases, page_text
     from memci_proxy.recall.lexical.bm25 import BM25Index
     from memci_proxy.recall.push.proactive import is_look_up, search_words
     from memci_proxy.recall.push.salience import asks, verdict, weigh

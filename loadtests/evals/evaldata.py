@@ -50,7 +50,7 @@ _TURN_LINE = re.compile(r'^\s*<([^>]{1,40})>:\s*(.*?)\s*$', re.DOTALL)
 def eval_dir() -> Path | None:
     """The evaluation data directory, or None when it does not exist."""
     override = os.environ.get("MEMCI_EVAL_DIR")
-    path = Path(override) if override else Path(__file__).resolve().parents[1].parent / "shared" / "eval"
+    path = Path(override) if override else Path(__file__).resolve().parents[2].parent / "shared" / "eval"
     return path if path.is_dir() else None
 
 

@@ -14,13 +14,13 @@ Metrics, averaged over dialogues:
 
 Usage::
 
-    python loadtests/eval_recall.py                       # MADial-Bench and MemoryBank: fused with the packaged
+    python loadtests/evals/eval_recall.py                       # MADial-Bench and MemoryBank: fused with the packaged
                                                           # model, lexical, and rank_bm25's BM25, side by side
-    python loadtests/eval_recall.py --local-model wordllama-l2-256   # another packaged model
-    python loadtests/eval_recall.py --lexical-only --strategy all   # lexical, every query strategy
-    python loadtests/eval_recall.py --strategy weighted   # one strategy
-    python loadtests/eval_recall.py --embeddings-url http://127.0.0.1:8011   # adds vector and fused runs
-    python loadtests/eval_recall.py --embeddings-url http://127.0.0.1:8011 --split dev --vector-weight 0.5 1 2
+    python loadtests/evals/eval_recall.py --local-model wordllama-l2-256   # another packaged model
+    python loadtests/evals/eval_recall.py --lexical-only --strategy all   # lexical, every query strategy
+    python loadtests/evals/eval_recall.py --strategy weighted   # one strategy
+    python loadtests/evals/eval_recall.py --embeddings-url http://127.0.0.1:8011   # adds vector and fused runs
+    python loadtests/evals/eval_recall.py --embeddings-url http://127.0.0.1:8011 --split dev --vector-weight 0.5 1 2
     (an embeddings server over a real model: loadtests/embeddings_server.py)
 
 Measured (2026-11, ``--strategy weighted --min-cosine 0.2``, all-MiniLM-L6-v2 served by
@@ -32,7 +32,7 @@ loadtests/embeddings_server.py, all 160 dialogues)::
 
 The emulator's hashed bag-of-words embeddings as the vector half make the fusion worse than lexical alone
 (fused recall@5 0.421): what fusion adds comes from a semantic model.
-    python loadtests/eval_recall.py --memorybank          # MemoryBank probing questions (unlabelled)
+    python loadtests/evals/eval_recall.py --memorybank          # MemoryBank probing questions (unlabelled)
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from loadtests.eval_sets import embedded_text, evaluate_memorybank, local_embed, reference_ranking, search_rankings
-from loadtests.evaldata import MadialBench, MadialDialogue, MemoryBankUser, load_madial_bench, load_memorybank
+from loadtests.evals.eval_sets import embedded_text, evaluate_memorybank, local_embed, reference_ranking, search_rankings
+from loadtests.evals.evaldata import MadialBench, MadialDialogue, MemoryBankUser, load_madial_bench, load_memorybank
 from loadtests.progress import add_argument as add_progress_argument
 from loadtests.progress import bars_wanted, progress
 from memci_proxy.recall.lexical.bm25 import DEFAULT_MIN_SCORE, BM25Index
@@ -198,7 +198,7 @@ def evaluate_madial(
     """Metrics of lexical search (and of vector and fused search when ``embed`` is given).
 
     ``limit`` evaluates only the first dialogues (a quick slice for CI). The rankings are the recall search's
-    (loadtests.eval_sets.search_rankings: lexical, vector, default and archive) with ``vector_weight`` and
+    (loadtests.evals.eval_sets.search_rankings: lexical, vector, default and archive) with ``vector_weight`` and
     ``min_cosine``. ``reference`` adds
     rank_bm25's BM25Okapi over the same memories, queried with every word before the test turn.
     """
