@@ -49,6 +49,7 @@ DIRECT, PASS, MANAGED = "emulator (direct)", "proxy (pass-through)", "proxy (man
 BASELINE = "proxy (managed, baseline tree)"  # --baseline-tree: the same, from another checkout's source
 USERS = "proxy (managed, user ids)"  # --user-memory: the managed proxy, each client's chats naming one end user
 BASELINE_USERS = "proxy (managed, user ids, baseline tree)"  # --user-memory with --baseline-tree: the same, before
+SERVED_BY = {USERS: MANAGED, BASELINE_USERS: BASELINE}  # cells without a proxy of their own
 
 
 _TOPICS = ("billing", "search", "onboarding", "exports", "invoices", "alerts", "the mobile app", "the audit log")
@@ -252,7 +253,7 @@ def run_multi_turn(args: Any) -> int:
                      for target in (MANAGED, BASELINE) if target in servers}
         groups = {DIRECT: {emulator.pid()}, PASS: {servers[PASS].pid()},
                   **{target: {servers[target].pid()} | database for target, database in databases.items()}}
-        for users, managed in ((USERS, MANAGED), (BASELINE_USERS, BASELINE)):
+        for users, managed in SERVED_BY.items():
             if users in bases:
                 databases[users] = databases[managed]
                 groups[users] = groups[managed]
@@ -260,9 +261,11 @@ def run_multi_turn(args: Any) -> int:
         for round_no in range(args.rounds):
             for clients in args.client_levels:
                 for target, base in bases.items():
-                    if target in servers and args.profile:
-                        server = servers[target]
-                        profiles.append(_py_spy(server.pid(), args.profile, f"{server.name}-c{clients}-r{round_no}"))
+                    serving = SERVED_BY.get(target, target)  # the user-id cells run on their managed proxy
+                    if serving in servers and args.profile:
+                        server = servers[serving]
+                        name = server.name + ("-users" if serving != target else "")
+                        profiles.append(_py_spy(server.pid(), args.profile, f"{name}-c{clients}-r{round_no}"))
                     own_db = databases.get(target, set())
                     before: list[float] = []
 
