@@ -101,10 +101,10 @@ class UserMemory:
         text = latest_user_text(messages) if self.enabled and end_user else None
         if not text or not (asks(text) or is_look_up(text) or counts(text)):
             return None
-        query = search_words(text, skip=LOOK_UP_TERMS) or search_words(text) or text[:200]
         if self._alone(tenant, end_user, conversation_id, fresh_only=True):
             self._count("alone")  # the user's first conversation: no other one to search
             return None
+        query = search_words(text, skip=LOOK_UP_TERMS) or search_words(text) or text[:200]
         known_common = self._common.get((tenant, end_user))
         if known_common is not None and all(t in known_common or is_short_number(t) for t in query_terms(query)):
             self._count("common")  # nothing the message names can be specific among the user's pages
