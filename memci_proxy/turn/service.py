@@ -47,6 +47,7 @@ from memci_proxy.turn.answer_room import answer_limit, estimate_scale, fit_answe
 from memci_proxy.turn.push import QUESTION_HIGH_WATERMARK, ProactivePush, with_push_room
 from memci_proxy.turn.volatile import VolatileContext, push_on
 from memci_proxy.turn.shapes import Shape, ShapeChoice, holds_rounds, renderer, resend
+from memci_proxy.turn.stages import StageClock
 from memci_proxy.turn.window import ContextWindow
 from memci_proxy.turn.epoch_memory import epoch_memory, waited
 from memci_proxy.upstream.refusal import REFUSAL_STATUSES, context_refusal
@@ -155,6 +156,10 @@ class TurnService:
     async def handle(self, call: ChatCall) -> Answer:
         if self.resolver.vectors is not None:
             self.resolver.vectors.mark_busy()  # background page embedding waits for a quiet moment
+        stages = StageClock()
+        began = time.perf_counter()
+        if call.started:
+            stages.add("edge", call.started, began)
         system, messages = split_system(call.messages)
         try:
             found = await self.lookup.find(call, messages)
@@ -163,7 +168,7 @@ class TurnService:
             self.metrics.engine_errors.labels("identify").inc()
             return await self._fallback(call, system, messages)
         lock = self.store.hot.lock(found.conversation_id, LOCK_WAIT_S, LOCK_LEASE_S)
-        waiting = time.perf_counter()
+        waiting = stages.add("lookup", began)
         try:
             await lock.__aenter__()
         except LockTimeout:
@@ -175,10 +180,10 @@ class TurnService:
             log.exception("session lock failed; forwarding without context management")
             self.metrics.engine_errors.labels("lock").inc()
             return await self._fallback(call, system, messages)
-        self.metrics.lock_wait.observe(time.perf_counter() - waiting)
+        self.metrics.lock_wait.observe(stages.add("lock", waiting) - waiting)
         release = Release(lock)
         try:
-            turn = await self._plan(call, found, system, messages)
+            turn = await self._plan(call, found, system, messages, stages)
         except BaseException as exc:
             await release()
             if not isinstance(exc, Exception) or isinstance(exc, ProxyError):
@@ -202,7 +207,7 @@ class TurnService:
                     await self._kept(turn)  # the pushed round's write lands before the turn is planned again
                     again = Found(turn.conversation_id, "prefix" if turn.how in ("new", "fork") else turn.how,
                                   found.known_prefix, found.chains)
-                    turn = await self._plan(call, again, system, messages, retry=True)
+                    turn = await self._plan(call, again, system, messages, turn.stages, retry=True)
                     turn.estimate_scale = scale or 1.0
                     answer = await self._exchange(turn)
         except BaseException as exc:
@@ -217,19 +222,22 @@ class TurnService:
 
     # ------------------------------------------------------------------------------------------------------------
     async def _plan(self, call: ChatCall, found: Found, system: list[dict[str, Any]], messages: list[dict[str, Any]],
-                    retry: bool = False) -> Turn:
+                    stages: StageClock, retry: bool = False) -> Turn:
         """Plan, and store what leaves the prompt before the upstream sees it (an epoch). A conversation's first
         turn is stored now too, so that its identity (the prefix fingerprints) survives a crash. Another state stored
         meanwhile (StaleState) plans once more from the stored state; a store that fails is StoreUnavailable."""
         for attempt in (0, 1):
-            turn = await self._plan_once(call, found, system, messages, fresh=attempt > 0, counted=attempt > 0 or retry)
+            turn = await self._plan_once(call, found, system, messages, stages, fresh=attempt > 0,
+                                         counted=attempt > 0 or retry)
             # an output offloaded on arrival is a page that leaves the prompt: stored before the upstream sees it
             if not turn.plan.epoch and not turn.plan.offloaded and turn.known.state is not None:
                 return turn
+            storing = time.perf_counter()
             try:
                 turn.known = await self.states.save_now(call.tenant, turn.conversation_id, turn.known, turn.state,
                                                         turn.rows, index_behind=True)
                 turn.rows = RowSet()
+                stages.add("store", storing)
                 return turn
             except StaleState:
                 if attempt:
@@ -243,7 +251,8 @@ class TurnService:
         raise AssertionError("unreachable")
 
     async def _plan_once(self, call: ChatCall, found: Found, system: list[dict[str, Any]],
-                         messages: list[dict[str, Any]], fresh: bool, counted: bool = False) -> Turn:
+                         messages: list[dict[str, Any]], stages: StageClock, fresh: bool, counted: bool = False) -> Turn:
+        began = time.perf_counter()
         tenant, repo = call.tenant, self.store.repo
         conversation_id, how, known_prefix = found.conversation_id, found.how, found.known_prefix
         known, parent_id = NOTHING_STORED, None
@@ -274,6 +283,7 @@ class TurnService:
         window = await self.window.tokens()
         config = self._config(window)
         pushing = self.recall_enabled and push_on(self.settings, call.memory_mode)
+        weighing = stages.add("plan", began)
         need = await self.push.weigh(tenant, conversation_id, state, messages) if pushing else None
         if need is not None and need.room_wanted:
             config = with_push_room(config, need.room_ceiling)  # its round needs room: an epoch now, not no round
@@ -281,6 +291,7 @@ class TurnService:
                   if pushing and call.end_user and not (need and need.wanted) else None)
         if across is not None:  # the user's other conversations answer it: its round needs room
             config = with_push_room(config, QUESTION_HIGH_WATERMARK)
+        planning = stages.add("weigh", weighing)
         data = call.data
         tools = list(data.get("tools") or [])
         if self.recall_enabled:
@@ -320,9 +331,10 @@ class TurnService:
         self.lookup.remember(tenant, call.end_user, messages, conversation_id)
         redo = Redo(turn_input, config, fingerprints, len(messages) - 1, counter=counter)
         rows = turn_rows(tenant, conversation_id, result, result.state, fingerprints, state)
+        stages.add("plan", planning)
         return Turn(call, conversation_id, how, known, result, result.state, rows, redo, model=model,
                     tools_json=tools_json, learned=isinstance(counter, LearnedCounter), accounting=accounting,
-                    need=need, across=across, window=window)
+                    need=need, across=across, window=window, stages=stages)
 
     async def _intake_images(self, result: Plan, tenant: str, conversation_id: str) -> None:
         """New messages' data: images to the blob store (once per hash), descriptions started; the entries
@@ -354,7 +366,10 @@ class TurnService:
             def on_usage(usage: dict[str, Any]) -> None:
                 turn.usage = usage
 
-            return await self.exchange.send(out, on_usage)
+            sending = time.perf_counter()
+            answer = await self.exchange.send(out, on_usage)
+            turn.stages.add("upstream", sending)
+            return answer
         body, loop_config = prepare_rounds(data, turn.plan.messages, s.recall_tool_name, s.recall_max_rounds,
                                            call.stream)
         room = recall_room(turn.plan, turn.state, s.safety_margin * await self.window.tokens(),
@@ -371,12 +386,15 @@ class TurnService:
         pushed: list[dict[str, Any]] = []
         if push_on(s, call.memory_mode):
             # The proxy's own recall round, kept (durably) before the request that carries it goes upstream.
+            pushing = time.perf_counter()
             pushed = (await self.push.exchange(turn, rounds, loop_config.recall_name)
                       or self.across.exchange(turn, rounds, loop_config.recall_name))
             if pushed:
                 await self._keep(turn, pushed, alongside=True)
                 body["messages"] = [*body["messages"], *pushed]
                 turn.pushed_tokens = sum((turn.redo.counter or self.counter).count_message(m) for m in pushed)
+            if pushed or turn.across is not None or (turn.need is not None and turn.need.wanted):
+                turn.stages.add("push", pushing)  # (a round searched for, pushed or not)
         pushed_tokens = math.ceil(turn.pushed_tokens * max(1.0, turn.state.correction_ratio))
         body = fit_answer(turn, headers, body, pushed_tokens, self.metrics)
         loop_config.answer_limit = answer_limit(turn, rounds, self.counts.text_unit(turn.redo.counter))
@@ -387,10 +405,12 @@ class TurnService:
         out.body = _encode(sent)
         self._remember_prompt(turn, sent, len(out.body), pushed)
         await self._jobs_first(turn)
+        sending = time.perf_counter()
         answer = await self.exchange.send_with_recall(out, sent, rounds, shape)
         if (answer.events is None and answer.status in REFUSAL_STATUSES and holds_rounds(sent["messages"], name)
                 and not context_refusal(answer.status, answer.body).too_long):
             answer = await self._reshaped(turn, out, body, rounds, upstream, name, answer)
+        turn.stages.add("upstream", sending)
         return answer
 
     async def _jobs_first(self, turn: Turn) -> None:
@@ -463,6 +483,14 @@ class TurnService:
             if turn.keeping is task:
                 turn.keeping = None
 
+    async def _kept_timed(self, turn: Turn) -> None:
+        """``_kept``, its wait counted as the turn's ``kept`` stage when a write was under way."""
+        if turn.keeping is None:
+            return
+        waiting = time.perf_counter()
+        await self._kept(turn)
+        turn.stages.add("kept", waiting)
+
     async def _after_answer(self, answer: Answer, turn: Turn, release: Release) -> Answer:
         """Finish the turn once the answer is out: after the last event of a stream; for a whole body, right after
         it is handed over (or before, when write-behind is off)."""
@@ -470,10 +498,11 @@ class TurnService:
             answer.events = self._finish_after(answer.events, turn, release)
             return answer
         try:
-            await self._kept(turn)  # an answer drawn from a pushed round is not seen before the round is stored
+            await self._kept_timed(turn)  # an answer drawn from a pushed round is not seen before the round is stored
         except BaseException:  # the client went away meanwhile: the turn still ends (its write, the lock)
             self._finish_soon(turn, release)
             raise
+        turn.stages.observe(self.metrics)
         if answer.status == 200 and (turn.record is None or turn.record.rounds == 0):
             self.counts.answered(answer.body)  # one round: its completion tokens count the answer's text
         if not self.settings.write_behind:
@@ -489,10 +518,11 @@ class TurnService:
 
     async def _finish_after(self, events: AsyncIterator[bytes], turn: Turn, release: Release) -> AsyncIterator[bytes]:
         try:
-            await self._kept(turn)  # (as for a whole answer) before the first event is relayed
+            await self._kept_timed(turn)  # (as for a whole answer) before the first event is relayed
             async for event in events:
                 yield event
         finally:
+            turn.stages.observe(self.metrics)
             with anyio.CancelScope(shield=True):
                 await self._finish(turn, release)
 

@@ -8,6 +8,7 @@ from typing import Any
 from memci_proxy.engine import ConversationState, EngineConfig, Plan, TurnInput
 from memci_proxy.turn.call import ChatCall
 from memci_proxy.turn.rows import RowSet
+from memci_proxy.turn.stages import StageClock
 from memci_proxy.turn.states import Known
 
 
@@ -50,6 +51,7 @@ class Turn:
     sent_estimate: int = 0  # the first round's prompt as estimated when its max_tokens was fitted (upstream tokens)
     estimate_scale: float = 1.0  # the upstream's count of a prompt per estimated token, when a refusal told it
     keeping: Any = None  # asyncio.Task: the pushed round's write, under way while its request is upstream
+    stages: StageClock = field(default_factory=StageClock)  # where the turn's time went (memci_turn_stage_seconds)
 
 
 class Release:
