@@ -39,6 +39,7 @@ PROXY_HISTOGRAMS = {
     "memci_request_duration_seconds",
     "memci_upstream_ttft_seconds",
     "memci_proxy_overhead_seconds",
+    "memci_turn_stage_seconds",
 }
 PROXY_GAUGES = {"memci_inflight_streams"}
 # SGLang's (--enable-metrics), names as its production-metrics documentation gives them.
