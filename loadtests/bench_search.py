@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                         default=["archive", "candidates"],
                         help="fused run(s): every page embedded beforehand, or each search's candidates (default both)")
     parser.add_argument("--model", action="append", default=None,
-                        help="packaged model(s) of the fused run (memci_proxy.recall.vectors.packaged_models; default: the default)")
+                        help="packaged model(s) of the fused run (memci_proxy.recall.vectors.packaged_models; "
+                             "default: the default)")
     args = parser.parse_args(argv)
 
     rng = random.Random(args.seed)

@@ -98,7 +98,6 @@ async def run_chat(bases: dict[str, str], metrics_url: str, turns: int, round_no
                 seconds[target], headers = await timed_post(session, bases[target] + "/chat/completions", body)
                 if target == MANAGED:
                     epoch = headers.get("x-memci-epoch") == "true"
-            await asyncio.sleep(0)  # (a whole answer's stages are observed as it is handed over)
             after, stages_after = await scrape()
             for stage, total in stages_after.items():
                 seconds[f"stage:{stage}"] = total - stages_before.get(stage, 0.0)

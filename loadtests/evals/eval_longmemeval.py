@@ -4,9 +4,9 @@ Protocol: each question's evidence sessions are surrounded by other questions' s
 about 500 messages (loadtests.evals.evaldata.longmemeval_history, in date order). The history is paged the way the
 proxy pages a chat: a page is one user message and what follows it up to the next user message (sessions start
 with a user message, so no page straddles two). A page is dated by its session's date, and it is indexed with
-the proxy's own page text (memci_proxy.recall.reading.pagetext.index_text). The question is asked in its own words on its
-``question_date`` (what "last week" means: memci_proxy.recall.dates.asked). A page is relevant when it holds a message
-flagged ``has_answer``; ``recall_any@5`` is 1 when at least one relevant page is in the top 5.
+the proxy's own page text (memci_proxy.recall.reading.pagetext.index_text). The question is asked in its own words on
+its ``question_date`` (what "last week" means: memci_proxy.recall.dates.asked). A page is relevant when it holds a
+message flagged ``has_answer``; ``recall_any@5`` is 1 when at least one relevant page is in the top 5.
 
 Rankings over the same pages, with the proxy's ranking code (memci_proxy.recall.search.ranking, through
 loadtests.evals.eval_sets.search_rankings): ``lexical`` (the search without vectors: BM25 with its entity boost, the

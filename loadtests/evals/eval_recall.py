@@ -47,7 +47,8 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from loadtests.evals.eval_sets import embedded_text, evaluate_memorybank, local_embed, reference_ranking, search_rankings
+from loadtests.evals.eval_sets import (embedded_text, evaluate_memorybank, local_embed, reference_ranking,
+                                       search_rankings)
 from loadtests.evals.evaldata import MadialBench, MadialDialogue, MemoryBankUser, load_madial_bench, load_memorybank
 from loadtests.progress import add_argument as add_progress_argument
 from loadtests.progress import bars_wanted, progress

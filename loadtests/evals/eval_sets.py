@@ -24,8 +24,9 @@ from memci_proxy.recall.vectors.candidates import page_sample
 from memci_proxy.recall.search.fusion import cosine_similarity, rank_by_cosine
 from memci_proxy.recall.vectors.packaged_models import DEFAULT_MODEL
 from memci_proxy.recall.reading.pagetext import index_terms, user_text, vector_text
-from memci_proxy.recall.search.ranking import (MIN_SCORE, PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse,
-                                  lexical_candidates, lexical_ranking, preferred_days, query_weights, vector_query)
+from memci_proxy.recall.search.ranking import (MIN_SCORE, PAGE, USER, archived_view_wanted, best_views, candidate_views,
+                                               fuse, lexical_candidates, lexical_ranking, preferred_days, query_weights,
+                                               vector_query)
 from memci_proxy.recall.resolver import FUSION_CANDIDATES, SEARCH_HITS
 from memci_proxy.recall.lexical.text import tokenize
 
@@ -51,7 +52,8 @@ def reference_ranking(documents: Sequence[str], query_terms: Sequence[str]) -> l
 
 
 def local_embed(model: str = DEFAULT_MODEL) -> Callable[[list[str]], list[list[float]]]:
-    """An EmbedFn over a packaged model (memci_proxy.recall.vectors.packaged_models), as the proxy runs it (chunking included)."""
+    """An EmbedFn over a packaged model (memci_proxy.recall.vectors.packaged_models), as the proxy runs it (chunking
+    included)."""
     from memci_proxy.recall.vectors.local_embedder import LocalEmbedder
 
     embedder = LocalEmbedder(model)
@@ -116,10 +118,10 @@ def search_rankings(
     the background after the turns that archived them (a search that comes before that is ``lexical``).
     ``user_vectors``: the vectors of the pages' user words (pages without any left out). ``user-first``: the
     default at a page's first search, the vectors the proxy made when it archived the page
-    (memci_proxy.recall.search.ranking.archived_view_wanted: its user words, its whole text when it has none or is short,
-    ``page_chars`` long; the whole text of the rest is embedded when a search first finds them). ``whole_archive`` False:
-    the rankings over every page's vector (``vector``, ``archive``) left out, so that only the candidates' vectors
-    are read (``page_vectors`` may embed on demand)."""
+    (memci_proxy.recall.search.ranking.archived_view_wanted: its user words, its whole text when it has none or is
+    short, ``page_chars`` long; the whole text of the rest is embedded when a search first finds them).
+    ``whole_archive`` False: the rankings over every page's vector (``vector``, ``archive``) left out, so that only the
+    candidates' vectors are read (``page_vectors`` may embed on demand)."""
     days = None
     if day_of is not None and today is not None:
         days = preferred_days(query, today, lambda: {i: day for i in index.doc_ids if (day := day_of(i)) is not None})
@@ -156,8 +158,8 @@ def embedded_text(text: str) -> str:
 
 
 def user_view_texts(pages: Sequence[list[dict[str, Any]]]) -> dict[int, str]:
-    """The pages' user words as the proxy embeds them (memci_proxy.recall.reading.pagetext.user_text, cut as a candidate page
-    is), by position; pages without user words, or of user words only (one view), left out."""
+    """The pages' user words as the proxy embeds them (memci_proxy.recall.reading.pagetext.user_text, cut as a candidate
+    page is), by position; pages without user words, or of user words only (one view), left out."""
     return {i: embedded_text(t) for i, t in enumerate(user_text(page) for page in pages)
             if t and t != vector_text(pages[i])}
 
@@ -206,8 +208,8 @@ def evaluate_memorybank(
 ) -> dict[str, list[Row]]:
     """Rows per ranking (lexical, reference-bm25, and vector, default and archive when ``embed`` is given: see
     search_rankings). Each exchange is a page of two messages, indexed as the proxy indexes it (``user_weight``:
-    memci_proxy.recall.reading.pagetext.index_terms) and dated by its day; ``bars``: as loadtests.progress.progress (None: no
-    progress); ``dates``: the pages of the days a question names climb, as in the proxy's search."""
+    memci_proxy.recall.reading.pagetext.index_terms) and dated by its day; ``bars``: as loadtests.progress.progress
+    (None: no progress); ``dates``: the pages of the days a question names climb, as in the proxy's search."""
     from memci_proxy.recall.reading.pagetext import index_text
 
     cases = memorybank_cases(users)

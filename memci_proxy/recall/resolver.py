@@ -21,10 +21,11 @@ from memci_proxy.recall.lexical.counting import COUNTED
 from memci_proxy.recall.dates.asked import day_of
 from memci_proxy.recall.reading.neighbours import part_after, part_before
 from memci_proxy.recall.reading.offloads import OffloadRead, read_chars, read_lines, search_lines
-from memci_proxy.recall.reading.pagetext import (USER_PLACE_WEIGHT, excerpt, index_text, message_text, page_messages_with_hidden,
-                                   render_page, user_text, vector_text)
+from memci_proxy.recall.reading.pagetext import (USER_PLACE_WEIGHT, excerpt, index_text, message_text,
+                                                 page_messages_with_hidden, render_page, user_text, vector_text)
 from memci_proxy.recall.search.ranking import (PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse,
-                                  lexical_candidates, lexical_ranking, preferred_days, query_weights, vector_query)
+                                               lexical_candidates, lexical_ranking, preferred_days, query_weights,
+                                               vector_query)
 from memci_proxy.recall.search.indexes import PageSource, RecallContext, SearchIndexes
 from memci_proxy.recall.lexical.text import tokenize
 from memci_proxy.recall.tool.schema import RecallArgs
@@ -77,7 +78,8 @@ def _view_key(label: str, view: str) -> str:
 
 def _views_wanted(keys: dict[str, tuple[str, str]]) -> Callable[[str, str], bool]:
     """``wanted(key, text)`` of the vector half: whether that view of a page is embedded at all
-    (memci_proxy.recall.search.ranking.archived_view_wanted), the same for a page just archived and a search's candidate."""
+    (memci_proxy.recall.search.ranking.archived_view_wanted), the same for a page just archived and a search's
+    candidate."""
     two_views = {label for label, view in keys.values() if view == USER}
 
     def wanted(key: str, text: str) -> bool:
@@ -117,9 +119,9 @@ class RecallResolver:
         (``recall_fallbacks`` counts searches that went lexical only). The weights and ``min_cosine`` tune the
         fusion (memci_proxy.recall.search.fusion.fuse_lexical_and_vector). ``index_max_bytes``: bound of this process's
         search indexes (estimated). ``entity_boost``: weight of the query's proper nouns, numbers and codes in
-        the BM25 half (memci_proxy.recall.lexical.entities). ``clock``: the time now, which dates "yesterday" or "May 2nd" in a
-        query (memci_proxy.recall.dates.asked). ``user_weight``: how many times a user message's terms count in its page's
-        BM25 terms (memci_proxy.recall.reading.pagetext.index_terms)."""
+        the BM25 half (memci_proxy.recall.lexical.entities). ``clock``: the time now, which dates "yesterday" or "May
+        2nd" in a query (memci_proxy.recall.dates.asked). ``user_weight``: how many times a user message's terms count
+        in its page's BM25 terms (memci_proxy.recall.reading.pagetext.index_terms)."""
         self.entity_boost = entity_boost
         self.clock = clock
         self.source = PageSource(repo)
@@ -196,12 +198,12 @@ class RecallResolver:
         counting: bool = False, vector_text: str | None = None,
     ) -> list[tuple[str, float]]:
         """Best-first (page label, score): BM25 scores when lexical only, reciprocal-rank-fusion scores when
-        fused with the vector ranking (memci_proxy.recall.search.ranking: the top lexical hits stay first). Each page at most
-        once. When the query names days ("yesterday", "on May 2nd"), the pages of those days (and after them)
+        fused with the vector ranking (memci_proxy.recall.search.ranking: the top lexical hits stay first). Each page at
+        most once. When the query names days ("yesterday", "on May 2nd"), the pages of those days (and after them)
         join the candidates and climb the ranking (lexical scores are kept, the floors of the push and of memory
         injection compare them). A query that asks for a count, or ``counting`` (it stands for a message that does),
-        weighs the counted forms of its terms too (memci_proxy.recall.search.ranking.query_weights). ``vector_text``: the
-        text whose vector ranks the candidates in the vector half (default: the query)."""
+        weighs the counted forms of its terms too (memci_proxy.recall.search.ranking.query_weights). ``vector_text``:
+        the text whose vector ranks the candidates in the vector half (default: the query)."""
         added: dict[str, str] = {}
         index = await self.indexes.index_for(ctx, added)
         if self.vectors is not None:
@@ -454,8 +456,8 @@ class RecallResolver:
     async def _read_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]],
                          user_place: float = USER_PLACE_WEIGHT) -> _ReadHits:
         """What rendering ``hits`` (or any first part of them) needs: their pages, the parts of their turns beside
-        each (memci_proxy.recall.reading.neighbours) and the query terms' idf in the archive (a rare term places the excerpt
-        before a common one)."""
+        each (memci_proxy.recall.reading.neighbours) and the query terms' idf in the archive (a rare term places the
+        excerpt before a common one)."""
         terms = query_terms(query)
         index = await self.archive_index(ctx)
         found = await self.hit_pages(ctx, hits)

@@ -25,11 +25,11 @@ from memci_proxy.caches import BoundedLru
 from memci_proxy.metrics import Metrics
 from memci_proxy.engine import ConversationState
 from memci_proxy.recall.users.across import (Candidate, is_short_number, page_counts, query_terms, render, shown_labels,
-                                 tagged_terms)
+                                             tagged_terms)
 from memci_proxy.recall.users.search import search_user
 from memci_proxy.recall.reading.pagetext import index_text
 from memci_proxy.recall.push.proactive import (LOOK_UP_TERMS, asks_about_reply, is_look_up, push_call, recall_round,
-                                    search_words)
+                                               search_words)
 from memci_proxy.recall.lexical.counting import counts
 from memci_proxy.recall.push.salience import asks
 from memci_proxy.store.ports import UserPageRow
@@ -60,7 +60,8 @@ class AcrossNeed:
     """What the user's other conversations hold for the latest message, found before planning."""
 
     query: str  # the message's words searched, as the round shows them
-    reply_first: bool  # the message asks about what the assistant said (memci_proxy.recall.push.proactive.asks_about_reply)
+    # the message asks about what the assistant said (memci_proxy.recall.push.proactive.asks_about_reply)
+    reply_first: bool
     hits: list[tuple[Candidate, float]]
     idf: dict[str, float]  # of the query's terms among the candidates (placing each excerpt)
 

@@ -1,6 +1,6 @@
 """The proactive recall round of a managed turn (the cache-neutral push): weighed on every user turn by what the
-message needs from the archive (memci_proxy.recall.push.salience), shaped by memci_proxy.recall.push.proactive, answered within the room
-the plan left, kept as hidden messages like a model-called one."""
+message needs from the archive (memci_proxy.recall.push.salience), shaped by memci_proxy.recall.push.proactive, answered
+within the room the plan left, kept as hidden messages like a model-called one."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from memci_proxy.engine.intent import message_text
 from memci_proxy.engine.state import ConversationState
 from memci_proxy.metrics import Metrics
 from memci_proxy.recall.lexical.bm25 import BM25Index
-from memci_proxy.recall.push.proactive import (LOOK_UP_TERMS, asks_about_reply, has_cjk, is_look_up, push_call, recall_round,
-                                    search_words)
+from memci_proxy.recall.push.proactive import (LOOK_UP_TERMS, asks_about_reply, has_cjk, is_look_up, push_call,
+                                               recall_round, search_words)
 from memci_proxy.recall.resolver import SEARCH_HITS, RecallContext, RecallResolver, allowed_hits
 from memci_proxy.recall.push.salience import NOTHING, Weighing, asks, counts, in_text, never_known, verdict, weigh
 from memci_proxy.recall.tool.rounds import ToolCall
@@ -50,7 +50,8 @@ class Need:
     text: str  # the message
     weighing: Weighing
     asking: str  # "look_up" (a look-up phrase), "question" or "" (a statement): a question needs a weaker match
-    reason: str  # memci_proxy.recall.push.salience.verdict ("pushed", "narrow", "no_match", "weak", "in_prompt") or "no_archive"
+    # memci_proxy.recall.push.salience.verdict ("pushed", "narrow", "no_match", "weak", "in_prompt") or "no_archive"
+    reason: str
 
     @property
     def wanted(self) -> bool:
@@ -78,8 +79,8 @@ def latest_user_text(messages: Sequence[dict[str, Any]]) -> str | None:
 def need_of(index: BM25Index, text: str, state: ConversationState, messages: Sequence[dict[str, Any]]) -> Need:
     """The message weighed against the archive (``index``); the active pages are read only when an archived page
     matches strongly (a turn that does not push costs the message's terms and a few short postings), and then as
-    one case-folded text searched for the matched terms (memci_proxy.recall.push.salience.in_text); not at all for a count
-    (memci_proxy.recall.push.salience.counts)."""
+    one case-folded text searched for the matched terms (memci_proxy.recall.push.salience.in_text); not at all for a
+    count (memci_proxy.recall.push.salience.counts)."""
     kind = "look_up" if is_look_up(text) else "question" if asks(text) else ""
     weighing = weigh(index, text)
     reason = verdict(weighing, kind)
@@ -182,7 +183,8 @@ class ProactivePush:
         # How many pages: those the matched words find (the best, and of the next four those holding a rare term
         # of the message: the pages of each session a "how many X did I ..." spans); none found, no round
         holding = need.weighing.holding.__contains__
-        counting = counts(need.text)  # the search weighs what the user gave a count of (memci_proxy.recall.lexical.counting)
+        # the search weighs what the user gave a count of (memci_proxy.recall.lexical.counting)
+        counting = counts(need.text)
         # one vector ranks both searches' candidates: all the message's words' (started by `weigh` already, else by
         # the search; an epoch changes the matched words, not these)
         found = allowed_hits(await self.resolver.search(rounds.context, matched, SEARCH_HITS, counting=counting,

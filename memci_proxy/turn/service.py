@@ -251,7 +251,8 @@ class TurnService:
         raise AssertionError("unreachable")
 
     async def _plan_once(self, call: ChatCall, found: Found, system: list[dict[str, Any]],
-                         messages: list[dict[str, Any]], stages: StageClock, fresh: bool, counted: bool = False) -> Turn:
+                         messages: list[dict[str, Any]], stages: StageClock, fresh: bool,
+                         counted: bool = False) -> Turn:
         began = time.perf_counter()
         tenant, repo = call.tenant, self.store.repo
         conversation_id, how, known_prefix = found.conversation_id, found.how, found.known_prefix

@@ -1,12 +1,12 @@
 """How the proxy's own messages (its kept recall rounds) go to an upstream, and the fallback when one refuses them.
 
 A recall round is an assistant message calling the recall tool and the tool results that answer it, kept in the
-history byte for byte (model-called or pushed). New rounds carry ``content: ""`` (``memci_proxy.recall.tool.rounds``); rounds
-stored earlier carry ``content: null``, kept as they are so that their conversations' cached prefixes stay intact.
-Some OpenAI-compatible servers refuse one shape or the other (llama-cpp-python's: 500, content must be a string), or
-tool messages altogether. When an upstream refuses a request that holds such rounds, the turn is sent again in the
-next shape of ``SHAPES``, and the shape that was accepted is remembered for that upstream (``ShapeChoice``), so later
-turns render the same bytes every time (their prefix stays cached):
+history byte for byte (model-called or pushed). New rounds carry ``content: ""`` (``memci_proxy.recall.tool.rounds``);
+rounds stored earlier carry ``content: null``, kept as they are so that their conversations' cached prefixes stay
+intact. Some OpenAI-compatible servers refuse one shape or the other (llama-cpp-python's: 500, content must be a
+string), or tool messages altogether. When an upstream refuses a request that holds such rounds, the turn is sent again
+in the next shape of ``SHAPES``, and the shape that was accepted is remembered for that upstream (``ShapeChoice``), so
+later turns render the same bytes every time (their prefix stays cached):
 
 - ``as_sent``: the rounds as kept;
 - ``strings``: a null content becomes "" (only tried when a round has one);

@@ -14,8 +14,8 @@ __all__ = ["estimate_tokens", "messages_text", "batches", "cut_to_tokens", "pars
 
 
 def messages_text(messages: Iterable[dict[str, Any]], message_chars: int) -> str:
-    """One line per message as memci_proxy.recall.reading.pagetext.message_text labels it (its role once), each cut to about
-    ``message_chars`` characters after its label."""
+    """One line per message as memci_proxy.recall.reading.pagetext.message_text labels it (its role once), each cut to
+    about ``message_chars`` characters after its label."""
     lines = []
     for message in messages:
         role = message.get("role") or "?"

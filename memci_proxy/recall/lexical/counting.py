@@ -9,10 +9,11 @@ recommend some online courses?". BM25 alone cannot tell them apart.
 * ``counted_terms(text)``: the terms of the words that follow a number, up to ``COUNTED_WORDS`` content words
   ("12 rare figurines" -> rare, figurines), prefixed with ``COUNTED``. A number is digits ("12", "3.5") or a number
   word ("twelve", "a dozen"); in Chinese, digits before a run of characters (25枚稀有硬币) or a numeral with a
-  classifier (两只猫, 三本书). The index holds them beside the page's own terms (memci_proxy.recall.reading.pagetext.index_terms).
+  classifier (两只猫, 三本书). The index holds them beside the page's own terms
+  (memci_proxy.recall.reading.pagetext.index_terms).
 * ``counts(text)``: whether a message asks for a count or a total; its search weighs the counted form of each of
-  its terms as much as the term (memci_proxy.recall.search.ranking.query_weights), so the pages that give a count of what it
-  counts rank above those that only name it.
+  its terms as much as the term (memci_proxy.recall.search.ranking.query_weights), so the pages that give a count of
+  what it counts rank above those that only name it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ COUNTED = "#"  # prefix of a counted term (no search term holds "#": it is not a
 COUNTED_WORDS = 2  # content words after a number that it counts
 _CJK_COUNTED_CHARS = 4  # characters after a Chinese number (and its classifier) whose terms it counts
 _MAX_CHARS = 20_000  # of a message read for counted terms (a pasted document is not where a user counts their things)
-_QUESTION_CHARS = 2000  # of a message read for ``counts`` (memci_proxy.recall.push.salience.MAX_CHARS: a message's head)
+# of a message read for ``counts`` (memci_proxy.recall.push.salience.MAX_CHARS: a message's head)
+_QUESTION_CHARS = 2000
 
 _NUMBER_WORDS = frozenset(
     """one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen

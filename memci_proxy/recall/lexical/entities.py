@@ -2,7 +2,8 @@
 
 A proper noun is a capitalised word that does not start a sentence (after ``.``, ``!``, ``?``, a line break or
 an opening quote, a capital says nothing); a number or code is any word holding a digit (``7349``, ``gpt4``,
-``2023-05-02``). The result is in the search's terms (memci_proxy.recall.lexical.text.tokenize), so it can weight a query.
+``2023-05-02``). The result is in the search's terms (memci_proxy.recall.lexical.text.tokenize), so it can weight a
+query.
 """
 
 from __future__ import annotations

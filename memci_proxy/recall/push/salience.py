@@ -3,8 +3,8 @@
 The push (memci_proxy.turn.push) asks this module on every user turn, so it must be cheap and must not grow with the
 history:
 
-* ``message_terms(text)``: the message's search terms (memci_proxy.recall.lexical.text.tokenize: stop words out, English lightly
-  stemmed, Chinese and Japanese as characters and character pairs), each once, from its first ``MAX_CHARS``.
+* ``message_terms(text)``: the message's search terms (memci_proxy.recall.lexical.text.tokenize: stop words out, English
+  lightly stemmed, Chinese and Japanese as characters and character pairs), each once, from its first ``MAX_CHARS``.
 * ``weigh(index, text, known)``: the terms looked up in the conversation's BM25 index of archived pages. A term is
   *specific* when the pages holding it are few (``PAGE_SHARE`` of the archive, at most ``MAX_DF``) and lie in few
   episodes (runs of nearby pages, ``specific_episodes``): a fact said once, a subject talked over in one sitting,
@@ -15,8 +15,8 @@ history:
   terms held by few pages are read: at most ``MAX_TERMS * MAX_DF`` page ids however long the conversation.
 * ``verdict(weighing, asking)``: push when the best page reaches one of the (strength, match) pairs of
   ``STRENGTH`` for the kind of message: a statement needs more than a question (``asks``: a question mark, or a
-  Chinese interrogative), a question more than a look-up phrase (memci_proxy.recall.push.proactive.is_look_up). The phrasing
-  lowers the bar; it never replaces the archive's match.
+  Chinese interrogative), a question more than a look-up phrase (memci_proxy.recall.push.proactive.is_look_up). The
+  phrasing lowers the bar; it never replaces the archive's match.
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ _QUESTION = re.compile(r"[?？]|[吗呢么]\s*[。！!]?\s*$|(?:什么|多少|�
 
 def message_terms(text: str) -> list[str]:
     """The message's search terms, each once, in order of appearance; not the words that name the kind of answer
-    wanted ("how many times did I go kayaking?" names kayaking and times, not many; memci_proxy.recall.lexical.text.ANSWER_KIND), as
-    the search leaves them out."""
+    wanted ("how many times did I go kayaking?" names kayaking and times, not many;
+    memci_proxy.recall.lexical.text.ANSWER_KIND), as the search leaves them out."""
     return list(dict.fromkeys(content_terms(text[:MAX_CHARS])))
 
 

@@ -78,8 +78,8 @@ def index_terms(
     """The page's BM25 terms: those of ``index_text``, the user's messages' counted ``user_weight`` times (a field
     weight, as in BM25F: the user's own words are what a user asks back about, and an assistant's long answers
     would otherwise weigh on the page's length as much as they do on its matches). The user's messages add the
-    terms of what their numbers count, once (memci_proxy.recall.lexical.counting: "I have 12 rare figurines"), which the search
-    of a question asking for a count weighs."""
+    terms of what their numbers count, once (memci_proxy.recall.lexical.counting: "I have 12 rare figurines"), which the
+    search of a question asking for a count weighs."""
     terms: list[str] = []
     for message in messages:
         text = message_text(message, image_descriptions)
@@ -118,8 +118,8 @@ def vector_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str,
 
 
 def user_text(messages: list[dict[str, Any]], image_descriptions: Mapping[str, str] | None = None) -> str:
-    """What the vector of the page's user words is computed from (memci_proxy.recall.search.ranking): the ``vector_text`` of its
-    user messages ("" when it has none that says anything)."""
+    """What the vector of the page's user words is computed from (memci_proxy.recall.search.ranking): the
+    ``vector_text`` of its user messages ("" when it has none that says anything)."""
     return vector_text([m for m in messages if m.get("role") == "user"], image_descriptions)
 
 

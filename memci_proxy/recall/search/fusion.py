@@ -84,9 +84,9 @@ def fuse_lexical_and_vector(
     ranking (the degradation when no embeddings are configured), and vice versa.
 
     ``reorder``: applied to the fused ranking and to the lexical one before the anchor is read (the recall
-    search's day preference, memci_proxy.recall.dates.asked.prefer_days). ``anchor``: the lexical ranking's first ``anchor`` ids
-    (after ``reorder``) come first, in their order, with the best fused score; so the fused top k always holds the
-    top min(k, anchor) lexical hits where BM25 put them, and the vectors re-order what follows.
+    search's day preference, memci_proxy.recall.dates.asked.prefer_days). ``anchor``: the lexical ranking's first
+    ``anchor`` ids (after ``reorder``) come first, in their order, with the best fused score; so the fused top k always
+    holds the top min(k, anchor) lexical hits where BM25 put them, and the vectors re-order what follows.
     """
     by_score = sorted(lexical, key=lambda pair: -pair[1])
     lexical_ranked = [doc_id for doc_id, _ in by_score]

@@ -112,8 +112,8 @@ class SearchIndexes:
         return entry.digests if entry is not None else {}
 
     def user_digests(self, conversation_id: str) -> dict[str, str]:
-        """Page label -> digest of its user words (memci_proxy.recall.reading.pagetext.user_text), for the indexed pages with
-        some."""
+        """Page label -> digest of its user words (memci_proxy.recall.reading.pagetext.user_text), for the indexed pages
+        with some."""
         entry = self._indexes.peek(conversation_id)
         return entry.user_digests if entry is not None else {}
 

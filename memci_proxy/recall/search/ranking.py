@@ -1,15 +1,15 @@
 """The recall search's ranking, step by step (pure): what the resolver runs and what the evals measure.
 
-1. ``query_weights``: the query's terms, its proper nouns, numbers and codes boosted (memci_proxy.recall.lexical.entities). The
-   word a question puts after "how" (``how many``, ``how much``, ``how long``, ``how often`` …) names the kind of
-   answer wanted, not what it is about: it is left out (a page rarely repeats it, many pages hold it). The words
-   of the times it names ("four weeks ago", "last Saturday", "in the past two months") say when, not what: they
-   weigh ``TIME_WEIGHT`` (step 2 ranks by the days they name; in full they would find the pages that say "a few
-   weeks ago" or "Saturday" of something else). A question that asks for a count or a total weighs the counted
-   form of each of its terms as much as the term (memci_proxy.recall.lexical.counting): the pages where the user gave a count
-   of what it counts ("I have 12 rare figurines") rank above the pages that only name it.
-2. ``preferred_days``: the days the query names (memci_proxy.recall.dates.asked), then the days after them up to today: an
-   event is told of on its day or later ("I cleaned my sneakers last month", said this week). The pages of the
+1. ``query_weights``: the query's terms, its proper nouns, numbers and codes boosted
+   (memci_proxy.recall.lexical.entities). The word a question puts after "how" (``how many``, ``how much``, ``how
+   long``, ``how often`` …) names the kind of answer wanted, not what it is about: it is left out (a page rarely repeats
+   it, many pages hold it). The words of the times it names ("four weeks ago", "last Saturday", "in the past two
+   months") say when, not what: they weigh ``TIME_WEIGHT`` (step 2 ranks by the days they name; in full they would find
+   the pages that say "a few weeks ago" or "Saturday" of something else). A question that asks for a count or a total
+   weighs the counted form of each of its terms as much as the term (memci_proxy.recall.lexical.counting): the pages
+   where the user gave a count of what it counts ("I have 12 rare figurines") rank above the pages that only name it.
+2. ``preferred_days``: the days the query names (memci_proxy.recall.dates.asked), then the days after them up to today:
+   an event is told of on its day or later ("I cleaned my sneakers last month", said this week). The pages of the
    asked days climb a ranking first, those of the days after them next (memci_proxy.recall.dates.asked.prefer_days).
 3. ``lexical_candidates``: BM25's best pages, and when the query names days, the best of the pages of those days
    and after (a page of the asked time that other pages outscore joins the candidates; the cost is that of the
@@ -19,8 +19,8 @@
    by a long answer), best lexical first, then each whole page (what the assistant said, too). A page's cosine
    is that of its best view (``best_views``).
 5. ``fuse``: reciprocal-rank fusion of the two halves under the top lexical hits, the preferred days climbing
-   (memci_proxy.recall.search.fusion.fuse_lexical_and_vector, memci_proxy.recall.dates.asked.prefer_days); ``lexical_ranking`` is the
-   search without the vector half.
+   (memci_proxy.recall.search.fusion.fuse_lexical_and_vector, memci_proxy.recall.dates.asked.prefer_days);
+   ``lexical_ranking`` is the search without the vector half.
 """
 
 from __future__ import annotations

@@ -1,1 +1,2 @@
-"""Memory across one end user's conversations: ranking, labels and rendering (across, pure), and the search of the store (search)."""
+"""Memory across one end user's conversations: ranking, labels and rendering (across, pure), and the search of the
+store (search)."""

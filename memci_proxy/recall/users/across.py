@@ -135,8 +135,8 @@ def is_short_number(term: str) -> bool:
 
 
 def specific_limit(user_pages: int) -> int:
-    """The most pages of the user a term may be held by and still name something specific (memci_proxy.recall.push.salience's
-    bounds: a tenth of the pages, at least MIN_DF, at most MAX_DF)."""
+    """The most pages of the user a term may be held by and still name something specific
+    (memci_proxy.recall.push.salience's bounds: a tenth of the pages, at least MIN_DF, at most MAX_DF)."""
     return int(min(MAX_DF, max(MIN_DF, PAGE_SHARE * user_pages)))
 
 
@@ -149,9 +149,9 @@ def rank(query: Query, candidates: Sequence[Stats], k: int, specific: int | None
          ) -> tuple[list[tuple[Stats, float]], dict[str, float]]:
     """The best ``k`` candidates holding at least two of the query's terms (its only one, for a one-term query: a
     page sharing one common word with the message is not a hit), best first, by BM25 over the candidates themselves
-    (a term most of them hold weighs little; memci_proxy.recall.lexical.bm25's formula); and the terms' idf (placing excerpts).
-    ``specific``: a hit must also hold a term at most that many candidates hold, not a short number (a push's: the
-    template words of a user's every chat, "item", "brief", match every page and name nothing)."""
+    (a term most of them hold weighs little; memci_proxy.recall.lexical.bm25's formula); and the terms' idf (placing
+    excerpts). ``specific``: a hit must also hold a term at most that many candidates hold, not a short number (a
+    push's: the template words of a user's every chat, "item", "brief", match every page and name nothing)."""
     n = len(candidates)
     if not n:
         return [], {}

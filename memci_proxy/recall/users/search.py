@@ -1,5 +1,6 @@
-"""The search of an end user's other conversations (memci_proxy.recall.users.across ranks; the store finds and reads): the
-candidates' statistics first, the texts of the hits alone after, so that no page is tokenized on the request path."""
+"""The search of an end user's other conversations (memci_proxy.recall.users.across ranks; the store finds and reads):
+the candidates' statistics first, the texts of the hits alone after, so that no page is tokenized on the request
+path."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Set
 from typing import Any
 
 from memci_proxy.recall.users.across import (CANDIDATES, Candidate, held_by, label_of, query_of, query_terms, rank,
-                                 specific_limit, tsquery_text)
+                                             specific_limit, tsquery_text)
 
 
 async def search_user(repo: Any, tenant: str, end_user: str, conversation_id: str, text: str, k: int,

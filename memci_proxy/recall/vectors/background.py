@@ -3,9 +3,10 @@
 A search never embeds a page (memci_proxy.recall.vectors.candidates): the views of the pages a turn archived are queued
 here after that turn (``later``), and the views of a search's candidates that had no vector yet are queued first
 (``soon``: a search that found them is likely to be asked again). One task embeds them one view at a time through the
-embedder's page thread (low priority: memci_proxy.recall.vectors.local_embedder), a few at a time (``batch_chars``: one request to
-an embeddings server, a short forward pass of the packaged model), once no turn has started for ``quiet_s`` or once
-the oldest view has waited ``max_lag_s`` (memci_proxy.recall.vectors.backlog), and hands each vector to ``keep``.
+embedder's page thread (low priority: memci_proxy.recall.vectors.local_embedder), a few at a time (``batch_chars``: one
+request to an embeddings server, a short forward pass of the packaged model), once no turn has started for ``quiet_s``
+or once the oldest view has waited ``max_lag_s`` (memci_proxy.recall.vectors.backlog), and hands each vector to
+``keep``.
 
 Bounded: at most ``max_views`` views wait (each text already cut to a page sample); past it the oldest archived
 views are dropped first (a dropped page is queued again when a search finds it). The backlog is in the metrics

@@ -34,8 +34,8 @@ def build_page_vectors(
 
     ``embeddings_url``: an OpenAI base URL serving ``/embeddings``, or "upstream" for the upstream's own
     (the first of ``upstream_url``'s comma-separated URLs); it takes precedence over ``local_model``, the
-    packaged model's name (memci_proxy.recall.vectors.packaged_models.MODELS; empty or "off": none; an unknown name: a model
-    that is absent, so the search is lexical and counted so). ``pages``: "candidates" (a search embeds its lexical
+    packaged model's name (memci_proxy.recall.vectors.packaged_models.MODELS; empty or "off": none; an unknown name: a
+    model that is absent, so the search is lexical and counted so). ``pages``: "candidates" (a search embeds its lexical
     candidates: memci_proxy.recall.vectors.candidates.CandidateVectors) or "archive" (every archived page: PageVectors);
     ``query_deadline_s``: how long a search waits for its query's vector (candidates; then it is lexical; with an
     embeddings server, at least ``timeout_s``); ``page_process``: the packaged model embeds pages in a child process

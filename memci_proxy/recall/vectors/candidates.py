@@ -3,12 +3,12 @@ that exist.
 
 The default (``embeddings_pages = candidates``). A search asks BM25 for its candidates first; this embeds the query
 alone (within ``query_deadline_s``) and gives the cosine with the query of each candidate whose vector it holds, so
-that the fusion (memci_proxy.recall.search.fusion) re-orders what BM25 found; a candidate without a vector keeps its lexical rank.
-No page is embedded on the request path: the views of the pages a turn archived are embedded after it, in the
-background (``prefetch``, memci_proxy.recall.vectors.background), and a search's candidates whose views have no vector
-yet (after a restart, or dropped from a full backlog) are queued there first. Which views a page gets is the
-caller's ``wanted`` (memci_proxy.recall.search.ranking.archived_view_wanted: its user words, its whole text only when short or
-without user words); a view judged unwanted is remembered by digest and not read again. A vector is kept by the
+that the fusion (memci_proxy.recall.search.fusion) re-orders what BM25 found; a candidate without a vector keeps its
+lexical rank. No page is embedded on the request path: the views of the pages a turn archived are embedded after it, in
+the background (``prefetch``, memci_proxy.recall.vectors.background), and a search's candidates whose views have no
+vector yet (after a restart, or dropped from a full backlog) are queued there first. Which views a page gets is the
+caller's ``wanted`` (memci_proxy.recall.search.ranking.archived_view_wanted: its user words, its whole text only when
+short or without user words); a view judged unwanted is remembered by digest and not read again. A vector is kept by the
 digest of its page's text in a bounded map (``cache_max_bytes``), so a page is embedded once, in any conversation.
 
 Each candidate's text is cut to ``page_chars`` characters (pieces spread over all of it); a search queues at most

@@ -1,10 +1,11 @@
-"""A packaged embedding model (memci_proxy.recall.vectors.packaged_models: ``use-multilingual-v3`` by default) behind the
-protocol of the HTTP client (memci_proxy.recall.vectors.endpoint.EmbeddingsClient): ``await embed(texts)`` gives one
+"""A packaged embedding model (memci_proxy.recall.vectors.packaged_models: ``use-multilingual-v3`` by default) behind
+the protocol of the HTTP client (memci_proxy.recall.vectors.endpoint.EmbeddingsClient): ``await embed(texts)`` gives one
 L2-normalised vector per text or ``None`` with ``last_failure`` set, never raises. The model is loaded once
 per process, in a worker thread (``warm``); the forward pass runs in worker threads too, one for pages (in
 the background) and one for queries, so that a page backlog never delays a recall (a model cheap enough,
 ``inline_query``, embeds a query on the caller's thread instead). With ``page_process`` the pages go to a process
-of their own (memci_proxy.recall.vectors.page_process): their forward pass no longer holds this process's interpreter lock.
+of their own (memci_proxy.recall.vectors.page_process): their forward pass no longer holds this process's interpreter
+lock.
 
 Long texts are cut into chunks of at most ``max_chars`` characters at word boundaries (the encoder averages
 over its tokens, so a very long input blurs what it is about; at most ``MAX_CHUNKS``, spread over the text); a
@@ -24,7 +25,8 @@ from typing import Any
 
 from memci_proxy.caches import BoundedLru
 from memci_proxy.recall.vectors.chunks import CHUNK_CHARS, chunk_text
-from memci_proxy.recall.vectors.packaged_models import DEFAULT_MODEL, Encode, PackagedModel, packaged_model, shared_encoder
+from memci_proxy.recall.vectors.packaged_models import (DEFAULT_MODEL, Encode, PackagedModel, packaged_model,
+                                                        shared_encoder)
 from memci_proxy.recall.vectors.page_process import Embedded, PageProcess, embed_texts, yield_cpu
 
 log = logging.getLogger("memci.recall")
@@ -64,8 +66,8 @@ class LocalEmbedder:
         self._failed = False
         self._lock = threading.Lock()
         self._pages = ThreadPoolExecutor(1, "memci-embed-pages", initializer=_lower_priority)
-        # pages in a process of their own (memci_proxy.recall.vectors.page_process): the packaged model only (a loader passed in
-        # is this process's own), and only where asked (the proxy's settings; tests keep threads)
+        # pages in a process of their own (memci_proxy.recall.vectors.page_process): the packaged model only (a loader
+        # passed in is this process's own), and only where asked (the proxy's settings; tests keep threads)
         self._process = (PageProcess(self.model.name, weights_path, self.max_chars)
                          if page_process and loader is None else None)
         self._queries = ThreadPoolExecutor(1, "memci-embed-query")

@@ -2,8 +2,8 @@
 conversations listed, exported, deleted.
 
 Each page of a conversation with an end user is written with its text and its terms as lexemes prefixed with the
-user's key (memci_proxy.recall.users.across.tagged_terms): the GIN index on ``terms`` then finds one user's pages holding a
-term without reading anyone else's postings.
+user's key (memci_proxy.recall.users.across.tagged_terms): the GIN index on ``terms`` then finds one user's pages
+holding a term without reading anyone else's postings.
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ class UserMemoryQueries:
         return [_page(r) for r in rows]
 
     async def user_page(self, tenant: str, end_user: str, id_prefix: str, number: str) -> UserPageText | None:
-        """A page of one of the user's conversations, by its label's parts (memci_proxy.recall.users.across.parse_label)."""
+        """A page of one of the user's conversations, by its label's parts
+        (memci_proxy.recall.users.across.parse_label)."""
         if not end_user:
             return None
         prefix = id_prefix.replace("\\", "").replace("%", "").replace("_", "") + "%"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loadtests.evals.eval_across import (CLOSING, NOBODY, Run, leaked, others, question_messages, reach, sent_text,
-                                   session_messages, user_of)
+                                         session_messages, user_of)
 from loadtests.evals.eval_push import prompt_text
 from loadtests.evals.evaldata import load_longmemeval_s
 

@@ -1,5 +1,5 @@
-"""What a number counts (memci_proxy.recall.lexical.counting): the counted terms of what the user says, and the messages that ask
-for a count or a total."""
+"""What a number counts (memci_proxy.recall.lexical.counting): the counted terms of what the user says, and the messages
+that ask for a count or a total."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""memci_proxy.recall.push.proactive: what counts as a look-up phrase (a confidence signal of the push: no false positives on
-the benchmark's chats), the words the pushed round searches for, and its shape (deterministic bytes)."""
+"""memci_proxy.recall.push.proactive: what counts as a look-up phrase (a confidence signal of the push: no false
+positives on the benchmark's chats), the words the pushed round searches for, and its shape (deterministic bytes)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memci_proxy.recall.push.proactive import (asks_about_reply, call_id, is_look_up, missing_terms, push_call, recall_round,
-                                    search_words)
+from memci_proxy.recall.push.proactive import (asks_about_reply, call_id, is_look_up, missing_terms, push_call,
+                                               recall_round, search_words)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "loadtests"))
 from workloads import make_workload  # noqa: E402

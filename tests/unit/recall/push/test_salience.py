@@ -1,5 +1,5 @@
-"""memci_proxy.recall.push.salience: a message weighed against the archive, whatever its wording. Everyday look-ups in English
-and Chinese match the page that answers them; chit-chat, a recurring theme and a lone coincidence do not; terms
+"""memci_proxy.recall.push.salience: a message weighed against the archive, whatever its wording. Everyday look-ups in
+English and Chinese match the page that answers them; chit-chat, a recurring theme and a lone coincidence do not; terms
 the active pages hold add nothing; the cost does not grow with the archive."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memci_proxy.recall.lexical.bm25 import BM25Index
-from memci_proxy.recall.push.salience import (MAX_DF, MAX_TERMS, PAIR_DF, asks, counts, episodes, in_text, message_terms,
-                                   phrase_pairs, specific_episodes, verdict, weigh)
+from memci_proxy.recall.push.salience import (MAX_DF, MAX_TERMS, PAIR_DF, asks, counts, episodes, in_text,
+                                              message_terms, phrase_pairs, specific_episodes, verdict, weigh)
 from memci_proxy.recall.lexical.text import tokenize
 
 FACTS = {

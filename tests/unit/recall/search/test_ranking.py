@@ -11,8 +11,9 @@ from memci_proxy.recall.lexical.bm25 import BM25Index
 from memci_proxy.recall.dates.asked import DaySpan
 from memci_proxy.recall.lexical.counting import COUNTED, counted_form
 from memci_proxy.recall.reading.pagetext import index_terms, user_text
-from memci_proxy.recall.search.ranking import (PAGE, USER, DayPreference, best_views, candidate_views, lexical_candidates,
-                                  TIME_WEIGHT, lexical_ranking, preferred_days, query_weights, vector_query)
+from memci_proxy.recall.search.ranking import (PAGE, USER, DayPreference, best_views, candidate_views,
+                                               lexical_candidates, TIME_WEIGHT, lexical_ranking, preferred_days,
+                                               query_weights, vector_query)
 from memci_proxy.recall.lexical.text import tokenize
 
 D = dt.date

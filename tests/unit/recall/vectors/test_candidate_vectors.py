@@ -14,7 +14,8 @@ from memci_proxy.recall.vectors.candidates import CandidateVectors, page_sample
 from memci_proxy.recall.search.fusion import cosine_similarity
 from memci_proxy.recall.resolver import RecallContext, RecallResolver
 from memci_proxy.recall.vectors.index import PageVectors
-from tests.unit.recall.search.test_embeddings_fusion import PAGES, FakeMetrics, MemoryVectorStore, TopicEmbedder, _context
+from tests.unit.recall.search.test_embeddings_fusion import (PAGES, FakeMetrics, MemoryVectorStore, TopicEmbedder,
+                                                             _context)
 
 
 def _resolver(embedder: TopicEmbedder, metrics: FakeMetrics | None = None, **kw: Any) -> RecallResolver:

@@ -1,5 +1,6 @@
-"""The packaged embedding model (memci_proxy.recall.vectors.local_embedder): chunking, failures, metrics; and PageVectors with
-it: pages embedded in the background, the query alone on the recall path, vectors reused by content digest."""
+"""The packaged embedding model (memci_proxy.recall.vectors.local_embedder): chunking, failures, metrics; and
+PageVectors with it: pages embedded in the background, the query alone on the recall path, vectors reused by content
+digest."""
 
 from __future__ import annotations
 

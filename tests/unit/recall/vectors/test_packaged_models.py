@@ -1,5 +1,5 @@
-"""The packaged embedding models (memci_proxy.recall.vectors.packaged_models): each loads from its wheel's files with no network,
-gives the same vectors every time, and ranks a paraphrase first; a model that is absent (not installed, an
+"""The packaged embedding models (memci_proxy.recall.vectors.packaged_models): each loads from its wheel's files with no
+network, gives the same vectors every time, and ranks a paraphrase first; a model that is absent (not installed, an
 unknown name) leaves the search lexical and is counted."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 from memci_proxy.engine import EstimateCounter
 from memci_proxy.metrics import Metrics
 from memci_proxy.recall.vectors.local_embedder import LocalEmbedder
-from memci_proxy.recall.vectors.packaged_models import MODELS, USE, WORDLLAMA, PackagedModel, packaged_model, shared_encoder
+from memci_proxy.recall.vectors.packaged_models import (MODELS, USE, WORDLLAMA, PackagedModel, packaged_model,
+                                                        shared_encoder)
 from memci_proxy.recall.resolver import RecallResolver
 from memci_proxy.recall.vectors.build import build_page_vectors
 from tests.unit.recall.search.test_embeddings_fusion import PAGES, FakeMetrics, MemoryVectorStore, _context
