@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.test_user_memory import chat, last_request, small_talk, tell
+from tests.e2e.recall_client import labelled_metric
+from tests.e2e.test_user_memory import PATIENT, chat, last_request, small_talk, tell
 
 ADMIN = "adm-bound-keys-0123456789"
 WINDOW = 4096
@@ -24,7 +25,7 @@ CODE = "bike lock combination is 7731-OTTER"
 @pytest.fixture(scope="module")
 def pair(emulator_and_proxy):
     return emulator_and_proxy(WINDOW, {"MEMCI_CONTEXT_WINDOW": str(WINDOW), "MEMCI_AUTH_MODE": "virtual_keys",
-                                       "MEMCI_ADMIN_KEY": ADMIN})
+                                       "MEMCI_ADMIN_KEY": ADMIN, **PATIENT})
 
 
 def admin(proxy: Any, method: str, path: str, **kw: Any) -> httpx.Response:
@@ -81,6 +82,7 @@ def test_a_key_bound_to_a_user_is_that_user(pair, client_for):
         assert "7731" not in json.dumps(last_request(pair.emulator, question)) and "7731" not in answer
         headers = pair.emulator.turn_requests(1)[0]["headers"]
         assert "x-memci-auth-user" not in headers and "x-memci-user" not in headers  # never sent upstream
+    assert "timeout" not in labelled_metric(pair.proxy, "memci_user_memory_pushes")  # each asking turn searched
 
     # the tenant's APIs: a bound key acts for its own user alone
     def as_alice(method: str, path: str, **kw: Any) -> httpx.Response:
