@@ -11,6 +11,7 @@ still (memci_proxy.engine.config.EngineConfig.answer_tokens)."""
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,6 +22,7 @@ from memci_proxy.recall.tool.loop import LoopConfig
 from memci_proxy.recall.resolver import RecallContext, RecallResolver
 from memci_proxy.recall.tool.rounds import LoopRecord, ToolCall
 from memci_proxy.recall.tool.schema import parse_arguments
+from memci_proxy.turn.stages import StageClock
 
 # What one call adds to the prompt besides its result: the assistant's call and its framing, in tokens.
 CALL_FRAMING_TOKENS = 48
@@ -82,7 +84,7 @@ class TurnRecall:
 
     def __init__(self, config: LoopConfig, context: RecallContext, resolver: RecallResolver, metrics: Metrics,
                  room: int, choices: int, keep: Callable[[list[dict[str, Any]]], Awaitable[None]],
-                 densities: ResultDensities | None = None) -> None:
+                 densities: ResultDensities | None = None, stages: StageClock | None = None) -> None:
         self.config = config
         self.record = LoopRecord()
         self.context = context
@@ -92,6 +94,7 @@ class TurnRecall:
         self.choices = choices
         self._keep = keep
         self.densities = densities
+        self.stages = stages  # the turn's clock: the time answering the model's calls is its ``recall`` step
         self.density = 1.0  # the upstream's count of recall text per counted token, as measured this turn
         # pushed results whose upstream count was asked and not waited for: (text, its count, the round's tokens
         # charged in the base count, the density they were charged at), settled before the next round needs them
@@ -150,6 +153,14 @@ class TurnRecall:
         return max(self.density, known)
 
     async def resolve(self, call: ToolCall) -> str:
+        began = time.perf_counter()
+        try:
+            return await self._resolve(call)
+        finally:
+            if self.stages is not None:
+                self.stages.add("recall", began)
+
+    async def _resolve(self, call: ToolCall) -> str:
         await self.settle()
         m = self.metrics
         count = self.resolver.counter.count_text
@@ -181,4 +192,9 @@ class TurnRecall:
         return outcome.text
 
     async def keep(self, exchange: list[dict[str, Any]]) -> None:
-        await self._keep(exchange)
+        began = time.perf_counter()
+        try:
+            await self._keep(exchange)
+        finally:
+            if self.stages is not None:
+                self.stages.add("recall", began)

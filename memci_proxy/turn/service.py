@@ -382,7 +382,7 @@ class TurnService:
             await self._keep(turn, exchange, alongside=not call.stream)  # (a stream relays the rounds' events as they come)
 
         rounds = TurnRecall(loop_config, context, self.resolver, self.metrics, room, call.data.get("n") or 1, keep,
-                            self.result_densities.of(turn.model))
+                            self.result_densities.of(turn.model), turn.stages)
         turn.record = rounds.record
         pushed: list[dict[str, Any]] = []
         if push_on(s, call.memory_mode):
@@ -406,12 +406,12 @@ class TurnService:
         out.body = _encode(sent)
         self._remember_prompt(turn, sent, len(out.body), pushed)
         await self._jobs_first(turn)
-        sending = time.perf_counter()
+        sending, recalled = time.perf_counter(), turn.stages.of("recall")
         answer = await self.exchange.send_with_recall(out, sent, rounds, shape)
         if (answer.events is None and answer.status in REFUSAL_STATUSES and holds_rounds(sent["messages"], name)
                 and not context_refusal(answer.status, answer.body).too_long):
             answer = await self._reshaped(turn, out, body, rounds, upstream, name, answer)
-        turn.stages.add("upstream", sending)
+        turn.stages.add("upstream", sending, besides=turn.stages.of("recall") - recalled)
         return answer
 
     async def _jobs_first(self, turn: Turn) -> None:

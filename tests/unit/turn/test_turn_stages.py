@@ -3,6 +3,7 @@ did not take (a plain turn has no store, push or kept stage)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -78,4 +79,33 @@ async def test_each_turn_observes_the_steps_it_took(stream: bool) -> None:
     grew = _grew(counts, _counts(service))
     assert {"push", "kept", "upstream"} <= grew
     assert _sums(service)["kept"] - sums["kept"] > 0.02  # most of the write's 50 ms, after the upstream answered
+    await service.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_answering_the_models_recall_calls_is_a_step_of_its_own(stream: bool) -> None:
+    """The proxy's time between the rounds (the resolver's search here) is ``recall``, not ``upstream``."""
+    service = make_service(ChatUpstream(), MemoryRepository(), write_behind_max_lag_ms=60_000)
+    chat = Chat(service)
+    for i in range(3):
+        await chat.send(chat.user_text(i), stream=stream)
+    resolve = service.resolver.resolve
+
+    async def slow_resolve(*args, **kwargs):
+        await asyncio.sleep(0.05)
+        return await resolve(*args, **kwargs)
+
+    service.resolver.resolve = slow_resolve
+    counts, sums = _counts(service), _sums(service)
+    answer = await service.handle(call_of([*chat.messages, {"role": "user", "content": 'Look it up. '
+                                                                                           '[[recall:{"query": "code0000"}]]'}],
+                                          stream))
+    if stream:
+        [event async for event in answer.events]
+    else:
+        json.loads(answer.body)
+    after = _sums(service)
+    assert _counts(service)["recall"] - counts["recall"] == 1
+    assert after["recall"] - sums["recall"] >= 0.05
+    assert after["upstream"] - sums["upstream"] < 0.04  # the fake upstream answers at once: the wait is not its
     await service.close()
