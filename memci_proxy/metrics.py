@@ -141,7 +141,8 @@ class Metrics:
             "`push` (the proxy's own recall round), `upstream` (the exchange, the rounds of the model's recall calls "
             "included; a stream: until its first response), `recall` (the proxy answering those calls between the "
             "rounds: their searches, counts and write), `kept` (the answer waiting for the pushed round's write). A "
-            "step the turn did not take is not observed.", ["stage"], buckets=_OVERHEAD_BUCKETS + (2.5, 10, 60), registry=r,
+            "step the turn did not take is not observed.", ["stage"], buckets=_OVERHEAD_BUCKETS + (2.5, 10, 60),
+            registry=r,
         )
         self.lock_wait = Histogram(
             "memci_lock_wait_seconds", "Time a managed request waited for its conversation's session lock.",

@@ -14,7 +14,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from memci_proxy.engine import ConversationState, Plan
 from memci_proxy.metrics import Metrics
@@ -23,6 +23,8 @@ from memci_proxy.recall.resolver import RecallContext, RecallResolver
 from memci_proxy.recall.tool.rounds import LoopRecord, ToolCall
 from memci_proxy.recall.tool.schema import parse_arguments
 from memci_proxy.turn.stages import StageClock
+
+T = TypeVar("T")
 
 # What one call adds to the prompt besides its result: the assistant's call and its framing, in tokens.
 CALL_FRAMING_TOKENS = 48
@@ -94,7 +96,8 @@ class TurnRecall:
         self.choices = choices
         self._keep = keep
         self.densities = densities
-        self.stages = stages  # the turn's clock: the time answering the model's calls is its ``recall`` step
+        # the turn's clock (default: one of its own): the time answering the model's calls is its ``recall`` step
+        self.stages = StageClock() if stages is None else stages
         self.density = 1.0  # the upstream's count of recall text per counted token, as measured this turn
         # pushed results whose upstream count was asked and not waited for: (text, its count, the round's tokens
         # charged in the base count, the density they were charged at), settled before the next round needs them
@@ -153,12 +156,7 @@ class TurnRecall:
         return max(self.density, known)
 
     async def resolve(self, call: ToolCall) -> str:
-        began = time.perf_counter()
-        try:
-            return await self._resolve(call)
-        finally:
-            if self.stages is not None:
-                self.stages.add("recall", began)
+        return await self._timed(self._resolve(call))
 
     async def _resolve(self, call: ToolCall) -> str:
         await self.settle()
@@ -192,9 +190,12 @@ class TurnRecall:
         return outcome.text
 
     async def keep(self, exchange: list[dict[str, Any]]) -> None:
+        await self._timed(self._keep(exchange))
+
+    async def _timed(self, step: Awaitable[T]) -> T:
+        """``step`` awaited, its time the turn's ``recall`` step."""
         began = time.perf_counter()
         try:
-            await self._keep(exchange)
+            return await step
         finally:
-            if self.stages is not None:
-                self.stages.add("recall", began)
+            self.stages.add("recall", began)

@@ -97,9 +97,8 @@ async def test_answering_the_models_recall_calls_is_a_step_of_its_own(stream: bo
 
     service.resolver.resolve = slow_resolve
     counts, sums = _counts(service), _sums(service)
-    answer = await service.handle(call_of([*chat.messages, {"role": "user", "content": 'Look it up. '
-                                                                                           '[[recall:{"query": "code0000"}]]'}],
-                                          stream))
+    asking = {"role": "user", "content": 'Look it up. [[recall:{"query": "code0000"}]]'}
+    answer = await service.handle(call_of([*chat.messages, asking], stream))
     if stream:
         [event async for event in answer.events]
     else:
