@@ -5,43 +5,39 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from memci_proxy.engine import ACTIVE, ConversationState, PageRecord, TokenCounter, page_entry_range, page_hidden_messages
-from memci_proxy.engine.contents import utc_date
-from memci_proxy.engine.output_preview import OffloadRecord, output_text
-from memci_proxy.engine.offload_state import find_offload, offload_page
+from memci_proxy.engine import ACTIVE, ConversationState, TokenCounter, page_entry_range, page_hidden_messages
+from memci_proxy.engine.output_preview import output_text
 from memci_proxy.engine.state import STATUS_NAMES, find_page
-from memci_proxy.recall.users import across
-from memci_proxy.recall.lexical.bm25 import BM25Index
-from memci_proxy.recall.vectors.candidates import CandidateVectors
-from memci_proxy.recall.lexical.counting import COUNTED
 from memci_proxy.recall.dates.asked import day_of
-from memci_proxy.recall.reading.neighbours import part_after, part_before
-from memci_proxy.recall.reading.offloads import OffloadRead, read_chars, read_lines, search_lines
-from memci_proxy.recall.reading.pagetext import (USER_PLACE_WEIGHT, excerpt, index_text, message_text,
-                                                 page_messages_with_hidden, render_page, user_text, vector_text)
+from memci_proxy.recall.lexical.bm25 import BM25Index
+from memci_proxy.recall.lexical.counting import COUNTED
+from memci_proxy.recall.reading.hits import (CALL_EXCERPT_TOKENS, EXCERPT_CHARS, MIN_EXCERPT_TOKENS,
+                                             WHOLE_HIT_FACTOR, WHOLE_MESSAGE_TOKENS, FoundHit, HitRenderer,
+                                             page_or_offload, query_terms)
+from memci_proxy.recall.reading.offloads import OffloadRead, offloaded_reads, read_chars, read_lines, search_lines
+from memci_proxy.recall.reading.pagetext import (USER_PLACE_WEIGHT, page_messages_with_hidden, render_page, user_text,
+                                                 vector_text)
+from memci_proxy.recall.search.indexes import PageSource, RecallContext, SearchIndexes
 from memci_proxy.recall.search.ranking import (PAGE, USER, archived_view_wanted, best_views, candidate_views, fuse,
                                                lexical_candidates, lexical_ranking, preferred_days, query_weights,
                                                vector_query)
-from memci_proxy.recall.search.indexes import PageSource, RecallContext, SearchIndexes
-from memci_proxy.recall.lexical.text import tokenize
 from memci_proxy.recall.tool.schema import RecallArgs
+from memci_proxy.recall.users import across
 from memci_proxy.recall.users.search import search_user
+from memci_proxy.recall.vectors.candidates import CandidateVectors
 from memci_proxy.recall.vectors.index import PageVectors, VectorSearchFailed
 from memci_proxy.store.ports import ConversationRepository
 
+__all__ = ["CALL_EXCERPT_TOKENS", "EXCERPT_CHARS", "MIN_EXCERPT_TOKENS", "SEARCH_HITS", "WHOLE_HIT_FACTOR",
+           "WHOLE_MESSAGE_TOKENS", "RecallContext", "RecallOutcome", "RecallResolver", "allowed_hits",
+           "page_or_offload", "query_terms"]
+
 SEARCH_HITS = 5
 FUSION_CANDIDATES = 4  # each ranking contributes up to k * this candidates to the fusion
-EXCERPT_CHARS = 300  # characters shown of each search hit of a model's own call, in English ...
-CALL_EXCERPT_TOKENS = EXCERPT_CHARS // 4  # ... as tokens, in any script: a Chinese page shows about 75 characters
-MIN_EXCERPT_TOKENS = 8  # the narrowest window of a pushed round's hit, when nothing wider fits
-WHOLE_MESSAGE_TOKENS = 320  # a pushed round's best hit shows the message that matched whole up to this size
-# ... and each other hit up to this many times its excerpt's size (a user's fact is mostly one message of a few
-# sentences: shown whole, not cut at both ends)
-WHOLE_HIT_FACTOR = 2
 
 
 @dataclass
@@ -51,24 +47,6 @@ class RecallOutcome:
     pages: list[str] = field(default_factory=list)  # pages returned in full (recall statistics)
     hits: list[tuple[str, float]] = field(default_factory=list)
     search_seconds: float = 0.0
-
-
-@dataclass
-class _ReadHits:
-    """Search hits as read for rendering (RecallResolver._read_hits)."""
-
-    terms: list[str]  # the query's terms located in the excerpts
-    weights: dict[str, float]  # their idf in the archive
-    found: list[tuple[str, float, PageRecord, str]]  # (label, score, record, page text) of the hits found
-    beside: dict[str, list[str]]  # hit label -> the parts of its turn to show beside it
-    neighbours: dict[str, tuple[PageRecord, str]]  # those parts' records and texts
-    user_place: float = USER_PLACE_WEIGHT  # what a place in a user message counts where an excerpt is placed
-
-
-def page_or_offload(state: ConversationState, label: str) -> PageRecord | None:
-    """The record of a page label, an offloaded output's own (memci_proxy.engine.offload_state.offload_page) included."""
-    position = find_page(state, label)
-    return state.pages[position] if position is not None else offload_page(state, label)
 
 
 def _view_key(label: str, view: str) -> str:
@@ -87,11 +65,6 @@ def _views_wanted(keys: dict[str, tuple[str, str]]) -> Callable[[str, str], bool
         return archived_view_wanted(view, label in two_views, len(text))
 
     return wanted
-
-
-def query_terms(query: str) -> list[str]:
-    """The query's search terms worth locating in an excerpt."""
-    return [t for t in tokenize(query) if len(t) > 1]
 
 
 def allowed_hits(hits: list[tuple[str, float]], shown_if: Callable[[str], bool]) -> list[tuple[str, float]]:
@@ -127,6 +100,7 @@ class RecallResolver:
         self.source = PageSource(repo)
         self.indexes = SearchIndexes(self.source, max_bytes=index_max_bytes, user_weight=user_weight)
         self.counter = counter
+        self.hits = HitRenderer(self.source, counter)
         self.max_tokens = max_tokens
         self.vectors = vectors
         self.metrics = metrics
@@ -140,7 +114,8 @@ class RecallResolver:
                       keep: str | None = None, reply_first: bool = False, counting: bool = False) -> RecallOutcome:
         """``limit``: tokens the answer may take (the room left in the prompt budget); at most recall_max_tokens.
         ``newest_first``: the search's hits shown newest page first (a fact said again later comes first), their
-        excerpts shortened, then the lowest-ranked hits left out, until they fit (memci_proxy.recall.resolver._fitted_hits);
+        excerpts shortened, then the lowest-ranked hits left out, until they fit
+        (memci_proxy.recall.reading.hits.HitRenderer.fitted);
         ``excerpt_tokens``: tokens shown of each hit, in any script (default: ``EXCERPT_CHARS`` characters);
         ``hits_shown``: how many search hits; ``shown_if(label)``: whether a hit below the best one may be shown
         (the five best searched, those it refuses left out); ``muted``: query terms that weigh nothing (when others
@@ -153,7 +128,7 @@ class RecallResolver:
         hits: list[tuple[str, float]] = []
         seconds = 0.0
         cap = self.max_tokens if limit is None else max(0, min(self.max_tokens, limit))
-        args, reads = self._offloaded_reads(ctx.state, args)
+        args, reads = offloaded_reads(ctx.state, args)
         for read in reads:
             parts.append(await self._read_offloaded(ctx, read, cap // max(1, len(reads))))
         if args.pages:
@@ -168,7 +143,8 @@ class RecallResolver:
                 hits = [hits[0], (keep, 0.0), *hits[1:]][:max(2, hits_shown)]
             seconds = time.perf_counter() - started
             user_place = 1 / USER_PLACE_WEIGHT if reply_first else USER_PLACE_WEIGHT
-            parts.append(await self._fitted_hits(ctx, args.query, hits, cap, newest_first, excerpt_tokens, user_place))
+            parts.append(await self.hits.fitted(ctx, await self.archive_index(ctx), args.query, hits, cap, newest_first,
+                                                 excerpt_tokens, user_place))
             if ctx.end_user and shown_if is None:  # a model's own search: the user's other conversations too
                 parts.append(await self._other_conversations(ctx, args.query))
         if args.problems:
@@ -333,38 +309,6 @@ class RecallResolver:
         if self.metrics is not None:
             self.metrics.recall_fallbacks.labels(reason).inc()
 
-    @staticmethod
-    def _offloaded_reads(state: ConversationState, args: RecallArgs) -> tuple[RecallArgs, list[OffloadRead]]:
-        """The reads of offloaded outputs the arguments ask for, and the arguments left for the archive: `page` with
-        `lines`, `chars` or `query` (also one of `pages` with a `query`) reads inside an offloaded output; an
-        offloaded output among `pages` is read from its first line."""
-        if not state.offloads and not getattr(args, "page", ""):  # (duck-typed arguments have pages and query only)
-            return args, []
-        pages, query, problems = list(args.pages), args.query, list(args.problems)
-        target = args.page
-        if not target and len(pages) == 1 and query and find_offload(state, pages[0]) is not None:
-            target = pages.pop()
-        reads: list[OffloadRead] = []
-        if target:
-            record = find_offload(state, target)
-            if record is None:
-                if args.lines is not None or args.chars is not None or query:
-                    problems.append(f"page {target} is not an offloaded output: `lines`, `chars` and a search within "
-                                    "a page apply to those; it is read in full")
-                if target not in pages:
-                    pages.append(target)
-            else:
-                reads.append(OffloadRead(record, args.lines, query, args.chars))
-                query = ""
-        rest = []
-        for label in pages:
-            record = find_offload(state, label)
-            if record is None:
-                rest.append(label)
-            elif all(r.record is not record for r in reads):
-                reads.append(OffloadRead(record))
-        return replace(args, pages=rest, query=query, problems=problems), reads
-
     async def _read_offloaded(self, ctx: RecallContext, read: OffloadRead, cap: int) -> str:
         record, lines, query = read.record, read.lines, read.query
         (message,) = await self.source.messages(ctx, record.entry, record.entry + 1)
@@ -387,7 +331,8 @@ class RecallResolver:
         return across.render(query, hits, idf, EXCERPT_CHARS)
 
     async def other_conversations(self, tenant: str, end_user: str, conversation_id: str, query: str,
-                                  k: int = SEARCH_HITS) -> tuple[list[tuple[across.Candidate, float]], dict[str, float]]:
+                                  k: int = SEARCH_HITS
+                                  ) -> tuple[list[tuple[across.Candidate, float]], dict[str, float]]:
         """The best ``k`` pages for ``query`` among the end user's conversations other than ``conversation_id``
         (memci_proxy.recall.users.search), with the query terms' idf; none without a user."""
         return await search_user(self.source.repo, tenant, end_user, conversation_id, query, k)
@@ -430,115 +375,9 @@ class RecallResolver:
             returned.append(record.label)
         return out
 
-    async def _fitted_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]], cap: int,
-                           newest_first: bool, excerpt_tokens: int | None,
-                           user_place: float = USER_PLACE_WEIGHT) -> str:
-        """The hits rendered; newest first, within ``cap``: their excerpts shortened (to half), then the
-        lowest-ranked hits left out, so that the best hit always shows whole (shown newest first, the oldest would
-        otherwise be the one cut off, and a fact said once long ago is the oldest). The pages are read once,
-        whatever the number of renderings."""
-        read = await self._read_hits(ctx, query, hits, user_place)
-        rendered = self._render_hits(query, hits, read, newest_first, tokens_each=excerpt_tokens)
-        if not newest_first or self.counter.count_text(rendered) <= cap:
-            return rendered
-        shorter = (excerpt_tokens or EXCERPT_CHARS // 4) // 2
-        rendered = self._render_hits(query, hits, read, newest_first, tokens_each=shorter)
-        while len(hits) > 1 and self.counter.count_text(rendered) > cap:
-            hits = hits[:-1]
-            rendered = self._render_hits(query, hits, read, newest_first, tokens_each=shorter)
-        while shorter > MIN_EXCERPT_TOKENS and self.counter.count_text(rendered) > cap:
-            # the best hit alone, still too long beside its header: its window narrowed (the message that matched
-            # still whole when short), not the whole answer cut at the end of the room
-            shorter = max(MIN_EXCERPT_TOKENS, shorter // 2)
-            rendered = self._render_hits(query, hits, read, newest_first, tokens_each=shorter, tight=True)
-        return rendered
-
-    async def _read_hits(self, ctx: RecallContext, query: str, hits: list[tuple[str, float]],
-                         user_place: float = USER_PLACE_WEIGHT) -> _ReadHits:
-        """What rendering ``hits`` (or any first part of them) needs: their pages, the parts of their turns beside
-        each (memci_proxy.recall.reading.neighbours) and the query terms' idf in the archive (a rare term places the
-        excerpt before a common one)."""
-        terms = query_terms(query)
-        index = await self.archive_index(ctx)
-        found = await self.hit_pages(ctx, hits)
-        beside = {label: await self._neighbours(ctx, record, terms) for label, _score, record, _text in found}
-        wanted = list(dict.fromkeys(n for labels in beside.values() for n in labels))
-        neighbours = {label: (record, text) for label, _score, record, text in
-                      await self.hit_pages(ctx, [(n, 0.0) for n in wanted])}
-        return _ReadHits(terms, {term: index.idf(term) for term in terms}, found, beside, neighbours, user_place)
-
-    def _render_hits(self, query: str, hits: list[tuple[str, float]], read: _ReadHits, newest_first: bool = False,
-                     tokens_each: int | None = None, tight: bool = False) -> str:
-        """``tokens_each``: tokens shown of each hit, twice that of the best one, as characters of its own text (a
-        Chinese page has about four times fewer characters per token than an English one); default
-        ``EXCERPT_CHARS`` characters."""
-        if not hits:
-            return f"No archived page matches {query!r}."
-        terms, weights = read.terms, read.weights
-        order = "newest first" if newest_first else "best first"
-        lines = [f"Archived pages matching {query!r} ({order}; recall a page by number to read it in full):"]
-        shown = {label for label, _ in hits}
-        found = [hit for hit in read.found if hit[0] in shown]
-        if newest_first:
-            found.sort(key=lambda hit: -hit[2].start)
-        best = hits[0][0]
-        for label, score, record, text in found:
-            chars, whole, second = self._excerpt_chars(text, None), 0, 0
-            if tokens_each is not None:
-                # the message that matched, whole if short (the best hit's longer); and a second window where the
-                # rare terms the first one lacks are (the user's request shown, then the passage of the reply)
-                in_chars = self._chars_of(text)
-                chars, whole, second = (in_chars(tokens_each), in_chars(WHOLE_HIT_FACTOR * tokens_each),
-                                        in_chars(tokens_each))
-                if label == best:  # (``tight``: its message whole only as short as another hit's)
-                    chars, whole = in_chars(2 * tokens_each), in_chars(
-                        WHOLE_HIT_FACTOR * tokens_each if tight else WHOLE_MESSAGE_TOKENS)
-            lines.append(f"[Page {label}] {utc_date(record.first_seen)}, score {score:.2f}: "
-                         f"{excerpt(text, terms, chars, whole, weights, second, read.user_place)}")
-            beside = [n for n in read.beside[label] if n not in shown]
-            shown.update(beside)
-            for neighbour in beside:
-                if neighbour not in read.neighbours:
-                    continue
-                other, other_text = read.neighbours[neighbour]
-                part = excerpt(other_text, terms, self._excerpt_chars(other_text, tokens_each), 0, weights, 0,
-                               read.user_place)
-                lines.append(f"[Page {neighbour}] {utc_date(other.first_seen)}, the same turn as page {label}: {part}")
-        return "\n".join(lines)
-
-    def _excerpt_chars(self, text: str, tokens: int | None) -> int:
-        return self._chars_of(text)(CALL_EXCERPT_TOKENS if tokens is None else tokens)
-
-    def _chars_of(self, text: str) -> Callable[[int], int]:
-        """Tokens -> characters of ``text`` (at least 24), from one count of its head: the script of the page's head
-        is the script of its excerpt, mostly."""
-        sample = text[:4 * EXCERPT_CHARS]
-        length, count = len(sample), max(1, self.counter.count_text(sample))
-        return lambda tokens: max(24, tokens * length // count)
-
-    async def _neighbours(self, ctx: RecallContext, record: PageRecord, terms: list[str]) -> list[str]:
-        """The parts of the hit's user turn to show beside it (memci_proxy.recall.reading.neighbours): the part before a
-        continuation page; the part after, when a query term sits in the hit's last message."""
-        beside = [label for label in (part_before(ctx.state, record.label),) if label is not None]
-        after = part_after(ctx.state, record.label)
-        if after is not None and record.end > record.start:
-            (last,) = await self.source.messages(ctx, record.end - 1, record.end)
-            if not set(terms).isdisjoint(tokenize(message_text(last))):
-                beside.append(after)
-        return beside
-
-    async def hit_pages(
-        self, ctx: RecallContext, hits: list[tuple[str, float]]
-    ) -> list[tuple[str, float, PageRecord, str]]:
+    async def hit_pages(self, ctx: RecallContext, hits: list[tuple[str, float]]) -> list[FoundHit]:
         """Search hits with their page records and page texts (the messages as the search indexed them)."""
-        out = []
-        for label, score in hits:
-            record = page_or_offload(ctx.state, label)
-            if record is None:
-                continue
-            messages = await self.source.messages(ctx, record.start, record.end)
-            out.append((label, score, record, index_text(messages, ctx.image_descriptions)))
-        return out
+        return await self.hits.hit_pages(ctx, hits)
 
     @staticmethod
     def _known_pages(state: ConversationState) -> str:

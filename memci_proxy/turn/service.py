@@ -55,7 +55,7 @@ from memci_proxy.upstream.cache_kind import CacheKind
 from memci_proxy.upstream.exchange import Answer, Exchange, Outgoing
 from memci_proxy.turn.memos import register_process_memos
 from memci_proxy.turn.counting import TurnCounts
-from memci_proxy.turn.offload_metrics import count_offloads
+from memci_proxy.turn.plan_metrics import count_plan
 from memci_proxy.vision import intake_images, make_describer
 from memci_proxy.turn.page_counts import page_headers
 from memci_proxy.wire.errors import ProxyError
@@ -326,7 +326,7 @@ class TurnService:
             raise refusal
         await self._intake_images(result, tenant, conversation_id)
         self.fallback_ratio = max(1.0, float(result.state.correction_ratio or 1.0))
-        accounting = self._count_plan(result, state)
+        accounting = count_plan(self.metrics, result, state)
         fingerprints = self.lookup.fingerprints(Found(conversation_id, how, known_prefix, found.chains), conversation_id,
                                                 known.state, result, messages, call.end_user)
         self.lookup.remember(tenant, call.end_user, messages, conversation_id)
@@ -630,33 +630,6 @@ class TurnService:
             self.metrics.trimmed_requests.inc()
         return await self.exchange.send(Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, body,
                                                  call.started, call.stream, internal_text=True))
-
-    def _count_plan(self, p: Plan, before: ConversationState | None) -> dict[str, int]:
-        """Metrics of a plan; returns its accounting (estimated upstream tokens): shed by an epoch, prefilled after
-        the stable prefix."""
-        m = self.metrics
-        ratio = max(0.0, float(p.state.correction_ratio or 1.0))
-        prefilled = max(0, p.estimated_tokens - math.ceil(p.state.expected_cached_tokens * ratio))
-        shed = 0
-        if p.epoch:
-            held = 0 if before is None else before.system_tokens + before.active_tokens
-            held += sum(t for _, _, _, t in p.new_entries) - p.offload_tokens_saved
-            shed = max(0, math.ceil((held - p.state.system_tokens - p.state.active_tokens) * ratio))
-            m.epoch_tokens_shed.observe(shed)
-            m.epoch_tokens_prefilled.observe(prefilled)
-        m.estimated_prompt_tokens.inc(p.estimated_tokens)
-        m.prefix_reuse_tokens.inc(getattr(p, "stable_prefix_tokens", 0) or 0)
-        saved = getattr(p, "tokens_saved", 0) or 0
-        if saved > 0:
-            m.tokens_saved.inc(saved)
-        if p.epoch:
-            m.epochs.labels(p.epoch_reason or "unknown").inc()
-        if p.archived:
-            m.pages_archived.inc(len(p.archived))
-        count_offloads(m, p)
-        for _, rule in p.evicted:
-            m.evictions.labels(rule).inc()
-        return {"tokens_shed": shed, "tokens_prefilled": prefilled}
 
     def _remember_prompt(self, turn: Turn, body: dict[str, Any], size: int,
                          pushed: list[dict[str, Any]] | None = None) -> None:

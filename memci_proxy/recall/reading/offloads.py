@@ -5,12 +5,14 @@ answer names the character range that comes next, which ``read_chars`` reads."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from memci_proxy.engine import TokenCounter
+from memci_proxy.engine import ConversationState, TokenCounter
 from memci_proxy.engine.markup import quote
+from memci_proxy.engine.offload_state import find_offload
 from memci_proxy.engine.output_preview import OffloadRecord, split_lines
 from memci_proxy.recall.lexical.text import tokenize
+from memci_proxy.recall.tool.schema import RecallArgs
 
 SEARCH_LINE_CHARS = 400  # a matching line longer than this is shown cut (read it whole by its number)
 MARGIN_TOKENS = 48  # the header and footer lines
@@ -176,3 +178,35 @@ def search_lines(record: OffloadRecord, text: str, query: str, cap: int, counter
         out.append(f"{n} (characters {at + start + 1:,}-{at + end:,} of the output; the line has {len(line):,}): "
                    f"{quote(shown)}")
     return "\n".join(out)
+
+
+def offloaded_reads(state: ConversationState, args: RecallArgs) -> tuple[RecallArgs, list[OffloadRead]]:
+    """The reads of offloaded outputs the arguments ask for, and the arguments left for the archive: `page` with
+    `lines`, `chars` or `query` (also one of `pages` with a `query`) reads inside an offloaded output; an
+    offloaded output among `pages` is read from its first line."""
+    if not state.offloads and not getattr(args, "page", ""):  # (duck-typed arguments have pages and query only)
+        return args, []
+    pages, query, problems = list(args.pages), args.query, list(args.problems)
+    target = args.page
+    if not target and len(pages) == 1 and query and find_offload(state, pages[0]) is not None:
+        target = pages.pop()
+    reads: list[OffloadRead] = []
+    if target:
+        record = find_offload(state, target)
+        if record is None:
+            if args.lines is not None or args.chars is not None or query:
+                problems.append(f"page {target} is not an offloaded output: `lines`, `chars` and a search within "
+                                "a page apply to those; it is read in full")
+            if target not in pages:
+                pages.append(target)
+        else:
+            reads.append(OffloadRead(record, args.lines, query, args.chars))
+            query = ""
+    rest = []
+    for label in pages:
+        record = find_offload(state, label)
+        if record is None:
+            rest.append(label)
+        elif all(r.record is not record for r in reads):
+            reads.append(OffloadRead(record))
+    return replace(args, pages=rest, query=query, problems=problems), reads
