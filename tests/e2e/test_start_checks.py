@@ -54,3 +54,36 @@ def test_ready_on_is_printed_once_ready_answers_200(emulator):
         assert r.json()["checks"]["embeddings"]["state"] == "loaded"
     finally:
         proxy.stop()
+
+
+def serving_processes(group: int) -> list[int]:
+    """The processes of a process group that run `memci_proxy.cli serve`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            in_group = int(stat.read_text().rsplit(")", 1)[1].split()[2]) == group
+            serving = b"memci_proxy.cli\0serve" in (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if in_group and serving:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_two_server_workers_start_on_a_fresh_home_and_serve_one_conversation(emulator, client_for):
+    """Both workers start the embedded PostgreSQL at once on a new home: one creates the database, the other joins
+    it (the two used to race into the catalog's unique index and one worker died). Without Redis each worker keeps
+    its own hot state, so the turns of one conversation that alternate between them all answer."""
+    home = Path(tempfile.mkdtemp(prefix="memci-e2e-workers-"))
+    proxy = ProxyProcess(emulator.base_url, home, {"MEMCI_WORKERS": "2"}).start()
+    try:
+        client = client_for(proxy)
+        messages = [{"role": "system", "content": "You are terse."}]
+        for turn in range(12):
+            messages.append({"role": "user", "content": f"Question {turn}: what is next on the list?"})
+            answer = client.chat.completions.create(model="memci-emulator", messages=messages, max_tokens=16)
+            messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+        assert "Unexpected exit from worker" not in proxy.log(), proxy.log()
+        assert len(serving_processes(proxy.proc.pid)) == 3, proxy.log()  # the supervisor and its two workers
+    finally:
+        proxy.stop()

@@ -68,7 +68,9 @@ def create_database_if_missing(server_libpq_url: str, database: str, template: s
             statement = sql.SQL("{} TEMPLATE {}").format(statement, sql.Identifier(template))
         try:
             conn.execute(statement)
-        except pg_errors.DuplicateDatabase:  # another process won the race
+        except (pg_errors.DuplicateDatabase, pg_errors.UniqueViolation):
+            # another process won the race: its CREATE DATABASE committed first (DuplicateDatabase), or the two
+            # inserted into pg_database at once (the catalog's unique index: several server workers starting)
             return False
         return True
 

@@ -65,3 +65,35 @@ def test_postgres_fixture_has_pgvector(migrated_db_url: str) -> None:
 
     with psycopg.connect(to_libpq_url(migrated_db_url)) as conn:
         assert conn.execute("SELECT '[1,2,3]'::vector <-> '[1,2,4]'::vector").fetchone() == (1.0,)
+
+
+def test_workers_creating_one_database_at_once_all_succeed_and_one_creates_it(postgres_server) -> None:
+    """Server workers starting together each create the embedded database when missing: they race (PostgreSQL
+    answers the loser with DuplicateDatabase or, when both insert into pg_database at once, with the catalog's
+    UniqueViolation), and each must go on with the database the winner made."""
+    import threading
+
+    from memci_proxy.store.sql.embedded import create_database_if_missing
+
+    name = f"memci_race_{os.getpid()}"
+    barrier = threading.Barrier(6)
+    created: list[bool] = []
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        barrier.wait()
+        try:
+            created.append(create_database_if_missing(postgres_server.admin_url, name))
+        except BaseException as error:  # noqa: BLE001 - collected for the assertion
+            errors.append(error)
+
+    for _ in range(3):
+        threads = [threading.Thread(target=create) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors, errors
+        assert created.count(True) == 1 and len(created) == 6
+        postgres_server.drop_database(name)
+        created.clear()
