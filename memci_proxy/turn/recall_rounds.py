@@ -6,7 +6,8 @@ count is asked of the upstream (`/tokenize`). The turn waits for it only while t
 results counted (``ResultDensities``): from then on a result is cut to fit its room at a density a tenth above the
 densest of the last results counted, charged at that density, and its count settled before the room is next needed,
 while the round that carries it is upstream. The window's other half of its safety margin covers a result denser
-still (memci_proxy.engine.config.EngineConfig.answer_tokens)."""
+still (memci_proxy.engine.config.EngineConfig.answer_tokens). A pushed result still uncounted when the model calls
+recall is charged at that bound too (the call does not wait for it)."""
 
 from __future__ import annotations
 
@@ -136,13 +137,22 @@ class TurnRecall:
         await asking[0]([text], timeout=0)  # asked at once, never waited for here
         self._unsettled.append((text, counted, charged, self.density if charged_at is None else charged_at))
 
-    async def settle(self) -> None:
+    async def settle(self, wait: bool = True) -> None:
         """The pushed results' counts (waited for, within the counter's timeout): the density they show, and the
-        room their rounds take at it, as if each had been known when its round was charged."""
+        room their rounds take at it, as if each had been known when its round was charged. ``wait=False`` (a call
+        of the model's, whose next round waits for this): a count the upstream has not answered yet is not waited
+        for once the process knows the results' densities: the round is charged at the densest (a tenth over), as
+        the model's own results are."""
         unsettled, self._unsettled = self._unsettled, []
+        asking = self._asking()
+        bound = None if wait or asking is None else self._density_bound()
         for text, counted, charged, charged_at in unsettled:
-            await self.exact(text, counted)
-            extra = math.ceil(charged * self.density) - math.ceil(charged * charged_at)
+            if bound is not None and asking is not None and asking[1](text) is None:
+                density = bound * DENSITY_SLACK  # (its count still lands in the counter's cache)
+            else:
+                await self.exact(text, counted)
+                density = self.density
+            extra = math.ceil(charged * density) - math.ceil(charged * charged_at)
             if extra > 0:
                 self.room = max(0, self.room - extra)
                 self.initial_room = max(0, self.initial_room - extra)
@@ -159,7 +169,7 @@ class TurnRecall:
         return await self._timed(self._resolve(call))
 
     async def _resolve(self, call: ToolCall) -> str:
-        await self.settle()
+        await self.settle(wait=False)
         m = self.metrics
         count = self.resolver.counter.count_text
         args = parse_arguments(call.arguments)

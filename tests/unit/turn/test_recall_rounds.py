@@ -117,6 +117,14 @@ async def test_without_an_upstream_count_nothing_is_pending():
     assert (rounds.density, rounds.room) == (1.0, room)
 
 
+def _seen(*values: float) -> ResultDensities:
+    """Densities the process has seen counted (enough of them to bound the next result's)."""
+    densities = ResultDensities()
+    for density in values:
+        densities.observe(density)
+    return densities
+
+
 def _result(i: int) -> str:
     return " ".join(f"{chr(97 + i)}{j % 10}" for j in range(300))  # the model's call's: 300 upstream tokens
 
@@ -137,9 +145,7 @@ async def test_the_models_result_waits_for_its_count_until_the_process_knows_the
 async def test_once_the_density_is_known_the_models_result_goes_without_waiting_and_is_settled_later():
     server = Tokenizer(delay=0.15)
     counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0)
-    densities = ResultDensities()
-    for density in (1.1, 1.2, 1.15):
-        densities.observe(density)
+    densities = _seen(1.1, 1.2, 1.15)
     text = _result(7)
     rounds, resolver = _rounds(counter, densities=densities, text=text)
     room = rounds.room
@@ -158,6 +164,38 @@ async def test_once_the_density_is_known_the_models_result_goes_without_waiting_
     assert rounds.density == 300 / counted > 1.2
     assert rounds.room == after_call - math.ceil(counted * rounds.density) - 8
     assert densities.bound() == rounds.density  # and the next results are charged at it
+
+
+async def test_once_the_density_is_known_the_models_call_does_not_wait_for_a_pushed_results_count():
+    server = Tokenizer(delay=0.15)
+    counter = UpstreamTokenCounter(MockUpstream(server), timeout=1.0)
+    densities = _seen(1.1, 1.3, 1.2)
+    rounds, resolver = _rounds(counter, densities=densities, text=_result(3))
+    estimated = round_tokens(rounds, ROUND)
+    charge_round(rounds, ROUND, within=4000)
+    await rounds.count_soon(PUSHED, counter.count_text(PUSHED), estimated)
+    started = time.perf_counter()
+    await rounds.resolve(ToolCall("c2", "recall", "{\"query\": \"w2\"}"))
+    assert time.perf_counter() - started < 0.1  # the pushed round's count (0.15 s away) was not waited for
+    at_bound = math.ceil(estimated * 1.3 * DENSITY_SLACK)  # charged at the densest seen, a tenth over
+    assert rounds.initial_room == 4000 - at_bound
+    assert resolver.limits and resolver.limits[0] <= (4000 - at_bound) / (1.3 * DENSITY_SLACK)
+    await asyncio.sleep(0.2)
+    assert counter.lookup(PUSHED) == 400  # its count still came, for the next turns
+
+
+async def test_a_pushed_results_count_already_answered_is_settled_exactly_without_waiting():
+    counter = UpstreamTokenCounter(MockUpstream(Tokenizer(delay=0.0)), timeout=1.0)
+    densities = _seen(1.1, 1.1, 1.1)
+    rounds, _ = _rounds(counter, densities=densities)
+    estimated = round_tokens(rounds, ROUND)
+    charge_round(rounds, ROUND, within=4000)
+    counted = counter.count_text(PUSHED)
+    await rounds.count_soon(PUSHED, counted, estimated)
+    await asyncio.sleep(0.05)  # answered while the round was upstream
+    await rounds.resolve(ToolCall("c2", "recall", "{\"query\": \"w2\"}"))
+    assert rounds.density == 400 / counted > 1.2  # its own density, not the bound's
+    assert rounds.initial_room == 4000 - math.ceil(estimated * rounds.density)
 
 
 async def test_without_densities_the_models_result_waits_as_before():
