@@ -1,7 +1,7 @@
 """The summary (B4) and profile (B2a) a turn's plan may take at an epoch: those covering every page the conversation
 archived before it (``memci_proxy.workers.covering``), so any replica plans the epoch the same. While the jobs are behind,
 the plan gets what the state already shows; an epoch planned so is planned again once they are done (at most
-``summary_wait_s`` later)."""
+``summary_wait_s`` later). On a one-slot engine the epoch's jobs go upstream before its request (``jobs_first``)."""
 
 from __future__ import annotations
 
@@ -39,3 +39,13 @@ async def waited(memory: Any, tenant: str, conversation_id: str, behind: EpochMe
     """The jobs' result once they have caught up (None: they did not in time, or failed)."""
     found = await memory.wait_covering(tenant, conversation_id, behind.through, end_user)
     return None if found is None else EpochMemory(found.summary, found.profile, False, behind.through)
+
+
+async def jobs_first(memory: Any, cache_kind: Any, turn: Any, timeout_s: float) -> None:
+    """On a one-slot engine (``upstream_cache``: ``cache_kind``), an epoch's summary and profile jobs go upstream
+    before its request: they resend the pre-epoch prompt the slot still holds, and the epoch's request shares only
+    its head with either. Sent after the answer, they would take the slot from the live conversation."""
+    if not turn.plan.archived or memory is None or not getattr(memory, "shares_upstream", False):
+        return
+    if await cache_kind.single_slot():
+        turn.jobs_first = await memory.run_before(turn.call.tenant, turn.conversation_id, timeout_s)

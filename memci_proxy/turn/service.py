@@ -1,8 +1,9 @@
 """One managed chat turn, end to end (DESIGN.md section 3), with no HTTP in it.
 
 identity -> session lock -> state (this process's, the hot copy, else PostgreSQL) -> engine.plan -> what leaves
-the prompt stored first -> the upstream exchange (recall rounds kept as they finish) -> after the answer: usage
-feedback, the turn queued for PostgreSQL, the hot copy updated, the lock released.
+the prompt stored first -> the upstream exchange (recall rounds kept as they finish: memci_proxy.turn.keeping) ->
+after the answer (memci_proxy.turn.ending): usage feedback, the turn queued for PostgreSQL, the hot copy updated, the
+lock released.
 Any failure of the engine or the store before the upstream call sends the client's request unchanged (trimmed to
 the budget when it would not fit).
 """
@@ -14,15 +15,13 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
 import msgspec
 
 from memci_proxy.blobs import make_blob_store
 from memci_proxy.engine import (
-    ConversationState, EngineConfig, Plan, TurnInput, add_hidden, observe_usage, plan, record_recall,
+    ConversationState, EngineConfig, Plan, TurnInput, add_hidden, plan, record_recall,
 )
 from memci_proxy.engine.learner import LearnedCounter
 from memci_proxy.metrics import Metrics
@@ -37,7 +36,7 @@ from memci_proxy.turn.call import ChatCall
 from memci_proxy.turn.fallback import unmanaged_body
 from memci_proxy.turn.identity import continues, new_conversation_id, split_system
 from memci_proxy.turn.lookup import ConversationLookup, Found
-from memci_proxy.turn.prompts import LastPrompt, LastPrompts
+from memci_proxy.turn.prompts import LastPrompts
 from memci_proxy.turn.recall_rounds import ResultsByModel, TurnRecall, recall_room
 from memci_proxy.turn.rows import RowSet, hidden_rows, page_rows, turn_rows
 from memci_proxy.turn.states import LOCK_LEASE_S, LOCK_WAIT_S, ConversationStates, Known, StoreUnavailable
@@ -49,7 +48,9 @@ from memci_proxy.turn.volatile import VolatileContext, push_on
 from memci_proxy.turn.shapes import Shape, ShapeChoice, holds_rounds, renderer, resend
 from memci_proxy.turn.stages import StageClock
 from memci_proxy.turn.window import ContextWindow
-from memci_proxy.turn.epoch_memory import epoch_memory, waited
+from memci_proxy.turn.ending import TurnEnding
+from memci_proxy.turn.epoch_memory import epoch_memory, jobs_first, waited
+from memci_proxy.turn.keeping import RoundKeeping
 from memci_proxy.upstream.refusal import REFUSAL_STATUSES, context_refusal
 from memci_proxy.upstream.cache_kind import CacheKind
 from memci_proxy.upstream.exchange import Answer, Exchange, Outgoing
@@ -59,21 +60,10 @@ from memci_proxy.turn.plan_metrics import count_plan
 from memci_proxy.vision import intake_images, make_describer
 from memci_proxy.turn.page_counts import page_headers
 from memci_proxy.wire.errors import ProxyError
-from memci_proxy.workers.prefix import SummaryBase
 
 log = logging.getLogger("memci.turn")
 _encode = msgspec.json.Encoder().encode
 NOTHING_STORED = Known(None, 0, SnapshotBase(0, None))
-
-
-# Past this share of its budget a conversation's next epoch is near: the terms of its active pages are read behind
-# the answers from then on (the epoch then archives them without reading them). Below it (a conversation that may
-# never reach an epoch) nothing is read ahead.
-PREPARE_SHARE = 0.6
-
-
-def near_an_epoch(plan: Any) -> bool:
-    return plan.estimated_tokens >= PREPARE_SHARE * plan.budget
 
 
 class TurnService:
@@ -82,7 +72,6 @@ class TurnService:
         self.metrics = metrics
         self.exchange = exchange
         self.store = store
-        self.memory = memory  # memci_proxy.workers.runner.MemoryWorker when the memory workers run
         self.counts = TurnCounts(settings, exchange.client, metrics)  # base counts; per conversation, learned ones
         self.counter = self.counts.base
         register_process_memos()  # the engine's and the search's memos, in memci_cache_*
@@ -116,9 +105,20 @@ class TurnService:
         self.describer = make_describer(settings, self.blobs, owns=owners.owns_blob if owners else None,
                                         on_refused=lambda why: metrics.vision_urls_refused.labels(why).inc())
         self._configs: dict[int, EngineConfig] = {}
-        self._finishing: set[asyncio.Task[None]] = set()
-        self._preparing: set[asyncio.Task[None]] = set()  # search indexing after a turn (memci_proxy.recall)
+        self.keeping = RoundKeeping(self.states, self.counter, metrics)  # the recall exchanges, stored as they finish
+        self.ending = TurnEnding(settings, metrics, self.counts, self.states, self.across, self.resolver, self.keeping,
+                                 self.recall_enabled)  # the after-answer step
+        self.memory = memory
         self.fallback_ratio = 1.0  # the upstream's tokens per estimated token, as the last plan learned it
+
+    @property
+    def memory(self) -> Any:
+        """memci_proxy.workers.runner.MemoryWorker when the memory workers run (set once they start)."""
+        return self.ending.memory
+
+    @memory.setter
+    def memory(self, worker: Any) -> None:
+        self.ending.memory = worker
 
     def start(self) -> None:
         self.states.start()
@@ -133,12 +133,9 @@ class TurnService:
 
     async def close(self) -> None:
         """Finish the turns still running their after-answer step, write everything queued, close clients."""
-        if self._finishing:
-            await asyncio.gather(*self._finishing, return_exceptions=True)
+        await self.ending.finished()
         await self.across.close()
-        for task in list(self._preparing):
-            task.cancel()
-        await asyncio.gather(*self._preparing, return_exceptions=True)
+        await self.ending.close()
         await self.states.close()
         await self.volatile.close()
         await self.resolver.close()
@@ -204,21 +201,21 @@ class TurnService:
                     # the upstream's window shrank, or the prompt's estimate fell short of the upstream's count of it:
                     # plan the turn again (for the new window), send it once more (max_tokens fitted to that count)
                     self.metrics.turn_resends.labels("window" if window is not None else "estimate").inc()
-                    await self._kept(turn)  # the pushed round's write lands before the turn is planned again
+                    await self.keeping.kept(turn)  # the pushed round's write lands before the turn is planned again
                     again = Found(turn.conversation_id, "prefix" if turn.how in ("new", "fork") else turn.how,
                                   found.known_prefix, found.chains)
                     turn = await self._plan(call, again, system, messages, turn.stages, retry=True)
                     turn.estimate_scale = scale or 1.0
                     answer = await self._exchange(turn)
         except BaseException as exc:
-            await self._finish(turn, release)
+            await self.ending.finish(turn, release)
             if isinstance(exc, (ProxyError, asyncio.CancelledError)) or not isinstance(exc, Exception):
                 raise
             log.exception("the upstream exchange failed")
             self.metrics.engine_errors.labels("recall").inc()
             raise ProxyError(502, f"the upstream's answer could not be read: {type(exc).__name__}",
                              "upstream_error", "upstream_malformed") from None
-        return await self._after_answer(answer, turn, release)
+        return await self.ending.after_answer(answer, turn, release)
 
     # ------------------------------------------------------------------------------------------------------------
     async def _plan(self, call: ChatCall, found: Found, system: list[dict[str, Any]], messages: list[dict[str, Any]],
@@ -361,8 +358,8 @@ class TurnService:
         if not self.recall_enabled:
             sent = fit_answer(turn, headers, {**data, "messages": turn.plan.messages}, 0, self.metrics)
             out.body = _encode(sent)
-            self._remember_prompt(turn, sent, len(out.body))
-            await self._jobs_first(turn)
+            self.last_prompts.remember(turn, sent, len(out.body), self.memory, self._routed)
+            await jobs_first(self.memory, self.cache_kind, turn, self.settings.summary_timeout_s)
 
             def on_usage(usage: dict[str, Any]) -> None:
                 turn.usage = usage
@@ -379,7 +376,7 @@ class TurnService:
                                 turn.redo.input.image_descriptions, call.end_user if self.across.enabled else "")
 
         async def keep(exchange: list[dict[str, Any]]) -> None:  # a whole answer's next round carries it: alongside
-            await self._keep(turn, exchange, alongside=not call.stream)  # (a stream relays the rounds' events as they come)
+            await self.keeping.keep(turn, exchange, alongside=not call.stream)  # (a stream relays the rounds' events as they come)
 
         rounds = TurnRecall(loop_config, context, self.resolver, self.metrics, room, call.data.get("n") or 1, keep,
                             self.result_densities.of(turn.model), turn.stages)
@@ -391,7 +388,7 @@ class TurnService:
             pushed = (await self.push.exchange(turn, rounds, loop_config.recall_name)
                       or self.across.exchange(turn, rounds, loop_config.recall_name))
             if pushed:
-                await self._keep(turn, pushed, alongside=True)
+                await self.keeping.keep(turn, pushed, alongside=True)
                 body["messages"] = [*body["messages"], *pushed]
                 turn.pushed_tokens = sum((turn.redo.counter or self.counter).count_message(m) for m in pushed)
             if pushed or turn.across is not None or (turn.need is not None and turn.need.wanted):
@@ -404,8 +401,8 @@ class TurnService:
         shape = self.shapes.renderer(upstream, name)
         sent = shape(body) if shape is not None else body
         out.body = _encode(sent)
-        self._remember_prompt(turn, sent, len(out.body), pushed)
-        await self._jobs_first(turn)
+        self.last_prompts.remember(turn, sent, len(out.body), self.memory, self._routed, pushed)
+        await jobs_first(self.memory, self.cache_kind, turn, self.settings.summary_timeout_s)
         sending, recalled = time.perf_counter(), turn.stages.of("recall")
         answer = await self.exchange.send_with_recall(out, sent, rounds, shape)
         if (answer.events is None and answer.status in REFUSAL_STATUSES and holds_rounds(sent["messages"], name)
@@ -413,17 +410,6 @@ class TurnService:
             answer = await self._reshaped(turn, out, body, rounds, upstream, name, answer)
         turn.stages.add("upstream", sending, besides=turn.stages.of("recall") - recalled)
         return answer
-
-    async def _jobs_first(self, turn: Turn) -> None:
-        """On a one-slot engine (``upstream_cache``), an epoch's summary and profile jobs go upstream before its
-        request: they resend the pre-epoch prompt the slot still holds, and the epoch's request shares only its head
-        with either. Sent after the answer, they would take the slot from the live conversation."""
-        memory = self.memory
-        if not turn.plan.archived or memory is None or not getattr(memory, "shares_upstream", False):
-            return
-        if await self.cache_kind.single_slot():
-            turn.jobs_first = await memory.run_before(turn.call.tenant, turn.conversation_id,
-                                                      self.settings.summary_timeout_s)
 
     async def _reshaped(self, turn: Turn, out: Outgoing, body: dict[str, Any], rounds: TurnRecall, upstream: str,
                         name: str, refused: Answer) -> Answer:
@@ -441,169 +427,6 @@ class TurnService:
             if last is not None:
                 last.body = renderer(shape, name)(body)  # as sent: a memory job resends it
         return answer or refused
-
-    async def _keep(self, turn: Turn, exchange: list[dict[str, Any]], alongside: bool = False) -> None:
-        """A finished recall exchange becomes hidden messages of the state, stored before the next round: the client
-        never resends them. `alongside` (the pushed round; a whole answer's rounds): stored while the request carrying
-        it is upstream instead: that request holds it, and the turn's next write, its answer and its end wait for the
-        write (`_kept`), so the conversation's next request does too (the lock is released after it)."""
-        await self._kept(turn)
-        after = turn.redo.last_index
-        if after < 0:
-            return
-        try:
-            turn.state = add_hidden(turn.state, after, exchange, turn.redo.counter or self.counter)
-        except Exception:
-            log.exception("could not record the recall exchange")
-            self.metrics.engine_errors.labels("recall").inc()
-            return
-        turn.rows.hidden.update(hidden_rows(after, len(turn.redo.hidden), exchange))
-        turn.redo.hidden.extend(exchange)
-        turn.rows.pages.update(page_rows(turn.state, [p.label for p in turn.state.pages if p.start <= after < p.end]))
-        if alongside:
-            turn.keeping = asyncio.get_running_loop().create_task(self._store_kept(turn))
-        else:
-            await self._store_kept(turn)
-
-    async def _store_kept(self, turn: Turn) -> None:
-        try:
-            turn.known = await self.states.save_now(turn.call.tenant, turn.conversation_id, turn.known, turn.state,
-                                                    turn.rows)
-            turn.rows = RowSet()
-        except Exception as exc:  # stored behind the answer instead (with the rest of the turn)
-            log.warning("could not store the recall exchange of %s now (%s)", turn.conversation_id, exc)
-            self.metrics.store_write_failures.labels("recall").inc()
-
-    @staticmethod
-    async def _kept(turn: Turn) -> None:
-        """The pushed round's write, when under way, landed (or failed: its rows are then stored with the turn). A
-        cancelled wait leaves it to the next one (the end of the turn waits for it still)."""
-        task = turn.keeping
-        if task is not None:
-            await asyncio.wait([task])  # (its own failure is handled inside; a cancellation of ours still raises)
-            if turn.keeping is task:
-                turn.keeping = None
-
-    async def _kept_timed(self, turn: Turn) -> None:
-        """``_kept``, its wait counted as the turn's ``kept`` stage when a write was under way."""
-        if turn.keeping is None:
-            return
-        waiting = time.perf_counter()
-        await self._kept(turn)
-        turn.stages.add("kept", waiting)
-
-    async def _after_answer(self, answer: Answer, turn: Turn, release: Release) -> Answer:
-        """Finish the turn once the answer is out: after the last event of a stream; for a whole body, right after
-        it is handed over (or before, when write-behind is off)."""
-        if answer.events is not None:
-            answer.events = self._finish_after(answer.events, turn, release)
-            return answer
-        try:
-            await self._kept_timed(turn)  # an answer drawn from a pushed round is not seen before the round is stored
-        except BaseException:  # the client went away meanwhile: the turn still ends (its write, the lock)
-            self._finish_soon(turn, release)
-            raise
-        turn.stages.observe(self.metrics)
-        if answer.status == 200 and (turn.record is None or turn.record.rounds == 0):
-            self.counts.answered(answer.body)  # one round: its completion tokens count the answer's text
-        if not self.settings.write_behind:
-            await self._finish(turn, release)
-        else:
-            self._finish_soon(turn, release)
-        return answer
-
-    def _finish_soon(self, turn: Turn, release: Release) -> None:
-        task = asyncio.get_running_loop().create_task(self._finish(turn, release))
-        self._finishing.add(task)
-        task.add_done_callback(self._finishing.discard)
-
-    async def _finish_after(self, events: AsyncIterator[bytes], turn: Turn, release: Release) -> AsyncIterator[bytes]:
-        try:
-            await self._kept_timed(turn)  # (as for a whole answer) before the first event is relayed
-            async for event in events:
-                yield event
-        finally:
-            turn.stages.observe(self.metrics)
-            with anyio.CancelScope(shield=True):
-                await self._finish(turn, release)
-
-    async def _finish(self, turn: Turn, release: Release) -> None:
-        """After the answer: usage fed back, recall counts, the turn queued for the store, the lock released."""
-        try:
-            await self._kept(turn)
-            state, record, usage = turn.state, turn.record, turn.usage
-            if record is not None:
-                usage = record.first_usage
-                if record.streamed_text is not None:  # set only for an answer of one round
-                    self.counts.answered_stream(record.streamed_text, usage)
-                if record.pages_recalled:
-                    recalled = list(dict.fromkeys(record.pages_recalled))
-                    state = record_recall(state, recalled)
-                    turn.redo.recalled = recalled
-                    turn.rows.pages.update(page_rows(state, recalled))
-            prompt = usage.get("prompt_tokens") if usage else None
-            if isinstance(prompt, int) and prompt > 0:
-                details = usage.get("prompt_tokens_details")
-                cached = details.get("cached_tokens") if isinstance(details, dict) else None
-                # the first round carried the push too: its estimate, scaled like the plan's
-                estimated = turn.plan.estimated_tokens + math.ceil(turn.pushed_tokens * state.correction_ratio)
-                try:
-                    state = observe_usage(state, prompt, cached if isinstance(cached, int) else None, estimated,
-                                          time.time(), floor=1.0 if turn.learned else 0.0)
-                    if not turn.pushed_tokens:  # the learner reads the plan's prompt alone
-                        state = self.counts.learn(turn.model, turn.plan, turn.tools_json, prompt, state)
-                except Exception:
-                    log.exception("usage feedback failed")
-                    self.metrics.engine_errors.labels("feedback").inc()
-            self.states.index.soon(turn.conversation_id)  # pages stored before the request, unindexed
-            await self._store(turn, state)
-            new = turn.plan.new_entries
-            self.across.note(turn.call.tenant, turn.call.end_user, turn.conversation_id, state,
-                             turn.redo.input.messages, new[0][0] if new else len(turn.redo.input.messages))
-            if self.memory is not None:
-                self.memory.touch(turn.call.tenant, turn.conversation_id)
-                if turn.plan.archived:  # (jobs_first: the summary and profile jobs ran before the request)
-                    await self.memory.notify(turn.call.tenant, turn.conversation_id, summaries=not turn.jobs_first)
-            read_ahead = near_an_epoch(turn.plan)
-            embed = turn.plan.archived and self.resolver.embeds_archived_pages
-            if self.recall_enabled and (read_ahead or embed):
-                self._prepare_search(turn, state, read_ahead, embed)
-        except Exception as exc:
-            # The client resends these messages with its next request, whose plan stores them then.
-            log.warning("could not store the turn of %s (%s); the next turn stores its messages",
-                        turn.conversation_id, exc)
-            self.metrics.store_write_failures.labels("finish").inc()
-        finally:
-            await release()
-
-    def _prepare_search(self, turn: Turn, state: ConversationState, read_ahead: bool, embed: bool) -> None:
-        """Off the answer path: the terms of the active pages read for the epoch that will archive them, and the
-        pages this turn archived indexed and embedded."""
-        ctx = RecallContext(turn.call.tenant, turn.conversation_id, state, turn.redo.input.messages,
-                            turn.redo.input.image_descriptions)
-
-        async def prepare() -> None:
-            try:
-                if read_ahead:
-                    self.resolver.prepare_active(ctx)
-                if embed:
-                    await self.resolver.prepare(ctx)
-            except Exception:
-                log.exception("could not index the pages of %s", turn.conversation_id)
-
-        task = asyncio.get_running_loop().create_task(prepare())
-        self._preparing.add(task)
-        task.add_done_callback(self._preparing.discard)
-
-    async def _store(self, turn: Turn, state: ConversationState) -> None:
-        tenant, cid = turn.call.tenant, turn.conversation_id
-        if self.settings.write_behind:
-            await self.states.save_behind(tenant, cid, turn.known, state, turn.rows, turn.redo)
-            return
-        try:
-            await self.states.save_now(tenant, cid, turn.known, state, turn.rows)
-        except StaleState:
-            await self.states.redo_on_stored(tenant, cid, state, turn.redo)
 
     async def _redo(self, tenant: str, conversation_id: str, stored: ConversationState | None, redo: Redo
                     ) -> tuple[ConversationState, RowSet]:
@@ -631,29 +454,10 @@ class TurnService:
         return await self.exchange.send(Outgoing("chat", "POST", "/chat/completions", call.query, call.headers, body,
                                                  call.started, call.stream, internal_text=True))
 
-    def _remember_prompt(self, turn: Turn, body: dict[str, Any], size: int,
-                         pushed: list[dict[str, Any]] | None = None) -> None:
-        """This turn's prompt (as sent: a pushed recall round included) becomes the conversation's last one. At an
-        epoch that archives pages, the one it replaces is the last prompt that held them: the memory workers' jobs
-        send it again (its prefix is cached)."""
-        p, cid = turn.plan, turn.conversation_id
-        if p.archived and self.memory is not None:
-            before = self.last_prompts.get(cid)
-            if before is not None and before.body is not None:
-                routed = getattr(self.exchange.client, "base_url", None)  # the worker whose cache holds it
-                self.memory.keep_base(turn.call.tenant, cid, SummaryBase(
-                    before.body, routed(cid) if callable(routed) else "", before.at, before.size, auth=before.auth))
-        messages, blocks = p.messages, list(p.blocks)
-        if pushed:
-            messages = [*messages, *pushed]
-            blocks.append(("push", len(p.messages), len(messages)))
-        accounting = {**turn.accounting, "tokens_pushed": turn.pushed_tokens}
-        asked = requested_tokens(turn.call.data)
-        if asked is not None:  # the answer's room: asked, and sent (lowered to fit the window)
-            accounting.update(max_tokens_asked=asked, max_tokens_sent=requested_tokens(body) or asked)
-        headers = turn.call.headers
-        auth = headers.get("authorization") or headers.get("Authorization") or ""
-        self.last_prompts.put(cid, LastPrompt(messages, blocks, p.epoch, time.time(), size, body, accounting, auth))
+    def _routed(self, conversation_id: str) -> str:
+        """The upstream worker a conversation's requests go to (whose cache holds its prompt); "" with one."""
+        routed = getattr(self.exchange.client, "base_url", None)
+        return routed(conversation_id) if callable(routed) else ""
 
     def state_of(self, conversation_id: str) -> ConversationState | None:
         """This process's newest state of a conversation (admin views)."""
@@ -661,8 +465,7 @@ class TurnService:
 
     async def flush(self, conversation_id: str) -> None:
         """Write this process's queued turns of the conversation now (reads of the database that follow see them)."""
-        if self._finishing:  # turns answered a moment ago, not queued yet
-            await asyncio.gather(*self._finishing, return_exceptions=True)
+        await self.ending.finished()  # turns answered a moment ago, not queued yet
         await self.states.writer.flush(conversation_id)
         await self.states.index.wait(conversation_id)
 
