@@ -9,8 +9,8 @@ after target within a round (direct, pass-through, managed), so a drifting machi
 
 Per cell: p50 and p99 per turn, turns/s, and the CPU time of the target's processes per turn (the managed proxy's
 includes its embedded PostgreSQL). Added latency and the turns/s ratio are against the direct and the pass-through
-cells of the same round. ``--profile DIR`` records both proxies with py-spy during their cells (samples of the thread holding the GIL:
-the Python work, not the waits).
+cells of the same round. ``--profile DIR`` records both proxies with py-spy during their cells (blocking samples of
+the threads at work, not of their waits).
 
 ``--baseline-tree DIR`` adds a managed proxy run from another checkout's source (``git worktree add ../before
 HEAD~1``), interleaved with the others in every round: a change is judged against the code before it in the same run,
@@ -421,8 +421,11 @@ def target_checks(rows: list[TurnCell]) -> list[str]:
 def _py_spy(pid: int, directory: Path, name: str) -> subprocess.Popen:
     directory.mkdir(parents=True, exist_ok=True)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    return subprocess.Popen([spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "500", "--gil", "--format", "raw",
-                             "--output", str(directory / f"{name}.txt"), "--nonblocking"],
+    # Blocking (py-spy pauses the process for each sample, a few per cent of its speed): a stack read while the
+    # process runs can be stale (--nonblocking put 9% of a long chat's samples on an md5 call that took 5 ms in all).
+    # Every thread at work is sampled (no --gil): C code that released the interpreter lock counts too.
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "200", "--format", "raw",
+                             "--output", str(directory / f"{name}.txt")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -375,8 +375,9 @@ class TurnService:
         context = RecallContext(call.tenant, turn.conversation_id, turn.state, turn.redo.input.messages,
                                 turn.redo.input.image_descriptions, call.end_user if self.across.enabled else "")
 
-        async def keep(exchange: list[dict[str, Any]]) -> None:  # a whole answer's next round carries it: alongside
-            await self.keeping.keep(turn, exchange, alongside=not call.stream)  # (a stream relays the rounds' events as they come)
+        async def keep(exchange: list[dict[str, Any]]) -> None:
+            # a whole answer's next round carries it: stored alongside (a stream relays the rounds' events as they come)
+            await self.keeping.keep(turn, exchange, alongside=not call.stream)
 
         rounds = TurnRecall(loop_config, context, self.resolver, self.metrics, room, call.data.get("n") or 1, keep,
                             self.result_densities.of(turn.model), turn.stages)
