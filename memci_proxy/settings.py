@@ -235,8 +235,9 @@ class Settings:
     tokenize_wait_min_chars: int = field(
         default=2000,
         metadata=_doc("A turn waits for /tokenize only when its new texts not counted yet reach this many characters "
-                      "(a tool result, a pasted file); shorter ones are planned with the estimate and counted behind "
-                      "the answer for the next turns (0: always wait).", min=0),
+                      "(a tool result, a pasted file); shorter ones are planned with the estimate, and a sample of "
+                      "them (all of the process's first 32, then one in 8) is counted behind the answer to keep the "
+                      "exact/estimate ratio current (0: always wait).", min=0),
     )
     tokenize_min_chars: int = field(
         default=256,

@@ -14,7 +14,8 @@ the same plan on any replica.
 An answer's text is counted by the upstream already: when the answer is one plain assistant message (no tool
 calls, no reasoning; whole or streamed), its `completion_tokens` (the end-of-turn token included where the upstream counts it: the
 safe side) stand for the text's count, and the client's next request, which sends the text back, asks
-`/tokenize` for its own new texts only.
+`/tokenize` for its own new texts only: those a plan counts exactly, and a sample of the shorter ones
+(`TurnCounts.worth_asking`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import xxhash
 
 from memci_proxy.engine import Plan, TokenCounter
 from memci_proxy.engine.learner import LearnedCounter, fit_answer, fit_counter, fit_ready, fit_wants, request_features
@@ -33,6 +35,12 @@ from memci_proxy.upstream.tokenize import UpstreamTokenCounter
 
 
 _decode = msgspec.json.Decoder().decode
+# Texts shorter than a plan counts exactly are asked of /tokenize only to keep the exact/estimate ratio current (the
+# ratio follows about the last 50 texts counted): every one of the process's first CALIBRATION_TEXTS, then one in
+# SAMPLE_EVERY. An agent's tool outputs and a chat's longer messages (and a benchmark's canned answers, which the
+# proxy did not relay) cost a request each otherwise.
+CALIBRATION_TEXTS = 32
+SAMPLE_EVERY = 8
 
 
 def answer_text_count(body: bytes) -> tuple[str, int] | None:
@@ -132,10 +140,21 @@ class TurnCounts:
         """The counter a turn plans with: the shared base count, with the costs the conversation learned (the new
         texts' upstream counts fetched first, waited for when long)."""
         if self.tokenizer is not None:
-            await self.tokenizer.prefetch(new_texts(system, messages, known_prefix), model)
+            await self.tokenizer.prefetch(self.worth_asking(new_texts(system, messages, known_prefix)), model)
         if not self.learning or state is None:
             return self.shared
         return fit_counter(state.counts, model, self.shared)
+
+    def worth_asking(self, texts: list[str]) -> list[str]:
+        """The new texts worth a `/tokenize` request: those a plan counts exactly (``SharedCounts.min_chars`` and
+        longer), and a sample of the shorter ones, which plans estimate and whose counts only keep the counter's
+        exact/estimate ratio current: all of them until the process has counted ``CALIBRATION_TEXTS`` texts, then one
+        in ``SAMPLE_EVERY`` (by its hash, so a text resent is asked or not alike)."""
+        tokenizer, shared = self.tokenizer, self.shared
+        if tokenizer is None or not isinstance(shared, SharedCounts) or tokenizer.counted < CALIBRATION_TEXTS:
+            return texts
+        return [t for t in texts if len(t) >= shared.min_chars
+                or xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) % SAMPLE_EVERY == 0]
 
     async def prompt_tokens(self, model: str, messages: list[dict[str, Any]], tools_json: str,
                             state: ConversationState | None = None) -> int:

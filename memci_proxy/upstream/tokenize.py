@@ -86,6 +86,7 @@ class UpstreamTokenCounter:
         self._path = "/tokenize"  # EXTRAS once /tokenize was not found and it answered
         self._path_known = False  # a count came back from `_path`
         self.hits = self.misses = 0
+        self.counted = 0  # texts this process has counted exactly (asked, or an answer's completion tokens)
         self._exact_sum = self._estimate_sum = 0.0
 
     @property
@@ -215,6 +216,7 @@ class UpstreamTokenCounter:
                 self._counted(key, text, count)
 
     def _counted(self, key: int, text: str, count: int) -> None:
+        self.counted += 1
         estimate = self.base.count_text(text)
         if estimate > 0:
             self._exact_sum = RATIO_DECAY * self._exact_sum + count

@@ -343,3 +343,51 @@ async def test_a_plan_counts_only_what_every_replica_counts_alike():
     counts.answered_stream(short[:300] + "!", {"completion_tokens": 51})
     assert shared.count_text(short[:300] + "!") == EstimateCounter().count_text(short[:300] + "!")
     await counts.close()
+
+
+def test_texts_a_plan_estimates_are_asked_for_all_while_calibrating_then_one_in_eight():
+    """A plan counts a text exactly only from SharedCounts.min_chars (memci_proxy.turn.counting): the shorter ones'
+    counts only keep the exact/estimate ratio current, so once the process has counted a few texts, a sample of
+    them is asked (by hash: the same text, resent, is asked or not alike); the long ones always are."""
+    import xxhash
+
+    from memci_proxy.metrics import Metrics
+    from memci_proxy.settings import Settings
+    from memci_proxy.turn.counting import CALIBRATION_TEXTS, SAMPLE_EVERY, TurnCounts
+
+    counts = TurnCounts(Settings(tokenize_wait_min_chars=2000), MockUpstream(Tokenizer()), Metrics())
+    short = [f"A message of a few hundred characters, number {i}. " * 6 for i in range(400)]
+    long = ["A pasted document. " * 120]
+    assert counts.worth_asking(short + long) == short + long  # nothing counted yet: every text calibrates
+    counts.tokenizer.counted = CALIBRATION_TEXTS
+    asked = counts.worth_asking(short + long)
+    sampled = [t for t in short if xxhash.xxh3_64_intdigest(t.encode()) % SAMPLE_EVERY == 0]
+    assert asked == sampled + long
+    assert 400 / SAMPLE_EVERY / 2 < len(sampled) < 2 * 400 / SAMPLE_EVERY
+    assert counts.worth_asking(short[:50]) == [t for t in short[:50] if t in sampled]  # the same texts, the same
+
+
+async def test_a_calibrated_process_asks_only_the_sample_of_a_turns_short_texts():
+    from turn_fakes import call_of, make_service
+
+    from memci_proxy.turn.counting import CALIBRATION_TEXTS
+
+    prompts: list = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        reply = models_or_tokenize(request, prompts)
+        if reply is not None:
+            return reply
+        return httpx.Response(200, json={"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                                      "finish_reason": "stop"}],
+                                         "usage": {"prompt_tokens": 40, "completion_tokens": 1}})
+
+    service = make_service(upstream, tokenize_min_chars=16)
+    service.counts.tokenizer.counted = CALIBRATION_TEXTS
+    questions = [f"Question {i} of a conversation, with some words in it." for i in range(40)]
+    for question in questions:
+        await service.handle(call_of([{"role": "user", "content": question}]))
+    await asyncio.sleep(0.05)
+    asked = [q for q in questions if q in prompts]
+    assert asked == service.counts.worth_asking(questions) and 0 < len(asked) < len(questions) / 3
+    await service.close()
