@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import xxhash
 
 from memci_proxy.engine import Plan, TokenCounter
 from memci_proxy.engine.learner import LearnedCounter, fit_answer, fit_counter, fit_ready, fit_wants, request_features
@@ -31,7 +30,7 @@ from memci_proxy.engine.state import ConversationState
 from memci_proxy.engine.tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD, EstimateCounter, make_counter, message_texts
 from memci_proxy.metrics import Metrics
 from memci_proxy.settings import Settings
-from memci_proxy.upstream.tokenize import UpstreamTokenCounter
+from memci_proxy.upstream.tokenize import UpstreamTokenCounter, text_key
 
 
 _decode = msgspec.json.Decoder().decode
@@ -153,8 +152,7 @@ class TurnCounts:
         tokenizer, shared = self.tokenizer, self.shared
         if tokenizer is None or not isinstance(shared, SharedCounts) or tokenizer.counted < CALIBRATION_TEXTS:
             return texts
-        return [t for t in texts if len(t) >= shared.min_chars
-                or xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) % SAMPLE_EVERY == 0]
+        return [t for t in texts if len(t) >= shared.min_chars or text_key(t) % SAMPLE_EVERY == 0]
 
     async def prompt_tokens(self, model: str, messages: list[dict[str, Any]], tools_json: str,
                             state: ConversationState | None = None) -> int:

@@ -54,6 +54,11 @@ EXTRAS = "/extras/tokenize/count"  # llama-cpp-python's server
 NOT_FOUND = (404, 405)
 
 
+def text_key(text: str) -> int:
+    """A text's key in the count cache: the 64-bit xxh3 of its UTF-8 (lone surrogates kept)."""
+    return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+
+
 def tokenize_url(upstream: Upstream, path: str = "/tokenize") -> str:
     """`/tokenize` (or `path`) at the upstream's root: the OpenAI base URL without its trailing `/v1`."""
     return root_of(str(upstream.url(""))) + path
@@ -136,7 +141,7 @@ class UpstreamTokenCounter:
         return len(self._cache)
 
     def _key(self, text: str) -> int:
-        return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+        return text_key(text)
 
     async def prefetch(self, texts: Iterable[str], model: str = "", timeout: float | None = None) -> None:
         """Ask the upstream for the texts not cached yet, in one request; wait at most `timeout` (the rest finish
